@@ -1,0 +1,8 @@
+"""kfuse: automatic kernel fusion of map/reduce elementary functions into CUDA."""
+from .api import CompiledScript, compile
+from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError
+from .library.loader import load_library
+
+__version__ = "0.1.0"
+__all__ = ["compile", "CompiledScript", "load_library", "KfuseError", "ScriptError", "LibraryError",
+           "FusionError", "CompileError", "LaunchError", "__version__"]

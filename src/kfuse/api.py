@@ -1,0 +1,80 @@
+"""The user-facing entry point: ``kfuse.compile`` and the compiled program it returns."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .codegen.kernel import KernelCode
+from .codegen.module import DTYPES, module_source
+from .errors import KfuseError, ScriptError
+from .frontend import parse_script
+from .graph import DependencyGraph
+from .library.loader import load_library
+from .library.schema import Library
+from .plan import Plan, generate, unfused_plan
+from .program import Program
+
+
+def _read_script(script: str | Path) -> tuple[str, str]:
+    """(source, file name) for a path or for script text."""
+    if isinstance(script, Path) or ("\n" not in str(script) and ";" not in str(script)):
+        path = Path(script)
+        if not path.is_file():
+            raise ScriptError(f"no such script file: {path}", str(path))
+        return path.read_text(), str(path)
+    return str(script), "<script>"
+
+
+@dataclass
+class CompiledScript:
+    """A script compiled for one element type: its program, plan and CUDA source."""
+    program: Program
+    library: Library
+    dtype: str
+    plan: Plan
+    kernels: list[KernelCode] = field(repr=False)
+
+    @cached_property
+    def cuda_source(self) -> str:
+        return module_source(self.kernels, self.library, self.dtype,
+                             title=f"script {self.program.file} ({self.program.name})\n" + self.describe())
+
+    @property
+    def graph(self) -> DependencyGraph:
+        return DependencyGraph(self.program)
+
+    def describe(self) -> str:
+        """The plan with each kernel's launch configuration."""
+        lines = [self.plan.describe()]
+        for k in self.kernels:
+            L = k.launch
+            lines.append(f"  {L.kernel}: {L.threads} threads per block, {L.smem_bytes_per_real} shared entries, "
+                         f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
+                         + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
+        return "\n".join(lines)
+
+    def __call__(self, out: dict | None = None, sync: bool = False, **inputs):
+        """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, numbers for
+        scalars); returns CuPy arrays in the order of the script's return statement (a single
+        array when it returns one value).  ``out`` maps returned names to preallocated arrays;
+        ``sync=True`` waits for the kernels and reports any execution error."""
+        from .runtime.executor import run
+        return run(self, inputs, out=out, sync=sync)
+
+
+def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
+            shipped_library: bool = True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+    """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
+
+    ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
+    leaves it out).  Needs no GPU; running the result needs CuPy.
+    """
+    if dtype not in DTYPES:
+        raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+    lib = load_library(*folders, shipped=shipped_library)
+    source, file = _read_script(script)
+    program = parse_script(source, lib, file)
+    plan = unfused_plan(program, lib)
+    return CompiledScript(program, lib, dtype, plan, generate(plan, lib))

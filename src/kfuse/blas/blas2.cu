@@ -1,0 +1,144 @@
+// BLAS-2 elementary functions: 2-level nestings of map and reduce over 32x32 tiles.
+// Instance (i, j) = tile (i, j) of the matrix; its threads are 32 x BY (BY a tunable macro).
+// Thread (tx, ty) owns tile entries (ty + BY k, tx)     (mapping "rows"),
+//                  subvector entries ty + BY k           (mapping "split", vectors along i),
+//                  subvector entry tx                    (mapping "lane",  vectors along j).
+// Every routine takes the variant's macros (BY) as its leading template parameters.
+
+// ---- loads and stores --------------------------------------------------------------------
+template <int BY, class V>
+KF_DEVICE void tile_load(const KfIx& ix, const KfMat& g, V& a) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k)
+        a(k) = g.get(ix.i * KF_TR + ix.ty + BY * k, ix.j * KF_TC + ix.tx, real(0));
+}
+
+template <int BY, class V>
+KF_DEVICE void tile_store(const KfIx& ix, V& a, const KfMat& g) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) g.put(ix.i * KF_TR + ix.ty + BY * k, ix.j * KF_TC + ix.tx, a(k));
+}
+
+// subvector i of a vector along the rows (length = matrix rows)
+template <int BY, class V>
+KF_DEVICE void rowvec_load(const KfIx& ix, const KfVec& g, V& v) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) v(k) = g.get(ix.i * KF_TR + ix.ty + BY * k, real(0));
+}
+
+// subvector j of a vector along the columns (length = matrix columns)
+template <int BY, class V>
+KF_DEVICE void colvec_load(const KfIx& ix, const KfVec& g, V& v) {
+    v(0) = g.get(ix.j * KF_TC + ix.tx, real(0));
+}
+
+// the beta-term of a reduction: only the first instance along the reduced axis j reads it
+template <int BY, class V>
+KF_DEVICE void rowvec_load_first_j(const KfIx& ix, const KfVec& g, V& v) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k)
+        v(k) = ix.j == 0 ? g.get(ix.i * KF_TR + ix.ty + BY * k, real(0)) : real(0);
+}
+
+// the beta-term of a column reduction: only the first instance along i, and only warp 0
+// (the per-warp partials are summed by the store)
+template <int BY, class V>
+KF_DEVICE void colvec_load_first_i(const KfIx& ix, const KfVec& g, V& v) {
+    v(0) = (ix.i == 0 && ix.ty == 0) ? g.get(ix.j * KF_TC + ix.tx, real(0)) : real(0);
+}
+
+// row sums are replicated in every lane: lane 0 adds them to the global result
+template <int BY, class V>
+KF_DEVICE void rowsum_store(const KfIx& ix, V& v, const KfVec& g) {
+    if (ix.tx == 0) {
+#pragma unroll
+        for (int k = 0; k < KF_TR / BY; ++k) g.add(ix.i * KF_TR + ix.ty + BY * k, v(k));
+    }
+}
+
+// column partials, one per warp: every warp adds its partial to the global result
+template <int BY, class V>
+KF_DEVICE void colsum_store(const KfIx& ix, V& v, const KfVec& g) {
+    g.add(ix.j * KF_TC + ix.tx, v(0));
+}
+
+// ---- gemv: out_i += sum_j alpha A_ij x_j (+ beta y_i) ------------------------------------
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemv_compute(const KfIx& ix, VA& a, VX& x, VO& out) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) += kf_warp_sum(a(k) * x(0));
+}
+
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemv_compute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) += alpha * kf_warp_sum(a(k) * x(0));
+}
+
+template <int BY, class VA, class VX, class VY, class VO>
+KF_DEVICE void gemv_compute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) += alpha * kf_warp_sum(a(k) * x(0)) + beta * y(k);
+}
+
+// shared-memory variant (the paper's): thread (tx, ty) sums row tx over columns ty + BY k of
+// the transposed-read tile, then one warp adds the BY partials of each row.
+template <int BY, class VA, class VX, class VP>
+KF_DEVICE void gemv_smem_partial(const KfIx& ix, VA& a, VX& x, VP& part) {
+    real s = 0;
+#pragma unroll
+    for (int k = 0; k < KF_TC / BY; ++k) s += a.at(ix.tx, ix.ty + BY * k) * x.at(ix.ty + BY * k);
+    part(0) = s;
+}
+
+template <int BY, class VP, class VO>
+KF_DEVICE void gemv_smem_finish(const KfIx& ix, VP& part, VO& out) {
+    real s = 0;
+#pragma unroll
+    for (int r = 0; r < BY; ++r) s += part.at(r, ix.tx);
+    out(0) += s;
+}
+
+template <int BY, class V>
+KF_DEVICE void lane_rowvec_store(const KfIx& ix, V& v, const KfVec& g) {
+    g.add(ix.i * KF_TR + ix.tx, v(0));
+}
+
+// ---- gemtv: out_j += sum_i alpha A_ij x_i (+ beta y_j) -----------------------------------
+// each thread accumulates its column over its rows; the warps' partials meet in the store
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemtv_compute(const KfIx& ix, VA& a, VX& x, VO& out) {
+    real s = 0;
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) s += a(k) * x(k);
+    out(0) += s;
+}
+
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemtv_compute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
+    real s = 0;
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) s += a(k) * x(k);
+    out(0) += alpha * s;
+}
+
+template <int BY, class VA, class VX, class VY, class VO>
+KF_DEVICE void gemtv_compute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
+    real s = 0;
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) s += a(k) * x(k);
+    out(0) += alpha * s + beta * y(0);
+}
+
+// ---- ger: out = A + u v^T;  madd: out = A + B ---------------------------------------------
+template <int BY, class VA, class VU, class VV, class VO>
+KF_DEVICE void ger_compute(const KfIx& ix, VA& a, VU& u, VV& v, VO& out) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) = a(k) + u(k) * v(0);
+}
+
+template <int BY, class VA, class VB, class VO>
+KF_DEVICE void madd_compute(const KfIx& ix, VA& a, VB& b, VO& out) {
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) = a(k) + b(k);
+}

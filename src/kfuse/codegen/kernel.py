@@ -1,0 +1,592 @@
+"""One kernel from one or more calls: schedule, element placement, barriers, CUDA text.
+
+The structure follows the paper's Algorithms 1 and 2:
+
+1. shared-memory allocation (one array, one slice per on-chip element that needs it)
+2. register arrays for elements whose every access has the same thread-to-data mapping
+3. thread and instance indices
+4. invariant loads (inputs that do not follow the loop axis ``i``)
+5. clears of accumulated outputs (reduce outputs that do not follow ``i``)
+6. the serial loop over ``iters`` instances along ``i``: loads, computes, stores
+7. stores of accumulated outputs
+
+Each routine call is preceded by a local barrier exactly when a shared element it accesses
+was accessed since the last barrier by another routine with a different mapping (one access
+being a write) -- the paper's two conditions, with the loop's back edge taken into account --
+and runs only in the threads it needs (whole warps), with its own thread indices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from ..errors import FusionError
+from ..library.mappings import MAPPINGS
+from ..library.schema import REDUCE_OPS, Library, Local, Param, Routine, Variant
+from ..program import Call, ScalarArg, Value
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """A call placed in a kernel, with the routine variant and macro values chosen for it."""
+    call: Call
+    variant: Variant
+    macros: tuple[tuple[str, int], ...] = ()
+
+    def macro(self, name: str) -> int:
+        return dict(self.macros)[name]
+
+    def value_of(self, x: str | int) -> int:
+        return x if isinstance(x, int) else self.macro(x)
+
+    def shape(self, routine: Routine) -> tuple[int, int]:
+        return self.value_of(routine.threads[0]), self.value_of(routine.threads[1])
+
+    def describe(self) -> str:
+        m = ", ".join(f"{k}={v}" for k, v in self.macros)
+        return f"{self.call.function.name}/{self.variant.name}" + (f"[{m}]" if m else "")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What to generate: calls in execution order plus the kernel-wide choices."""
+    name: str
+    calls: tuple[KernelCall, ...]
+    iters: int = 0                  # serial iterations along the loop axis i (0: chosen at launch)
+    ipb: int = 1                    # instances per block (unnested kernels)
+    stores: frozenset[int] = frozenset()    # value ids this kernel must write to global memory
+
+    @property
+    def nesting(self) -> int:
+        return self.calls[0].call.function.nesting
+
+
+@dataclass(frozen=True)
+class Element:
+    key: str                        # C name in the kernel
+    kind: str                       # scalar | subvector | tile
+    shape: tuple[int, ...]
+    pitch: int                      # tile row pitch in shared memory (columns + padding)
+    value: Value | None             # None for a call-private local
+    identity: str = "0"             # value a clear writes
+
+    @property
+    def size(self) -> int:
+        if self.kind == "tile":
+            return self.shape[0] * self.pitch
+        return prod(self.shape) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class Access:
+    element: str
+    mode: str                       # r | w | acc
+    mapping: str
+    threads: tuple[int, int]
+
+    @property
+    def identity(self) -> tuple[str, int, int] | None:
+        """Same identity = same thread-to-data mapping; None = arbitrary indexing."""
+        return None if self.mapping == "any" else (self.mapping, *self.threads)
+
+
+@dataclass
+class Step:
+    phase: str                      # pre | loop | post
+    kind: str                       # routine | clear
+    kc: KernelCall
+    routine: Routine | None
+    accesses: list[Access]
+    element: str | None = None      # for clears
+    barrier: bool = False
+
+
+@dataclass
+class Placement:
+    registers: dict[str, int] = field(default_factory=dict)       # element -> slots per thread
+    shared: dict[str, int] = field(default_factory=dict)          # element -> offset (entries)
+    shared_size: int = 0                                          # entries per instance
+
+
+@dataclass(frozen=True)
+class GlobalArg:
+    """A kernel argument: an array (pointer and sizes), a scalar, or an instance count."""
+    kind: str                       # array | scalar | count
+    name: str                       # C parameter name
+    value: Value | None = None
+    axis: int | None = None         # count: dimension id; divisor: element extent
+    divisor: int = 1
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """Host-side launch description of one kernel."""
+    kernel: str
+    threads: int                    # per block
+    nesting: int
+    iters: int
+    ipb: int
+    axis_dims: tuple[int, ...]      # dimension id of axis i (and j)
+    axis_extent: tuple[int, ...]    # entries per element along each axis
+    args: tuple[GlobalArg, ...]
+    clears: tuple[tuple[Value, str], ...]   # outputs set to the identity before the launch
+    smem_bytes_per_real: int        # shared entries per block (multiply by sizeof(real))
+    calls: tuple[int, ...]          # program call indices in this kernel
+
+    def iterations(self, dims: dict[int, int], target_blocks: int) -> int:
+        """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks."""
+        if self.iters:
+            return self.iters
+        counts = self.counts(dims)
+        if self.nesting == 1:
+            return max(1, -(-counts[0] // (self.ipb * target_blocks)))
+        per_column = max(1, target_blocks // counts[1])
+        return max(1, -(-counts[0] // per_column))
+
+    def grid(self, dims: dict[int, int], iters: int) -> int:
+        counts = self.counts(dims)
+        if self.nesting == 1:
+            return max(1, -(-counts[0] // (iters * self.ipb)))
+        return max(1, counts[1] * -(-counts[0] // iters))
+
+    def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
+        return tuple(-(-dims[d] // e) for d, e in zip(self.axis_dims, self.axis_extent))
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    spec: KernelSpec
+    source: str                     # the __global__ function
+    views: tuple[str, ...]          # shared-view struct definitions it needs
+    sources: tuple[str, ...]        # library .cu files it needs (paths)
+    launch: LaunchInfo
+    placement: Placement
+    steps: tuple[Step, ...]
+
+    @property
+    def barriers(self) -> int:
+        return sum(s.barrier for s in self.steps)
+
+
+# ----------------------------------------------------------------------------------------
+def build_kernel(spec: KernelSpec, lib: Library) -> KernelCode:
+    """Generate one kernel (raises FusionError when the choices cannot be realised)."""
+    return _Builder(spec, lib).build()
+
+
+class _Builder:
+    def __init__(self, spec: KernelSpec, lib: Library):
+        self.spec, self.lib = spec, lib
+        self.elements: dict[str, Element] = {}
+        self.elem_key: dict[tuple[int, int, tuple[str, ...]], str] = {}   # (call, param) -> key
+        self.steps: list[Step] = []
+        nest = {kc.call.function.nesting for kc in spec.calls}
+        if len(nest) != 1:
+            raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
+        if spec.iters < 0 or spec.ipb < 1:
+            raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block >= 1")
+        if spec.nesting == 2 and spec.ipb != 1:
+            raise FusionError(f"{spec.name}: nested kernels run one instance per block")
+
+    # -- elements ------------------------------------------------------------------------
+    def param_element(self, kc: KernelCall, p: Param) -> str:
+        v = kc.call.bindings()[p.name]
+        assert isinstance(v, Value)
+        key = (v.id, p.index)
+        if key not in self.elem_key:
+            name = v.label
+            if any(k[0] == v.id for k in self.elem_key):
+                name = f"{v.label}_{''.join(p.index) or 's'}"
+            shape = self.lib.element_shape(p.element)
+            pitch = shape[1] + p.pad if p.element == "tile" else 0
+            ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
+            self.elements[name] = Element(name, p.element, shape, pitch, v, ident)
+            self.elem_key[key] = name
+        else:
+            name = self.elem_key[key]
+            el = self.elements[name]
+            if p.element == "tile" and el.shape[1] + p.pad > el.pitch:
+                self.elements[name] = Element(name, el.kind, el.shape, el.shape[1] + p.pad, el.value,
+                                              el.identity)
+        return self.elem_key[key]
+
+    def local_element(self, kc: KernelCall, loc: Local) -> str:
+        name = f"{kc.call.name}_{loc.name}"
+        if name not in self.elements:
+            shape = tuple(kc.value_of(s) for s in loc.shape)
+            pitch = shape[1] + loc.pad if loc.element == "tile" else 0
+            self.elements[name] = Element(name, loc.element, shape, pitch, None)
+        return name
+
+    def arg_element(self, kc: KernelCall, name: str) -> str:
+        fn = kc.call.function
+        p = next((p for p in fn.params if p.name == name), None)
+        if p is not None:
+            return self.param_element(kc, p)
+        loc = next(loc for loc in kc.variant.locals if loc.name == name)
+        return self.local_element(kc, loc)
+
+    # -- schedule --------------------------------------------------------------------------
+    def schedule(self) -> None:
+        on_chip: set[str] = set()
+        cleared: set[str] = set()
+        for kc in self.spec.calls:
+            fn, var = kc.call.function, kc.variant
+            params = {p.name: p for p in fn.params}
+            for r in var.routines:
+                if r.kind != "load":
+                    continue
+                p = params[r.param]
+                key = self.param_element(kc, p)
+                if key in on_chip:
+                    continue            # already on chip: loaded or produced in this kernel
+                on_chip.add(key)
+                self.add_routine("pre" if p.invariant else "loop", kc, r)
+            for r in var.computes:
+                for a in r.elements:
+                    key = self.arg_element(kc, a.name)
+                    if a.mode == "acc" and key not in cleared:
+                        # accumulated across the loop: cleared once before it; otherwise cleared
+                        # in each iteration before the first routine that accumulates into it
+                        p = params.get(a.name)
+                        accumulated = p is not None and p.dir == "out" and p.invariant
+                        cleared.add(key)
+                        self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
+                                               [Access(key, "w", a.mapping, kc.shape(r))], element=key))
+                    if a.mode != "r":
+                        on_chip.add(key)
+                self.add_routine("loop", kc, r)
+            for r in var.routines:
+                if r.kind != "store":
+                    continue
+                p = params[r.param]
+                v = kc.call.bindings()[p.name]
+                if v.id not in self.spec.stores:
+                    continue            # consumed on chip only
+                self.add_routine("post" if p.invariant else "loop", kc, r)
+
+    def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
+        X, Y = kc.shape(r)
+        if (X * Y) % 32:
+            raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads is not whole warps")
+        acc = []
+        for a in r.elements:
+            key = self.arg_element(kc, a.name)
+            el = self.elements[key]
+            reason = MAPPINGS[a.mapping].check(el.shape, X, Y)
+            if reason:
+                raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
+            acc.append(Access(key, a.mode, a.mapping, (X, Y)))
+        self.steps.append(Step(phase, "routine", kc, r, acc))
+
+    # -- placement -------------------------------------------------------------------------
+    def place(self) -> Placement:
+        pl = Placement()
+        by_elem: dict[str, list[Access]] = {}
+        for s in self.steps:
+            for a in s.accesses:
+                by_elem.setdefault(a.element, []).append(a)
+        offset = 0
+        for key, accs in by_elem.items():
+            ids = {a.identity for a in accs}
+            first = accs[0]
+            if len(ids) == 1 and None not in ids and MAPPINGS[first.mapping].registers:
+                pl.registers[key] = MAPPINGS[first.mapping].slots(self.elements[key].shape, *first.threads)
+                continue
+            bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
+            if bad:
+                raise FusionError(f"{self.spec.name}: element {key} is accessed with different mappings "
+                                  f"but mapping {bad[0]} cannot use shared memory")
+            pl.shared[key] = offset
+            offset += self.elements[key].size
+        pl.shared_size = offset
+        return pl
+
+    # -- barriers --------------------------------------------------------------------------
+    def barriers(self, pl: Placement) -> None:
+        """Mark steps that need a local barrier before them (paper, Algorithm 2, line 1)."""
+        pre = [s for s in self.steps if s.phase == "pre"]
+        loop = [s for s in self.steps if s.phase == "loop"]
+        post = [s for s in self.steps if s.phase == "post"]
+        since: list[Access] = []
+
+        def visit(s: Step) -> None:
+            nonlocal since
+            shared = [a for a in s.accesses if a.element in pl.shared]
+            if any(_conflict(a, b) for a in shared for b in since):
+                s.barrier = True
+            if s.barrier:
+                since = []
+            since.extend(shared)
+
+        for s in pre:
+            visit(s)
+        entry = list(since)
+        for _ in range(3):              # until the loop body's barriers are stable
+            since = list(entry)
+            for s in loop:
+                visit(s)
+            entry_again = since
+            since = list(entry_again)
+            changed = False
+            for s in loop:
+                before = s.barrier
+                visit(s)
+                changed |= s.barrier != before
+            if not changed:
+                break
+        for s in post:
+            visit(s)
+
+    # -- emission --------------------------------------------------------------------------
+    def build(self) -> KernelCode:
+        self.schedule()
+        pl = self.place()
+        self.barriers(pl)
+        return _emit(self, pl)
+
+
+def _conflict(a: Access, b: Access) -> bool:
+    """Two shared-memory accesses race without a barrier between them."""
+    if a.element != b.element:
+        return False
+    if a.mode == "r" and b.mode == "r":
+        return False
+    return a.identity is None or a.identity != b.identity
+
+
+# ----------------------------------------------------------------------------------------
+def _view_struct(el: Element, mapping: str, X: int, Y: int) -> tuple[str, str]:
+    """(type name, definition) of a shared-memory view of an element under a mapping."""
+    dims = "x".join(map(str, el.shape)) or "1"
+    name = f"KfSh_{el.kind}{dims}" + (f"p{el.pitch}" if el.kind == "tile" else "") + f"_{mapping}"
+    if mapping != "any":
+        name += f"_{X}x{Y}"
+    lines = [f"struct {name} {{   // {el.kind} {dims} in shared memory, mapping {mapping}"
+             + (f" for {X}x{Y} threads" if mapping != "any" else "")]
+    lines.append("    real* p; int tx, ty;")
+    off = MAPPINGS[mapping].offset(el.shape, el.pitch, X, Y)
+    if off is not None:
+        lines.append(f"    KF_DEVICE real& operator()(int k) const {{ return p[{off}]; }}")
+    if el.kind == "tile":
+        lines.append(f"    KF_DEVICE real& at(int r, int c) const {{ return p[r * {el.pitch} + c]; }}")
+    elif el.kind == "subvector":
+        lines.append("    KF_DEVICE real& at(int e) const { return p[e]; }")
+    else:
+        lines.append("    KF_DEVICE real& at() const { return p[0]; }")
+    lines.append("};")
+    return name, "\n".join(lines)
+
+
+def _scalar_expr(a: ScalarArg) -> str:
+    if a.value is None:
+        return f"real({a.literal!r})"
+    return f"{'-' if a.negate else ''}s_{a.value.label}"
+
+
+def _emit(b: _Builder, pl: Placement) -> KernelCode:
+    spec, lib = b.spec, b.lib
+    nest = spec.nesting
+    # instance thread count and the loop-axis element extent
+    shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
+                    | {a.threads for s in b.steps for a in s.accesses})
+    T = max(X * Y for X, Y in shapes)
+    threads = T * spec.ipb
+    if threads > 1024:
+        raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
+    smem = pl.shared_size * spec.ipb
+    first = spec.calls[0]
+    extents = (lib.tile if nest == 2 else (lib.subvector,))
+    axis_dims = first.call.axes
+    for kc in spec.calls[1:]:
+        if kc.call.axes != axis_dims:
+            raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
+                              f"{first.call.text()}")
+
+    # kernel arguments: arrays first (in order of first use), then scalars, then counts
+    args: list[GlobalArg] = []
+    seen_vals: set[int] = set()
+    scalars: dict[int, Value] = {}
+    for s in b.steps:
+        if s.routine is None:
+            continue
+        for a in s.routine.args:
+            if a.kind == "global":
+                v = s.kc.call.bindings()[a.name]
+                if v.id not in seen_vals:
+                    seen_vals.add(v.id)
+                    args.append(GlobalArg("array", v.label, v))
+            elif a.kind == "scalar":
+                sa = s.kc.call.bindings()[a.name]
+                if sa.value is not None:
+                    scalars[sa.value.id] = sa.value
+    args += [GlobalArg("scalar", v.label, v) for v in scalars.values()]
+    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
+             for ax, d, e in zip("ij", axis_dims, extents)]
+    args.append(GlobalArg("iters", "iters"))
+
+    params_c = []
+    for g in args:
+        if g.kind == "array":
+            v = g.value
+            params_c.append(f"real* __restrict__ {g.name}_p")
+            params_c += [f"long long {g.name}_{n}" for n in
+                         {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": ()}[v.type]]
+        elif g.kind == "scalar":
+            params_c.append(f"real s_{g.name}")
+        elif g.kind == "count":
+            params_c.append(f"long long {g.name}")
+        else:
+            params_c.append("int iters")
+
+    out: list[str] = []
+    views: dict[str, str] = {}
+    w = out.append
+    call_desc = "; ".join(f"{kc.call.text()}  [{kc.describe()}]" for kc in spec.calls)
+    w(f"// kernel {spec.name}: {call_desc}")
+    w(f"// {'2-level nested' if nest == 2 else 'unnested'}; {T} threads per instance, "
+      f"{spec.ipb} instance(s) per block, {spec.iters or 'auto'} serial iteration(s); "
+      f"{smem} shared entries, {len(pl.registers)} element(s) in registers")
+    w(f'extern "C" __global__ void __launch_bounds__({threads})')
+    w(f"{spec.name}(" + ",\n    ".join(params_c) + ")")
+    w("{")
+    # 1. shared memory
+    if smem:
+        w(f"    __shared__ real kf_smem[{smem}];")
+    # global views
+    for g in args:
+        if g.kind != "array":
+            continue
+        v = g.value
+        if v.type == "matrix":
+            w(f"    const KfMat g_{g.name}{{{g.name}_p, {g.name}_rows, {g.name}_cols}};")
+        elif v.type == "vector":
+            w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
+        else:
+            w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
+    # 3. indices
+    if nest == 1:
+        w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
+        w(f"    const int inst = threadIdx.x / {T};          // instance in the block")
+        w(f"    const long long first_i = (long long)blockIdx.x * iters * {spec.ipb};")
+        w("    KfIx ix{lt, 0, first_i + inst, 0};")
+    else:
+        w("    const int lt = threadIdx.x;                  // thread in the instance")
+        w("    const long long first_i = (long long)(blockIdx.x / n_j) * iters;")
+        w("    KfIx ix{lt, 0, first_i, (long long)(blockIdx.x % n_j)};")
+    for X, Y in shapes:
+        w(f"    const int tx_{X}x{Y} = lt % {X}, ty_{X}x{Y} = lt / {X};")
+    # 2. registers and shared slices
+    for key, el in b.elements.items():
+        if key in pl.registers:
+            w(f"    KfReg<{pl.registers[key]}> e_{key};   // {el.kind} {'x'.join(map(str, el.shape)) or ''}"
+              f"{' (' + el.value.name + ')' if el.value else ''}: registers")
+        elif key in pl.shared:
+            base = f"kf_smem + {pl.shared[key]}" + (f" + inst * {pl.shared_size}" if spec.ipb > 1 else "")
+            w(f"    real* const sh_{key} = {base};   // {el.kind} {'x'.join(map(str, el.shape))}: shared")
+    w("")
+
+    def routine_call(s: Step, indent: str) -> list[str]:
+        kc, r = s.kc, s.routine
+        X, Y = kc.shape(r)
+        lines = []
+        conds = []
+        if s.phase == "loop" and nest == 1:
+            conds.append("active")
+        if X * Y < T:
+            conds.append(f"lt < {X * Y}")
+        body_indent = indent + "    "
+        head = f"{indent}// {kc.call.name}: {kc.call.text()} -- {r.name}"
+        if X * Y < T:
+            head += f" ({X}x{Y} threads, the rest idle)"
+        lines.append(head)
+        lines.append(f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{")
+        lines.append(f"{body_indent}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, ix.i, ix.j}};")
+        cargs = ["rix"]
+        binds = kc.call.bindings()
+        for a, acc in zip([a for a in r.args], _accesses_in_order(s)):
+            if a.kind == "global":
+                cargs.append(f"g_{binds[a.name].label}")
+            elif a.kind == "scalar":
+                cargs.append(_scalar_expr(binds[a.name]))
+            else:
+                key = acc.element
+                if key in pl.registers:
+                    cargs.append(f"e_{key}")
+                else:
+                    vname, vdef = _view_struct(b.elements[key], acc.mapping, X, Y)
+                    views[vname] = vdef
+                    lines.append(f"{body_indent}{vname} v_{key}{{sh_{key}, tx_{X}x{Y}, ty_{X}x{Y}}};")
+                    cargs.append(f"v_{key}")
+        targs = f"<{', '.join(str(v) for _, v in kc.macros)}>" if kc.macros else ""
+        lines.append(f"{body_indent}{r.fn}{targs}({', '.join(cargs)});")
+        lines.append(f"{indent}}}")
+        return lines
+
+    def clear(s: Step, indent: str) -> list[str]:
+        acc = s.accesses[0]
+        el = b.elements[acc.element]
+        X, Y = acc.threads
+        ident = f"real({el.identity})"
+        lines = [f"{indent}// {s.kc.call.name}: clear {el.key} (reduction identity)"]
+        if acc.element in pl.registers:
+            lines.append(f"{indent}#pragma unroll")
+            lines.append(f"{indent}for (int k = 0; k < {pl.registers[acc.element]}; ++k) e_{el.key}.v[k] = {ident};")
+        elif acc.mapping == "any":
+            lines.append(f"{indent}for (int e = lt; e < {el.size}; e += {T}) sh_{el.key}[e] = {ident};")
+        else:
+            vname, vdef = _view_struct(el, acc.mapping, X, Y)
+            views[vname] = vdef
+            slots = MAPPINGS[acc.mapping].slots(el.shape, X, Y)
+            guard = f"if (lt < {X * Y}) " if X * Y < T else ""
+            lines.append(f"{indent}{guard}{{ {vname} v{{sh_{el.key}, tx_{X}x{Y}, ty_{X}x{Y}}}; "
+                         f"for (int k = 0; k < {slots}; ++k) v(k) = {ident}; }}")
+        return lines
+
+    def emit_steps(phase: str, indent: str) -> None:
+        for s in b.steps:
+            if s.phase != phase:
+                continue
+            if s.barrier:
+                w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
+            out.extend(clear(s, indent) if s.kind == "clear" else routine_call(s, indent))
+
+    # 4-5. invariant loads, clears of accumulated outputs
+    if any(s.phase == "pre" for s in b.steps):
+        w("    // ---- before the serial loop: invariant loads, cleared accumulators")
+        emit_steps("pre", "    ")
+        w("")
+    # 6. the loop
+    w(f"    // ---- serial loop: iters instance(s) along i per {'instance slot' if nest == 1 else 'block'}")
+    w("    for (int it = 0; it < iters; ++it) {")
+    if nest == 1:
+        w(f"        ix.i = first_i + (long long)it * {spec.ipb} + inst;")
+        w(f"        if (first_i + (long long)it * {spec.ipb} >= n_i) break;   // whole block done")
+        w("        const bool active = ix.i < n_i;")
+    else:
+        w("        ix.i = first_i + it;")
+        w("        if (ix.i >= n_i) break;   // block-uniform")
+    emit_steps("loop", "        ")
+    w("    }")
+    # 7. stores of accumulated outputs
+    if any(s.phase == "post" for s in b.steps):
+        w("    // ---- after the serial loop: stores of accumulated outputs")
+        emit_steps("post", "    ")
+    w("}")
+
+    clears = []
+    for kc in spec.calls:
+        for p in kc.call.function.outputs:
+            v = kc.call.bindings()[p.name]
+            if p.reduce and v.id in spec.stores:
+                clears.append((v, REDUCE_OPS[p.reduce]))
+    launch = LaunchInfo(spec.name, threads, nest, spec.iters, spec.ipb, tuple(axis_dims), tuple(extents),
+                        tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls))
+    sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
+    return KernelCode(spec, "\n".join(out), tuple(views.values()), sources, launch, pl, tuple(b.steps))
+
+
+def _accesses_in_order(s: Step) -> list[Access | None]:
+    """Align the routine's args with its element accesses (None for non-element args)."""
+    it = iter(s.accesses)
+    return [next(it) if a.kind == "element" else None for a in s.routine.args]

@@ -1,0 +1,38 @@
+"""One exception hierarchy for kfuse: every error a user can cause is a KfuseError."""
+from __future__ import annotations
+
+
+class KfuseError(Exception):
+    """Base class of every error kfuse raises on purpose."""
+
+
+class LibraryError(KfuseError):
+    """Bad elementary-function metadata or routine source: names the file and the field."""
+
+    def __init__(self, file: str, field: str, message: str):
+        self.file, self.field = str(file), field
+        super().__init__(f"{file}: {field}: {message}")
+
+
+class ScriptError(KfuseError):
+    """Bad script: names file:line:column and shows the offending line with a caret."""
+
+    def __init__(self, message: str, file: str = "<script>", line: int = 0, column: int = 0,
+                 source_line: str | None = None):
+        self.file, self.line, self.column, self.bare = file, line, column, message
+        text = f"{file}:{line}:{column}: error: {message}"
+        if source_line is not None:
+            text += f"\n    {source_line.rstrip()}\n    {' ' * max(column - 1, 0)}^"
+        super().__init__(text)
+
+
+class FusionError(KfuseError):
+    """A plan, fusion or implementation that cannot be built (resources, illegal choice)."""
+
+
+class CompileError(KfuseError):
+    """NVRTC or nvcc rejected generated code; carries the log and numbered source."""
+
+
+class LaunchError(KfuseError):
+    """Bad arguments to a program (shape, dtype, device, layout, aliasing) or a failed launch."""

@@ -1,0 +1,3 @@
+from .parser import parse_script
+
+__all__ = ["parse_script"]

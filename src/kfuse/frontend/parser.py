@@ -1,0 +1,364 @@
+"""Script front end: the syntax of the paper's Listing 1.
+
+    matrix A[m, n];            # declarations: scalar, vector, matrix (subvector32, TILE32x32 too)
+    vector p[n], q, r, s;      #   optional [dims]: names or integers shared across declarations
+    scalar alpha;
+    input A, p, r, alpha;
+    q = gemv(alpha, A, p);     # calls into the library; scalars may be literals or -name
+    s = gemtv(A, r);
+    return q, s;
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ScriptError
+from ..library.schema import AXES, Library
+from ..program import Call, Dim, Program, ScalarArg, Value
+
+TOKEN = re.compile(r"""
+    (?P<ws>[ \t\r]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
+  | (?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<punct>[;,=()\[\]\-])
+  | (?P<bad>.)
+""", re.VERBOSE)
+KEYWORDS = {"input", "return"}
+
+
+@dataclass(frozen=True)
+class Tok:
+    kind: str      # ident | num | punct | eof
+    text: str
+    line: int
+    col: int
+
+
+def tokenize(src: str, file: str) -> list[Tok]:
+    toks, line, start = [], 1, 0
+    lines = src.splitlines()
+    for m in TOKEN.finditer(src):
+        kind, text = m.lastgroup, m.group()
+        col = m.start() - start + 1
+        if kind == "nl":
+            line, start = line + 1, m.end()
+        elif kind == "bad":
+            raise ScriptError(f"unexpected character {text!r}", file, line, col,
+                              lines[line - 1] if line <= len(lines) else "")
+        elif kind not in ("ws", "comment"):
+            toks.append(Tok(kind, text, line, col))
+    toks.append(Tok("eof", "end of script", line, 1))
+    return toks
+
+
+class _Parser:
+    def __init__(self, src: str, file: str, library: Library, name: str):
+        self.src, self.file, self.lib, self.name = src, file, library, name
+        self.lines = src.splitlines()
+        self.toks = tokenize(src, file)
+        self.pos = 0
+        self.decls: dict[str, tuple[str, tuple[int, ...], Tok]] = {}   # name -> (type, dims, tok)
+        self.inputs: dict[str, Tok] = {}
+        self.current: dict[str, Value] = {}      # name -> latest value
+        self.values: list[Value] = []
+        self.calls: list[Call] = []
+        self.outputs: list[Value] | None = None
+        self.parent: list[int] = []              # union-find over dimension ids
+        self.dim_info: list[tuple[str, int | None, bool]] = []   # name, literal, declared
+        self.named_dims: dict[str, int] = {}
+
+    # -- helpers -----------------------------------------------------------------------
+    def error(self, msg: str, tok: Tok) -> ScriptError:
+        text = self.lines[tok.line - 1] if 0 < tok.line <= len(self.lines) else ""
+        return ScriptError(msg, self.file, tok.line, tok.col, text)
+
+    def peek(self) -> Tok:
+        return self.toks[self.pos]
+
+    def next(self) -> Tok:
+        tok = self.toks[self.pos]
+        self.pos += 1
+        return tok
+
+    def expect(self, text: str | None = None, kind: str | None = None, what: str = "") -> Tok:
+        tok = self.next()
+        if (text is not None and tok.text != text) or (kind is not None and tok.kind != kind) \
+                or (kind == "ident" and tok.text in KEYWORDS):
+            want = what or (repr(text) if text else kind)
+            raise self.error(f"expected {want}, found {tok.text!r}", tok)
+        return tok
+
+    def names(self, what: str) -> list[Tok]:
+        out = [self.expect(kind="ident", what=what)]
+        while self.peek().text == ",":
+            self.next()
+            out.append(self.expect(kind="ident", what=what))
+        return out
+
+    # -- dimensions ----------------------------------------------------------------------
+    def new_dim(self, name: str, literal: int | None = None, declared: bool = False) -> int:
+        if declared and literal is None and name in self.named_dims:
+            return self.named_dims[name]
+        d = len(self.parent)
+        self.parent.append(d)
+        self.dim_info.append((name, literal, declared))
+        if declared and literal is None:
+            self.named_dims[name] = d
+        return d
+
+    def find(self, d: int) -> int:
+        while self.parent[d] != d:
+            self.parent[d] = self.parent[self.parent[d]]
+            d = self.parent[d]
+        return d
+
+    def unify(self, a: int, b: int, what: str, tok: Tok) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        (na, la, da), (nb, lb, db) = self.dim_info[ra], self.dim_info[rb]
+        if la is not None and lb is not None and la != lb:
+            raise self.error(f"{what}: sizes {la} and {lb} differ", tok)
+        if da and db and la is None and lb is None:
+            raise self.error(f"{what}: declared sizes {na} and {nb} must be the same dimension", tok)
+        # name the class after the best member: declared > a variable's own size > a call axis,
+        # then the earliest created
+        if (self.rank(rb), -rb) > (self.rank(ra), -ra):
+            ra, rb = rb, ra
+            (na, la, da), (nb, lb, db) = (nb, lb, db), (na, la, da)
+        self.parent[rb] = ra
+        self.dim_info[ra] = (na, la if la is not None else lb, da or db)
+
+    def rank(self, d: int) -> int:
+        name, literal, declared = self.dim_info[d]
+        return 3 if declared and literal is None else 2 if declared else 1 if "@" not in name else 0
+
+    # -- statements ----------------------------------------------------------------------
+    TYPES = {"scalar": "scalar", "vector": "vector", "matrix": "matrix"}
+
+    def script_type(self, tok: Tok) -> str | None:
+        t = tok.text
+        if t in self.TYPES:
+            return self.TYPES[t]
+        m = re.fullmatch(r"subvector(\d+)", t)
+        if m:
+            if int(m.group(1)) != self.lib.subvector:
+                raise self.error(f"{t}: this library's vectors are made of {self.lib.subvector}-entry "
+                                 "subvectors", tok)
+            return "vector"
+        m = re.fullmatch(r"TILE(\d+)x(\d+)", t, re.IGNORECASE)
+        if m:
+            if (int(m.group(1)), int(m.group(2))) != tuple(self.lib.tile):
+                raise self.error(f"{t}: this library's matrices are made of "
+                                 f"{self.lib.tile[0]}x{self.lib.tile[1]} tiles", tok)
+            return "matrix"
+        return None
+
+    def parse(self) -> Program:
+        while self.peek().kind != "eof":
+            tok = self.peek()
+            if tok.kind != "ident":
+                raise self.error(f"expected a statement, found {tok.text!r}", tok)
+            if self.outputs is not None:
+                raise self.error("statement after return", tok)
+            vtype = self.script_type(tok)
+            if vtype:
+                self.next()
+                self.declaration(vtype)
+            elif tok.text == "input":
+                self.next()
+                self.input_statement()
+            elif tok.text == "return":
+                self.next()
+                self.return_statement(tok)
+            else:
+                self.assignment()
+        if self.outputs is None:
+            raise self.error("the script has no return statement", self.peek())
+        return self.finish()
+
+    def declaration(self, vtype: str) -> None:
+        while True:
+            tok = self.expect(kind="ident", what="a name to declare")
+            if tok.text in self.decls:
+                prev = self.decls[tok.text][2]
+                raise self.error(f"{tok.text} is already declared (line {prev.line})", tok)
+            ndims = {"scalar": 0, "vector": 1, "matrix": 2}[vtype]
+            dims: list[int] = []
+            if self.peek().text == "[":
+                open_tok = self.next()
+                while True:
+                    d = self.next()
+                    if d.kind == "ident":
+                        dims.append(self.new_dim(d.text, declared=True))
+                    elif d.kind == "num" and d.text.isdigit() and int(d.text) > 0:
+                        dims.append(self.new_dim(d.text, literal=int(d.text), declared=True))
+                    else:
+                        raise self.error("a size is a name or a positive integer", d)
+                    if self.peek().text != ",":
+                        break
+                    self.next()
+                self.expect("]")
+                if len(dims) != ndims:
+                    raise self.error(f"a {vtype} has {ndims} sizes, {len(dims)} given", open_tok)
+            else:
+                suffixes = {0: (), 1: ("len",), 2: ("rows", "cols")}[ndims]
+                dims = [self.new_dim(f"{tok.text}.{s}") for s in suffixes]
+            self.decls[tok.text] = (vtype, tuple(dims), tok)
+            if self.peek().text != ",":
+                break
+            self.next()
+        self.expect(";")
+
+    def lookup_decl(self, tok: Tok):
+        if tok.text not in self.decls:
+            close = difflib.get_close_matches(tok.text, list(self.decls), 1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise self.error(f"{tok.text} is not declared{hint}", tok)
+        return self.decls[tok.text]
+
+    def input_statement(self) -> None:
+        for tok in self.names("an input name"):
+            vtype, dims, _ = self.lookup_decl(tok)
+            if tok.text in self.inputs:
+                raise self.error(f"{tok.text} is already an input", tok)
+            if tok.text in self.current:
+                raise self.error(f"{tok.text} is assigned before it is declared an input", tok)
+            self.inputs[tok.text] = tok
+            v = Value(len(self.values), tok.text, tok.text, vtype, dims, is_input=True)
+            self.values.append(v)
+            self.current[tok.text] = v
+        self.expect(";")
+
+    def return_statement(self, ret: Tok) -> None:
+        outs = []
+        for tok in self.names("a name to return"):
+            self.lookup_decl(tok)
+            if tok.text in self.inputs:
+                raise self.error(f"{tok.text} is an input; return values the script computes", tok)
+            if tok.text not in self.current:
+                raise self.error(f"{tok.text} is returned but never assigned", tok)
+            if self.current[tok.text] in outs:
+                raise self.error(f"{tok.text} is returned twice", tok)
+            outs.append(self.current[tok.text])
+        self.expect(";")
+        self.outputs = outs
+
+    def assignment(self) -> None:
+        targets = self.names("a name to assign")
+        self.expect("=")
+        fn_tok = self.expect(kind="ident", what="a function name")
+        self.expect("(")
+        args: list[tuple[Tok, bool]] = []   # (token, negated)
+        if self.peek().text != ")":
+            while True:
+                neg = False
+                if self.peek().text == "-":
+                    self.next()
+                    neg = True
+                tok = self.next()
+                if tok.kind not in ("ident", "num") or tok.text in KEYWORDS:
+                    raise self.error(f"expected an argument, found {tok.text!r}", tok)
+                args.append((tok, neg))
+                if self.peek().text != ",":
+                    break
+                self.next()
+        self.expect(")")
+        self.expect(";")
+        self.call(targets, fn_tok, args)
+
+    def call(self, targets: list[Tok], fn_tok: Tok, args: list[tuple[Tok, bool]]) -> None:
+        overloads = self.lib.overloads(fn_tok.text)
+        if not overloads:
+            names = sorted({n for f in self.lib.functions for n in (f.name, *f.aliases)})
+            close = difflib.get_close_matches(fn_tok.text, names, 1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise self.error(f"unknown function {fn_tok.text}{hint}", fn_tok)
+        fn = next((f for f in overloads if len(f.inputs) == len(args)), None)
+        if fn is None:
+            sigs = "; ".join(f.signature for f in overloads)
+            raise self.error(f"{fn_tok.text} takes {' or '.join(str(len(f.inputs)) for f in overloads)} "
+                             f"arguments, {len(args)} given ({sigs})", fn_tok)
+        if len(targets) != len(fn.outputs):
+            raise self.error(f"{fn.name} returns {len(fn.outputs)} value(s), {len(targets)} assigned",
+                             targets[0])
+        # arguments
+        call_args: list[Value | ScalarArg] = []
+        axes = [self.new_dim(f"{fn.name}@{fn_tok.line}.{a}") for a in AXES[fn.nesting]]
+        axis_of = dict(zip(AXES[fn.nesting], axes))
+        for n, (p, (tok, neg)) in enumerate(zip(fn.inputs, args), 1):
+            what = f"argument {n} ({p.name}) of {fn.name}"
+            if tok.kind == "num":
+                if p.type != "scalar":
+                    raise self.error(f"{what} must be a {p.type}, got the number {tok.text}", tok)
+                call_args.append(ScalarArg(None, -float(tok.text) if neg else float(tok.text)))
+                continue
+            vtype, dims, _ = self.lookup_decl(tok)
+            if tok.text not in self.current:
+                raise self.error(f"{tok.text} is used before it is assigned", tok)
+            v = self.current[tok.text]
+            if v.type != p.type:
+                raise self.error(f"{what} must be a {p.type}, {tok.text} is a {v.type}", tok)
+            if p.type == "scalar":
+                call_args.append(ScalarArg(v, negate=neg))
+                continue
+            if neg:
+                raise self.error(f"only scalars can be negated; {tok.text} is a {v.type}", tok)
+            for d, a in zip(v.dims, p.index):
+                self.unify(axis_of[a], d, f"{what} {tok.text}: size does not match the other arguments", tok)
+            call_args.append(v)
+        # outputs
+        outs = []
+        for tok, p in zip(targets, fn.outputs):
+            vtype, dims, _ = self.lookup_decl(tok)
+            if tok.text in self.inputs:
+                raise self.error(f"{tok.text} is an input and cannot be assigned", tok)
+            if vtype != p.type:
+                raise self.error(f"{fn.name} returns a {p.type} as {p.name}, {tok.text} is a {vtype}", tok)
+            for d, a in zip(dims, p.index):
+                self.unify(axis_of[a], d, f"{tok.text}: size does not match the result of {fn.name}", tok)
+            count = sum(1 for v in self.values if v.name == tok.text)
+            label = tok.text if count == 0 else f"{tok.text}_{count + 1}"
+            v = Value(len(self.values), tok.text, label, vtype, dims)
+            self.values.append(v)
+            outs.append(v)
+        for tok, v in zip(targets, outs):
+            self.current[tok.text] = v
+        if len({t.text for t in targets}) != len(targets):
+            raise self.error("the same name is assigned twice in one statement", targets[0])
+        self.calls.append(Call(len(self.calls), fn, tuple(call_args), tuple(outs), fn_tok.line,
+                               tuple(axes)))
+
+    def finish(self) -> Program:
+        roots = sorted({self.find(d) for d in range(len(self.parent))})
+        cls = {r: n for n, r in enumerate(roots)}
+        dims = tuple(Dim(cls[r], self.dim_info[r][0], self.dim_info[r][1]) for r in roots)
+        dim_of = {d: cls[self.find(d)] for d in range(len(self.parent))}
+
+        def canon(v: Value) -> Value:
+            return Value(v.id, v.name, v.label, v.type, tuple(dim_of[d] for d in v.dims), v.is_input)
+
+        values = tuple(canon(v) for v in self.values)
+        calls = tuple(Call(c.index, c.function,
+                           tuple(values[a.id] if isinstance(a, Value) else
+                                 (ScalarArg(values[a.value.id], a.literal, a.negate) if a.value else a)
+                                 for a in c.args),
+                           tuple(values[v.id] for v in c.outputs), c.line,
+                           tuple(dim_of[d] for d in c.axes)) for c in self.calls)
+        for v in values:
+            if v.is_input and v.type != "scalar":
+                pass
+        return Program(self.name, self.src, self.file, values, tuple(v for v in values if v.is_input),
+                       tuple(values[v.id] for v in self.outputs), calls, dims, self.lib.digest,
+                       dim_of={d: d for d in range(len(dims))})
+
+
+def parse_script(source: str, library: Library, file: str = "<script>", name: str | None = None) -> Program:
+    """Parse script text into a :class:`Program` (raises :class:`ScriptError`)."""
+    if name is None:
+        name = Path(file).stem if file != "<script>" else "script"
+    name = re.sub(r"\W", "_", name) or "script"
+    return _Parser(source, file, library, name).parse()

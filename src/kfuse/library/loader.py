@@ -1,0 +1,366 @@
+"""Load and validate a library folder: ``library.toml`` plus function ``*.toml`` and ``*.cu`` files.
+
+Every problem raises :class:`LibraryError` naming the file and the field.  See the README's
+"Library format" section for the schema.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ..errors import LibraryError
+from .mappings import MAPPINGS
+from .schema import (ACCESS_MODES, AXES, KINDS, LOOP_AXIS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
+                     Library, Local, Param, Routine, Variant)
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+SHIPPED = Path(__file__).resolve().parent.parent / "blas"
+RESERVED = {"ix", "tx", "ty", "k", "real"}
+
+
+class _Ctx:
+    """Where we are in a file, for error messages."""
+
+    def __init__(self, file: Path):
+        self.file = file
+
+    def fail(self, field: str, message: str) -> LibraryError:
+        return LibraryError(self.file, field, message)
+
+    def get(self, table: dict, key: str, where: str, kind: type | tuple, default: Any = ...):
+        if key not in table:
+            if default is ...:
+                raise self.fail(f"{where}.{key}", "missing")
+            return default
+        value = table[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.fail(f"{where}.{key}", f"expected {want}, got {type(value).__name__} {value!r}")
+        return value
+
+    def ident(self, value: str, where: str) -> str:
+        if not IDENT.match(value) or value in RESERVED:
+            raise self.fail(where, f"{value!r} is not a usable identifier")
+        return value
+
+    def unknown_keys(self, table: dict, allowed: set[str], where: str) -> None:
+        extra = sorted(set(table) - allowed)
+        if extra:
+            raise self.fail(f"{where}.{extra[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def load_library(*folders: str | Path, shipped: bool = True) -> Library:
+    """Load the shipped BLAS library (unless ``shipped=False``) plus any user library folders."""
+    roots = ([SHIPPED] if shipped else []) + [Path(f) for f in folders]
+    if not roots:
+        raise LibraryError("<none>", "folders", "no library folder given")
+    functions: list[Function] = []
+    digest = hashlib.sha256()
+    name, version, subvector, tile = "", "", 32, (32, 32)
+    for n, root in enumerate(roots):
+        if not root.is_dir():
+            raise LibraryError(root, "folder", "is not a directory")
+        meta = root / "library.toml"
+        lib = _read_toml(meta) if meta.exists() else {}
+        ctx = _Ctx(meta)
+        table = ctx.get(lib, "library", "", dict, {})
+        ctx.unknown_keys(table, {"name", "version", "doc"}, "library")
+        elements = ctx.get(lib, "elements", "", dict, {})
+        ctx.unknown_keys(elements, {"subvector", "tile"}, "elements")
+        sv = ctx.get(elements, "subvector", "elements", int, 32)
+        tl = tuple(ctx.get(elements, "tile", "elements", list, [32, 32]))
+        if sv < 1 or len(tl) != 2 or not all(isinstance(t, int) and t >= 1 for t in tl):
+            raise ctx.fail("elements", "subvector must be a positive int and tile a list of two")
+        if n == 0:
+            subvector, tile = sv, tl
+        elif (sv, tl) != (subvector, tile):
+            raise ctx.fail("elements", f"element sizes {sv}, {tl} differ from the first library's "
+                           f"{subvector}, {tile}")
+        name = name or ctx.get(table, "name", "library", str, root.name)
+        version = version or str(ctx.get(table, "version", "library", (str, int), "0"))
+        for path in sorted(root.glob("*.toml")):
+            if path.name == "library.toml":
+                continue
+            digest.update(path.name.encode() + path.read_bytes())
+            functions.extend(_load_file(path, (sv,), tl))
+        for path in sorted(root.glob("*.cu")):
+            digest.update(path.name.encode() + path.read_bytes())
+    by_name: dict[str, list[Function]] = {}
+    for f in functions:
+        for alias in (f.name, *f.aliases):
+            same = [g for g in by_name.get(alias, []) if len(g.inputs) == len(f.inputs)]
+            if same:
+                raise LibraryError(f.file, "function.name",
+                                   f"{alias} with {len(f.inputs)} inputs is already defined in {same[0].file}")
+            by_name.setdefault(alias, []).append(f)
+    return Library(name=name, version=version, root=roots[0], subvector=subvector, tile=tile,
+                   functions=tuple(functions), digest=digest.hexdigest()[:16],
+                   by_name={k: tuple(v) for k, v in by_name.items()})
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise LibraryError(path, "toml", str(e)) from None
+
+
+def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list[Function]:
+    ctx = _Ctx(path)
+    data = _read_toml(path)
+    ctx.unknown_keys(data, {"function"}, "")
+    tables = ctx.get(data, "function", "", list)
+    return [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
+
+
+def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
+    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "params", "variant"}, where)
+    name = ctx.ident(ctx.get(t, "name", where, str), f"{where}.name")
+    where = f"function {name}"
+    kind = ctx.get(t, "kind", where, str)
+    if kind not in KINDS:
+        raise ctx.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    axes = AXES[KINDS[kind]]
+    aliases = tuple(ctx.ident(a, f"{where}.aliases") for a in ctx.get(t, "aliases", where, list, []))
+    params = tuple(_load_param(ctx, p, f"{where}.params[{n}]", axes)
+                   for n, p in enumerate(ctx.get(t, "params", where, list)))
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+        raise ctx.fail(f"{where}.params", "duplicate parameter name")
+    if not any(p.dir == "out" for p in params):
+        raise ctx.fail(f"{where}.params", "no output parameter")
+    reduces = [p for p in params if p.reduce]
+    if kind in ("map", "map-map") and reduces:
+        raise ctx.fail(f"{where}.kind", f"{kind} function has reduce output {reduces[0].name}")
+    if kind in ("reduce", "map-reduce") and not reduces:
+        raise ctx.fail(f"{where}.kind", f"{kind} function has no output with reduce = ...")
+    variants = tuple(_load_variant(ctx, v, f"{where}.variant[{n}]", params, KINDS[kind])
+                     for n, v in enumerate(ctx.get(t, "variant", where, list)))
+    if not variants:
+        raise ctx.fail(f"{where}.variant", "needs at least one variant")
+    if len({v.name for v in variants}) != len(variants):
+        raise ctx.fail(f"{where}.variant", "duplicate variant name")
+    return Function(name=name, aliases=aliases, kind=kind, doc=ctx.get(t, "doc", where, str, ""),
+                    math=ctx.get(t, "math", where, str, ""), params=params, variants=variants,
+                    file=ctx.file, reference=_reference(ctx, t, where, params))
+
+
+def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
+    if not isinstance(p, dict):
+        raise ctx.fail(where, "expected a table")
+    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad"}, where)
+    name = ctx.ident(ctx.get(p, "name", where, str), f"{where}.name")
+    where = f"{where.rsplit('.', 1)[0]}.params.{name}"
+    ptype = ctx.get(p, "type", where, str)
+    if ptype not in SCRIPT_TYPES:
+        raise ctx.fail(f"{where}.type", f"{ptype!r} is not one of {', '.join(SCRIPT_TYPES)}")
+    direction = ctx.get(p, "dir", where, str)
+    if direction not in ("in", "out"):
+        raise ctx.fail(f"{where}.dir", f"{direction!r} is not 'in' or 'out'")
+    dims = {"scalar": 0, "vector": 1, "matrix": 2}[ptype]
+    index = tuple(ctx.get(p, "index", where, list, []))
+    if len(index) != dims:
+        raise ctx.fail(f"{where}.index", f"a {ptype} follows {dims} instance axes, got {list(index)}")
+    bad = [a for a in index if a not in axes]
+    if bad or len(set(index)) != len(index):
+        raise ctx.fail(f"{where}.index", f"axes must be distinct and among {list(axes)}, got {list(index)}")
+    if ptype == "matrix" and index != ("i", "j"):
+        raise ctx.fail(f"{where}.index", "a matrix follows the instance axes in order: [\"i\", \"j\"]")
+    reduce = ctx.get(p, "reduce", where, str, None)
+    if reduce is not None:
+        if direction != "out":
+            raise ctx.fail(f"{where}.reduce", "only outputs are reduced")
+        if reduce not in REDUCE_OPS:
+            raise ctx.fail(f"{where}.reduce", f"{reduce!r} is not one of {', '.join(REDUCE_OPS)}")
+        if set(index) == set(axes):
+            raise ctx.fail(f"{where}.reduce", "a reduced output must leave out at least one instance axis")
+    elif direction == "out" and set(index) != set(axes):
+        raise ctx.fail(f"{where}.index", "a map output must follow every instance axis "
+                       f"{list(axes)} (or declare reduce = \"sum\")")
+    free = LOOP_AXIS not in index
+    invariant = ctx.get(p, "invariant", where, bool, free)
+    if invariant and not free:
+        raise ctx.fail(f"{where}.invariant", f"follows the loop axis {LOOP_AXIS!r}, cannot be invariant")
+    if direction == "out" and invariant != free:
+        raise ctx.fail(f"{where}.invariant", "an output's invariance follows from its index")
+    pad = ctx.get(p, "pad", where, int, 1 if ptype == "matrix" else 0)   # 1: conflict-free columns
+    if pad < 0 or (pad and ptype != "matrix"):
+        raise ctx.fail(f"{where}.pad", "padding is a non-negative number of entries per tile row")
+    return Param(name, ptype, direction, index, invariant, reduce, pad)
+
+
+def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
+    ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
+                         "routines"}, where)
+    name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
+    where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
+    source = ctx.file.parent / ctx.get(v, "source", where, str)
+    if not source.is_file():
+        raise ctx.fail(f"{where}.source", f"{source.name} not found beside the metadata")
+    macros: dict[str, tuple[int, ...]] = {}
+    for m, values in ctx.get(v, "macros", where, dict, {}).items():
+        ctx.ident(m, f"{where}.macros")
+        if not isinstance(values, list) or not values or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values):
+            raise ctx.fail(f"{where}.macros.{m}", "expected a non-empty list of positive ints")
+        macros[m] = tuple(values)
+    threads = _threads(ctx, ctx.get(v, "threads", where, list), f"{where}.threads", macros)
+    if nesting == 1 and threads[1] != 1:
+        raise ctx.fail(f"{where}.threads", "an unnested function's instance is one row of threads: [X, 1]")
+    ipb = tuple(ctx.get(v, "instances_per_block", where, list, [1] if nesting == 2 else [1, 2, 4, 8, 16]))
+    if not ipb or not all(isinstance(x, int) and x >= 1 for x in ipb):
+        raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
+    if nesting == 2 and ipb != (1,):
+        raise ctx.fail(f"{where}.instances_per_block", "a nested function runs one instance per block")
+    locals_ = []
+    for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
+        lw = f"{where}.locals[{n}]"
+        ctx.unknown_keys(loc, {"name", "element", "shape", "pad"}, lw)
+        lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
+        element = ctx.get(loc, "element", lw, str)
+        shape = tuple(ctx.get(loc, "shape", lw, list))
+        dims = {"scalar": 0, "subvector": 1, "tile": 2}.get(element)
+        if dims is None:
+            raise ctx.fail(f"{lw}.element", f"{element!r} is not scalar, subvector or tile")
+        if len(shape) != dims or not all((isinstance(s, int) and s > 0) or s in macros for s in shape):
+            raise ctx.fail(f"{lw}.shape", f"a {element} has {dims} sizes, each an int or a macro")
+        if lname in {p.name for p in params}:
+            raise ctx.fail(f"{lw}.name", f"{lname} is also a parameter")
+        locals_.append(Local(lname, element, shape, ctx.get(loc, "pad", lw, int, 0)))
+    routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
+                     for n, r in enumerate(ctx.get(v, "routines", where, list)))
+    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines)
+    _check_routines(ctx, variant, params, where)
+    return variant
+
+
+def _threads(ctx: _Ctx, value: list, where: str, macros: dict) -> tuple[str | int, str | int]:
+    if len(value) != 2 or not all((isinstance(t, int) and t > 0) or t in macros for t in value):
+        raise ctx.fail(where, "expected [X, Y], each a positive int or a macro name")
+    return value[0], value[1]
+
+
+def _load_routine(ctx, r: dict, where: str, params: tuple[Param, ...], locals_: list[Local],
+                  macros: dict, threads) -> Routine:
+    ctx.unknown_keys(r, {"name", "fn", "args", "threads"}, where)
+    name = ctx.get(r, "name", where, str)
+    where = f"{where.rsplit('.', 1)[0]}.routine.{name}"
+    m = re.fullmatch(r"(load|store)_([A-Za-z_][A-Za-z0-9_]*)|(compute)(_[A-Za-z0-9_]+)?", name)
+    if not m:
+        raise ctx.fail(f"{where}.name", "routines are named load_<param>, compute[_<suffix>] or store_<param>")
+    kind = m.group(1) or "compute"
+    pmap = {p.name: p for p in params}
+    target = m.group(2)
+    if target is not None:
+        p = pmap.get(target)
+        if p is None or not p.on_chip:
+            raise ctx.fail(f"{where}.name", f"{target} is not an on-chip parameter")
+        if (kind == "load") != (p.dir == "in"):
+            raise ctx.fail(f"{where}.name", f"{kind} of {p.dir}put parameter {target}")
+    fn = ctx.ident(ctx.get(r, "fn", where, str), f"{where}.fn")
+    lmap = {loc.name: loc for loc in locals_}
+    args = []
+    for text in ctx.get(r, "args", where, list):
+        args.append(_parse_arg(ctx, text, f"{where}.args", pmap, lmap))
+    rthreads = _threads(ctx, r["threads"], f"{where}.threads", macros) if "threads" in r else threads
+    return Routine(name, kind, fn, tuple(args), target, rthreads)
+
+
+def _parse_arg(ctx, text, where, pmap: dict[str, Param], lmap: dict[str, Local]) -> Arg:
+    if not isinstance(text, str):
+        raise ctx.fail(where, f"expected strings, got {text!r}")
+    if text.startswith("&"):
+        p = pmap.get(text[1:])
+        if p is None or not p.on_chip:
+            raise ctx.fail(where, f"{text}: global view of an unknown or scalar-input parameter")
+        return Arg("global", p.name)
+    parts = text.split(":")
+    if len(parts) == 1:
+        p = pmap.get(text)
+        if p is None or p.on_chip:
+            raise ctx.fail(where, f"{text}: a bare name must be a scalar input parameter "
+                           "(elements are written NAME:MODE:MAPPING, global views &NAME)")
+        return Arg("scalar", text)
+    if len(parts) != 3:
+        raise ctx.fail(where, f"{text}: expected NAME:MODE:MAPPING")
+    ename, mode, mapping = parts
+    if ename in pmap and pmap[ename].on_chip:
+        element = pmap[ename].element
+    elif ename in lmap:
+        element = lmap[ename].element
+    else:
+        raise ctx.fail(where, f"{text}: {ename} is neither an on-chip parameter nor a local")
+    if mode not in ACCESS_MODES:
+        raise ctx.fail(where, f"{text}: mode {mode!r} is not one of {', '.join(ACCESS_MODES)}")
+    mdef = MAPPINGS.get(mapping)
+    if mdef is None:
+        raise ctx.fail(where, f"{text}: mapping {mapping!r} is not one of {', '.join(MAPPINGS)}")
+    if mdef.kind not in ("*", element):
+        raise ctx.fail(where, f"{text}: mapping {mapping} is for a {mdef.kind}, {ename} is a {element}")
+    return Arg("element", ename, mode, mapping)
+
+
+def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str) -> None:
+    names = [r.name for r in v.routines]
+    if len(set(names)) != len(names):
+        raise ctx.fail(f"{where}.routines", "duplicate routine name")
+    if not v.computes:
+        raise ctx.fail(f"{where}.routines", "needs at least one compute routine")
+    for p in params:
+        if not p.on_chip:
+            continue
+        want = f"{'load' if p.dir == 'in' else 'store'}_{p.name}"
+        if want not in names:
+            raise ctx.fail(f"{where}.routines", f"missing routine {want}")
+    written: set[str] = set()
+    for r in v.routines:
+        rw = f"{where}.routine.{r.name}.args"
+        if r.kind in ("load", "store"):
+            globals_ = [a.name for a in r.args if a.kind == "global"]
+            if globals_ != [r.param]:
+                raise ctx.fail(rw, f"a {r.kind} routine takes exactly the global view &{r.param}")
+            elems = r.elements
+            if len(elems) != 1 or elems[0].name != r.param:
+                raise ctx.fail(rw, f"a {r.kind} routine accesses exactly the element {r.param}")
+            if (elems[0].mode == "r") != (r.kind == "store"):
+                raise ctx.fail(rw, f"a {r.kind} routine must {'read' if r.kind == 'store' else 'write'} "
+                               f"{r.param}")
+            if r.kind == "load" and elems[0].mode == "acc":
+                raise ctx.fail(rw, "a load writes its element (mode w)")
+        else:
+            if any(a.kind == "global" for a in r.args):
+                raise ctx.fail(rw, "a compute routine works on chip only (no &global views)")
+            pmap = {p.name: p for p in params}
+            for a in r.elements:
+                p = pmap.get(a.name)
+                if p is not None and p.dir == "in" and a.mode != "r":
+                    raise ctx.fail(rw, f"compute writes input {a.name}")
+                if p is not None and p.dir == "out" and a.mode == "w" and p.reduce:
+                    raise ctx.fail(rw, f"reduced output {a.name} is accumulated (mode acc), not written")
+                if p is not None and p.dir == "out" and a.mode == "acc" and not p.reduce:
+                    raise ctx.fail(rw, f"map output {a.name} is written (mode w), not accumulated")
+            for a in r.elements:
+                if a.mode == "r" and a.name in {loc.name for loc in v.locals} and a.name not in written:
+                    raise ctx.fail(rw, f"reads local {a.name} before any routine writes it")
+            written |= {a.name for a in r.elements if a.mode != "r"}
+    for p in params:
+        if p.dir == "out" and p.on_chip and p.name not in written:
+            raise ctx.fail(f"{where}.routines", f"no compute routine writes output {p.name}")
+
+
+def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
+    """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
+    ref = ctx.get(t, "reference", where, str, None)
+    if ref is not None:
+        try:
+            code = compile(ref, f"{ctx.file}:{where}.reference", "eval")
+        except SyntaxError as e:
+            raise ctx.fail(f"{where}.reference", f"not a Python expression: {e.msg}") from None
+        known = {p.name for p in params if p.dir == "in"} | {"np"}
+        unknown = sorted(set(code.co_names) - known - {"outer", "dot", "T", "sum", "abs"})
+        if unknown:
+            raise ctx.fail(f"{where}.reference", f"uses {unknown[0]}, which is not an input parameter")
+    return ref

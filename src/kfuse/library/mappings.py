@@ -1,0 +1,71 @@
+"""Thread-to-data mappings: which entries of an on-chip element each thread touches.
+
+A routine declares, for every on-chip element it accesses, a mapping.  Under a mapping other
+than ``any`` a routine addresses the element only by *slot* ``e(k)``, ``k < slots``: the
+mapping fixes which entry slot ``k`` of thread ``(tx, ty)`` is.  When every access of an
+element in a kernel uses the same mapping with the same thread shape, each thread only ever
+touches its own entries, so the element can live in registers (``e(k)`` becomes ``e.v[k]``)
+and no barrier is needed between its writer and its readers.  ``any`` means arbitrary
+indexing (``e.at(...)``): such an element lives in shared memory, and barriers guard it.
+
+Element shapes: scalar ``()``, subvector ``(K,)``, tile ``(R, C)``.  Threads of a routine
+instance are arranged ``X`` by ``Y`` (``tx < X``, ``ty < Y``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MappingDef:
+    name: str
+    kind: str            # element kind it applies to: scalar | subvector | tile | * (any kind)
+    doc: str
+    registers: bool      # may the element live in registers under this mapping
+    shared: bool         # may the element live in shared memory under this mapping
+
+    def check(self, shape: tuple[int, ...], X: int, Y: int) -> str | None:
+        """Reason this mapping cannot be used for this element shape and thread shape."""
+        if self.name == "lane":
+            (K,) = shape
+            return None if K % X == 0 else f"subvector of {K} entries is not a multiple of {X} threads in x"
+        if self.name == "split":
+            (K,) = shape
+            return None if K % Y == 0 else f"subvector of {K} entries is not a multiple of {Y} threads in y"
+        if self.name == "rows":
+            R, C = shape
+            if C != X:
+                return f"tile of {C} columns needs {C} threads in x, routine has {X}"
+            return None if R % Y == 0 else f"tile of {R} rows is not a multiple of {Y} threads in y"
+        return None
+
+    def slots(self, shape: tuple[int, ...], X: int, Y: int) -> int:
+        if self.name == "lane":
+            return shape[0] // X
+        if self.name == "split":
+            return shape[0] // Y
+        if self.name == "rows":
+            return shape[0] // Y
+        if self.name == "thread":
+            return 1
+        return 0
+
+    def offset(self, shape: tuple[int, ...], pitch: int, X: int, Y: int) -> str | None:
+        """C expression (in tx, ty, k) of slot k's offset in the element's shared layout."""
+        if self.name == "lane":
+            return f"tx + k * {X}"
+        if self.name == "split":
+            return f"ty + k * {Y}"
+        if self.name == "rows":
+            return f"(ty + k * {Y}) * {pitch} + tx"
+        return None
+
+
+MAPPINGS: dict[str, MappingDef] = {m.name: m for m in (
+    MappingDef("lane", "subvector", "thread (tx, ty) owns entries tx + k*X (same in every ty)", True, True),
+    MappingDef("split", "subvector", "thread (tx, ty) owns entries ty + k*Y (same in every tx)", True, True),
+    MappingDef("rows", "tile", "thread (tx, ty) owns entries (ty + k*Y, tx); needs X == tile columns",
+               True, True),
+    MappingDef("thread", "scalar", "each thread holds its own partial value (registers only)", True, False),
+    MappingDef("any", "*", "arbitrary indexing through e.at(...) (shared memory only)", False, True),
+)}

@@ -1,0 +1,140 @@
+"""The elementary-function library as frozen dataclasses (what the loader produces)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# higher-order kind -> nesting depth; the instance space has one axis per level
+KINDS: dict[str, int] = {"map": 1, "reduce": 1, "map-map": 2, "map-reduce": 2}
+AXES: dict[int, tuple[str, ...]] = {1: ("i",), 2: ("i", "j")}
+LOOP_AXIS = "i"          # serial iterations walk the first instance axis
+SCRIPT_TYPES = ("scalar", "vector", "matrix")
+ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile"}
+REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
+ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler clears first)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str                       # scalar | vector | matrix
+    dir: str                        # in | out
+    index: tuple[str, ...]          # instance axes the element follows (matrix: row axis, col axis)
+    invariant: bool                 # in: loaded before the serial loop; out: accumulated across it
+    reduce: str | None = None       # out: operator combining instances along the missing axes
+    pad: int = 0                    # shared-memory padding per tile row
+
+    @property
+    def element(self) -> str:
+        return ELEMENT_OF[self.type]
+
+    @property
+    def on_chip(self) -> bool:
+        """Scalar inputs travel as kernel arguments; everything else has an on-chip element."""
+        return not (self.type == "scalar" and self.dir == "in")
+
+
+@dataclass(frozen=True)
+class Local:
+    """A function-private on-chip element (e.g. per-warp partial sums between compute phases)."""
+    name: str
+    element: str                    # scalar | subvector | tile
+    shape: tuple[str | int, ...]    # entries; ints or macro names
+    pad: int = 0
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a routine call, after the thread/instance index argument."""
+    kind: str                       # global | element | scalar
+    name: str                       # param or local name
+    mode: str | None = None         # element: r | w | acc
+    mapping: str | None = None      # element: a name from MAPPINGS
+
+
+@dataclass(frozen=True)
+class Routine:
+    name: str                       # load_<param> | compute[_<suffix>] | store_<param>
+    kind: str                       # load | compute | store
+    fn: str                         # C++ function template in the variant's source
+    args: tuple[Arg, ...]
+    param: str | None               # the param a load/store moves
+    threads: tuple[str | int, str | int]
+
+    @property
+    def elements(self) -> tuple[Arg, ...]:
+        return tuple(a for a in self.args if a.kind == "element")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    source: Path
+    threads: tuple[str | int, str | int]        # X, Y threads per instance (ints or macro names)
+    macros: dict[str, tuple[int, ...]]          # tunable macro -> allowed values
+    instances_per_block: tuple[int, ...]        # allowed instances per block (nesting 1)
+    locals: tuple[Local, ...]
+    routines: tuple[Routine, ...]
+
+    def routine(self, name: str) -> Routine | None:
+        return next((r for r in self.routines if r.name == name), None)
+
+    @property
+    def computes(self) -> tuple[Routine, ...]:
+        return tuple(r for r in self.routines if r.kind == "compute")
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    aliases: tuple[str, ...]
+    kind: str
+    doc: str
+    math: str
+    params: tuple[Param, ...]
+    variants: tuple[Variant, ...]
+    file: Path
+    reference: str | None = None    # NumPy expression of the inputs (float64 checking)
+
+    @property
+    def nesting(self) -> int:
+        return KINDS[self.kind]
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return AXES[self.nesting]
+
+    @property
+    def inputs(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.dir == "in")
+
+    @property
+    def outputs(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.dir == "out")
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    @property
+    def signature(self) -> str:
+        ins = ", ".join(f"{p.type} {p.name}" for p in self.inputs)
+        outs = ", ".join(f"{p.type} {p.name}" for p in self.outputs)
+        return f"{outs} = {self.name}({ins})"
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    version: str
+    root: Path
+    subvector: int
+    tile: tuple[int, int]
+    functions: tuple[Function, ...]
+    digest: str                                 # hash of every metadata and source file
+    by_name: dict[str, tuple[Function, ...]] = field(default_factory=dict, compare=False)
+
+    def overloads(self, name: str) -> tuple[Function, ...]:
+        return self.by_name.get(name, ())
+
+    def element_shape(self, element: str) -> tuple[int, ...]:
+        return {"scalar": (), "subvector": (self.subvector,), "tile": self.tile}[element]

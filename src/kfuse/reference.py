@@ -1,0 +1,61 @@
+"""Float64 NumPy evaluation of a program, from each library function's ``reference`` expression.
+
+``magnitude=True`` evaluates the program on the absolute values of every input and scalar
+argument: for sums of products (all of BLAS) that gives the magnitude of the terms each result
+is made of, the scale against which rounding error is measured.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import KfuseError
+from .program import Program, ScalarArg
+
+
+def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[int, np.ndarray]:
+    """Value id -> float64 result for every value of the program."""
+    env: dict[int, np.ndarray | float] = {}
+    for v in program.inputs:
+        x = inputs[v.name]
+        x = float(x) if v.type == "scalar" else np.asarray(x, dtype=np.float64)
+        env[v.id] = np.abs(x) if magnitude else x
+    for c in program.calls:
+        fn = c.function
+        if fn.reference is None:
+            raise KfuseError(f"{fn.name} ({fn.file}) has no reference expression to check against")
+        scope: dict[str, object] = {"np": np}
+        for p, a in zip(fn.inputs, c.args):
+            if isinstance(a, ScalarArg):
+                val = a.literal if a.value is None else env[a.value.id]
+                val = -val if a.negate else val
+                scope[p.name] = abs(val) if magnitude else val
+            else:
+                scope[p.name] = env[a.id]
+        result = eval(fn.reference, scope)  # noqa: S307 - library-provided NumPy expression
+        results = result if len(fn.outputs) > 1 else (result,)
+        for v, r in zip(c.outputs, results):
+            env[v.id] = np.asarray(r, dtype=np.float64)
+    return env
+
+
+def random_inputs(program: Program, dims: dict[int, int], seed: int | None = None) -> dict[str, object]:
+    """Fresh standard-normal inputs (never zeros) for every input of the program, as NumPy."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, object] = {}
+    for v in program.inputs:
+        if v.type == "scalar":
+            out[v.name] = float(rng.uniform(0.5, 2.0) * rng.choice([-1.0, 1.0]))
+        else:
+            out[v.name] = rng.standard_normal(tuple(dims[d] for d in v.dims))
+    return out
+
+
+def relative_error(got, ref: np.ndarray, scale: np.ndarray) -> float:
+    """||got - ref|| / ||scale||; NaN anywhere (an unwritten element) gives inf."""
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != ref.shape:
+        raise KfuseError(f"result shape {got.shape} differs from the reference {ref.shape}")
+    if not np.all(np.isfinite(got)):
+        return float("inf")
+    denom = float(np.linalg.norm(scale))
+    return float(np.linalg.norm(got - ref)) / (denom if denom > 0 else 1.0)

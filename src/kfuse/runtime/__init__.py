@@ -1,0 +1,1 @@
+"""GPU runtime: NVRTC compilation through CuPy, argument checking, launches."""

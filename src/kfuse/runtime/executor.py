@@ -1,0 +1,134 @@
+"""Run a compiled program: check arguments, bind sizes, allocate, clear, launch."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LaunchError
+from ..program import Program
+from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
+from .compiler import load_module
+from .gpu import cupy
+
+AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
+MAX_GRID = 2**31 - 1
+
+
+def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
+    """Dimension id -> size, from the input shapes; every constraint of the script checked."""
+    dims: dict[int, int] = {}
+    origin: dict[int, str] = {}
+    for v in prog.inputs:
+        if v.type == "scalar":
+            continue
+        shape = shapes[v.name]
+        for d, size, word in zip(v.dims, shape, AXIS_WORDS[len(v.dims)]):
+            dim = prog.dims[d]
+            if dim.literal is not None and size != dim.literal:
+                raise LaunchError(f"{v.name}: {word} is {size}, the script fixes it to {dim.literal}")
+            if d in dims and dims[d] != size:
+                raise LaunchError(f"{v.name}: {word} is {size}, but {origin[d]} (both are the script's "
+                                  f"size {dim.name})")
+            dims[d] = size
+            origin[d] = f"{v.name} has {word} {size}"
+    for v in prog.values:
+        for d in v.dims:
+            if d not in dims:
+                raise LaunchError(f"the size {prog.dims[d].name} of {v.name} follows from no input")
+    return dims
+
+
+def target_blocks(threads: int) -> int:
+    """Blocks for two full waves of the current GPU (the grid size that auto iterations aim at)."""
+    cp = cupy()
+    dev = cp.cuda.Device()
+    sms = dev.attributes["MultiProcessorCount"]
+    per_sm = max(1, dev.attributes["MaxThreadsPerMultiProcessor"] // threads)
+    return 2 * sms * per_sm
+
+
+def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
+    cp = cupy()
+    prog: Program = compiled.program
+    dtype = np.dtype(compiled.dtype)
+    device = cp.cuda.Device().id
+    out = dict(out or {})
+    names = [v.name for v in prog.inputs]
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise LaunchError(f"missing input(s): {', '.join(missing)} (the script's inputs are {', '.join(names)})")
+    unknown = [n for n in inputs if n not in names]
+    if unknown:
+        raise LaunchError(f"unknown input(s): {', '.join(unknown)} (the script's inputs are {', '.join(names)})")
+    out_names = [v.name for v in prog.outputs]
+    bad = [n for n in out if n not in out_names]
+    if bad:
+        raise LaunchError(f"out: {', '.join(bad)} is not a returned value ({', '.join(out_names)})")
+
+    arrays: dict[int, object] = {}
+    scalars: dict[int, object] = {}
+    named: dict[str, object] = {}
+    for v in prog.inputs:
+        if v.type == "scalar":
+            scalars[v.id] = to_scalar(inputs[v.name], v.name, dtype)
+            continue
+        arr = to_cupy(inputs[v.name], v.name)
+        check_array(arr, v.name, len(v.dims), dtype, device)
+        arrays[v.id] = named[v.name] = arr
+    dims = bind_sizes(prog, {v.name: tuple(arrays[v.id].shape) for v in prog.inputs if v.type != "scalar"})
+
+    returned = {v.id for v in prog.outputs}
+    for v in prog.values:
+        if v.is_input:
+            continue
+        shape = tuple(dims[d] for d in v.dims)
+        if v.id in returned and v.name in out:
+            arr = to_cupy(out[v.name], f"out[{v.name!r}]")
+            if v.type == "scalar":
+                if arr.shape not in ((), (1,)) or arr.dtype != dtype or not arr.flags.c_contiguous:
+                    raise LaunchError(f"out[{v.name!r}]: a scalar result needs a {dtype} array of shape ()")
+            else:
+                check_array(arr, f"out[{v.name!r}]", len(shape), dtype, device)
+                if tuple(arr.shape) != shape:
+                    raise LaunchError(f"out[{v.name!r}]: shape {tuple(arr.shape)}, expected {shape}")
+            named[f"out[{v.name!r}]"] = arr
+        else:
+            arr = cp.empty(shape, dtype=dtype)
+        arrays[v.id] = arr
+    check_no_overlap(named, {k for k in named if k.startswith("out[")})
+
+    module = load_module(compiled.cuda_source)
+    for code in compiled.kernels:
+        L = code.launch
+        for v, identity in L.clears:
+            arr = arrays[v.id]
+            if float(identity) == 0.0:
+                arr.data.memset_async(0, arr.nbytes)
+            else:
+                arr.fill(float(identity))
+        args = []
+        for g in L.args:
+            if g.kind == "array":
+                arr = arrays[g.value.id]
+                args.append(arr)
+                if g.value.type != "scalar":
+                    args.extend(np.int64(s) for s in arr.shape)
+            elif g.kind == "scalar":
+                args.append(scalars[g.value.id])
+            elif g.kind == "count":
+                args.append(np.int64(-(-dims[g.axis] // g.divisor)))
+        iters = L.iterations(dims, target_blocks(L.threads))
+        args.append(np.int32(min(iters, 2**31 - 1)))
+        grid = L.grid(dims, iters)
+        if grid > MAX_GRID:
+            raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
+        try:
+            module.get_function(L.kernel)((grid,), (L.threads,), tuple(args))
+        except cp.cuda.driver.CUDADriverError as e:
+            raise LaunchError(f"launch of {L.kernel} (grid {grid}, block {L.threads}) failed: {e}") from None
+    if sync:
+        try:
+            cp.cuda.get_current_stream().synchronize()
+        except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
+            raise LaunchError(f"kernel execution failed: {e}") from None
+    result = tuple(arrays[v.id] for v in prog.outputs)
+    return result[0] if len(result) == 1 else result
