@@ -1,0 +1,167 @@
+"""Structure of the generated kernels (no GPU, no nvcc)."""
+import re
+
+import pytest
+
+import kfuse
+from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
+from kfuse.errors import FusionError
+from kfuse.frontend import parse_script
+
+from conftest import EXAMPLES, ROOT
+
+
+def compiled(name, dtype="float32"):
+    return kfuse.compile(ROOT / "examples" / f"{name}.kf", dtype=dtype)
+
+
+def loop_body(src):
+    """(before the serial loop, inside it, after it) of a kernel's source."""
+    head, rest = src.split("for (int it = 0; it < iters; ++it) {", 1)
+    depth, i = 1, 0
+    while depth:
+        depth += {"{": 1, "}": -1}.get(rest[i], 0)
+        i += 1
+    return head, rest[:i - 1], rest[i:]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_unfused_plan_has_one_kernel_per_call(path):
+    prog = kfuse.compile(path)
+    assert len(prog.kernels) == len(prog.program.calls)
+    assert prog.cuda_source.count('extern "C" __global__') == len(prog.program.calls)
+    for k in prog.kernels:
+        assert f"// kernel {k.launch.kernel}:" in k.source
+
+
+def test_gemv_structure():
+    k = compiled("bicgk").kernels[0]
+    pre, loop, post = loop_body(k.source)
+    assert "colvec_load<8>(rix, g_p, e_p);" in pre           # x is invariant: loaded before the loop
+    assert "tile_load<8>(rix, g_A, e_A);" in loop
+    assert "e_q.v[k] = real(0)" in loop                      # y follows i: cleared every iteration
+    assert loop.index("e_q.v[k] = real(0)") < loop.index("gemv_compute<8>")
+    assert "rowsum_store<8>(rix, e_q, g_q);" in loop
+    assert "__syncthreads" not in k.source                   # everything in registers
+    assert set(k.placement.registers) == {"A", "p", "q"} and not k.placement.shared
+    assert [v.name for v, _ in k.launch.clears] == ["q"]
+
+
+def test_gemtv_accumulates_across_the_loop():
+    k = compiled("bicgk").kernels[1]
+    pre, loop, post = loop_body(k.source)
+    assert "e_s.v[k] = real(0)" in pre                       # out follows j only: accumulated
+    assert "gemtv_compute<8>(rix, e_A, e_r, e_s);" in loop
+    assert "colsum_store<8>(rix, e_s, g_s);" in post and "colsum_store" not in loop
+
+
+def test_dot_partial_in_registers_and_stored_after_loop():
+    k = compiled("axpydot").kernels[1]
+    pre, loop, post = loop_body(k.source)
+    assert "e_r.v[k] = real(0)" in pre and "dot_store(rix, e_r, g_r);" in post
+    assert "if (active) {" in loop                          # unnested: idle instance slots skip work
+    assert k.placement.registers == {"z": 1, "u": 1, "r": 1}
+
+
+def test_scalar_arguments_literals_and_negation():
+    src = compiled("axpydot").kernels[0].source
+    assert "axpy_compute(rix, e_v, e_w, e_z, -s_a);" in src
+    src = compiled("sgemvt").kernels[0].source
+    assert "real(1.0)" in src
+
+
+def test_readable_names_and_line_directives():
+    src = compiled("gemver").cuda_source
+    assert '#line 1 "blas/blas2.cu"' in src and '#line 1 "kfuse/prelude.cuh"' in src
+    assert "// c0_ger: B1 = ger(A, u1, v1) -- load_A" in src
+    assert "k3_gemv(" in src and "typedef float real;" in src
+    assert "typedef double real;" in compiled("gemver", "float64").cuda_source
+
+
+def smem_gemv(lib, by=4):
+    prog = parse_script((ROOT / "examples" / "bicgk.kf").read_text(), lib, "bicgk.kf")
+    call = prog.calls[0]
+    variant = next(v for v in call.function.variants if v.name == "smem")
+    spec = KernelSpec("k_smem", (KernelCall(call, variant, (("BY", by),)),),
+                      stores=frozenset({call.outputs[0].id}))
+    return build_kernel(spec, lib)
+
+
+def test_shared_memory_variant_barriers_exactly_where_needed(lib):
+    k = smem_gemv(lib)
+    assert set(k.placement.shared) == {"A", "p", "c0_gemv_part"}
+    assert set(k.placement.registers) == {"q"}
+    barriers = [s.routine.name if s.routine else f"clear {s.element}" for s in k.steps if s.barrier]
+    # A and p change mapping before the partial products; part before the finishing sum
+    assert barriers == ["compute_partial", "compute_finish"]
+    pre, loop, post = loop_body(k.source)
+    assert loop.count("__syncthreads()") == 2 and "__syncthreads" not in pre
+    assert "if (lt < 32) {" in loop                          # 32x1 routine: 3 warps idle
+    assert "KfSh_tile32x32p33_any v_A" in loop                # padded tile, arbitrary indexing
+    assert "__shared__ real kf_smem[" in k.source
+
+
+def test_loop_back_edge_barrier(lib, tmp_path):
+    # a routine writes a shared tile that the previous iteration read with another mapping
+    (tmp_path / "library.toml").write_text('[library]\nname = "t"\n')
+    (tmp_path / "f.cu").write_text("")
+    (tmp_path / "f.toml").write_text('''
+[[function]]
+name = "rowsums"
+kind = "map-reduce"
+params = [
+  { name = "A", type = "matrix", dir = "in", index = ["i", "j"] },
+  { name = "out", type = "vector", dir = "out", index = ["i"], reduce = "sum" },
+]
+[[function.variant]]
+name = "v"
+source = "f.cu"
+threads = [32, 8]
+routines = [
+  { name = "load_A", fn = "ld", args = ["&A", "A:w:rows"] },
+  { name = "compute", fn = "cp", args = ["A:r:any", "out:acc:split"] },
+  { name = "store_out", fn = "st", args = ["out:r:split", "&out"] },
+]
+''')
+    tlib = kfuse.load_library(tmp_path, shipped=False)
+    prog = parse_script("matrix A; vector y; input A; y = rowsums(A); return y;", tlib)
+    call = prog.calls[0]
+    spec = KernelSpec("k", (KernelCall(call, call.function.variants[0]),),
+                      stores=frozenset({call.outputs[0].id}))
+    k = build_kernel(spec, tlib)
+    flags = {s.routine.name: s.barrier for s in k.steps if s.routine}
+    assert flags == {"load_A": True, "compute": True, "store_out": False}
+
+
+def test_bad_macro_value_is_refused(lib):
+    prog = parse_script((ROOT / "examples" / "bicgk.kf").read_text(), lib)
+    call = prog.calls[0]
+    spec = KernelSpec("k", (KernelCall(call, call.function.variants[0], (("BY", 3),)),))
+    with pytest.raises(FusionError, match="not a multiple of 3"):
+        build_kernel(spec, lib)
+
+
+def test_mixed_nesting_refused(lib):
+    prog = parse_script("matrix A; vector x, y, z; input A, x; y = gemv(A, x); z = scal(2, y); return z;", lib)
+    kcs = tuple(KernelCall(c, c.function.variants[0], (("BY", 8),) if c.function.nesting == 2 else ())
+                for c in prog.calls)
+    with pytest.raises(FusionError, match="different nesting depth"):
+        build_kernel(KernelSpec("k", kcs), lib)
+
+
+def test_launch_grid_and_auto_iterations():
+    k = compiled("bicgk").kernels[0]
+    L = k.launch
+    dims = {0: 8192, 1: 8192}
+    iters = L.iterations(dims, target_blocks=2112)
+    assert iters == 32 and L.grid(dims, iters) == 256 * 8
+    assert L.counts({0: 33, 1: 1}) == (2, 1)                 # partial edge tiles count
+    v = compiled("sscal").kernels[0].launch
+    assert v.grid({0: 1}, v.iterations({0: 1}, 2112)) == 1
+    assert v.iterations({0: 2**26}, 2112) == -(-(2**21) // (8 * 2112))
+
+
+def test_64bit_offsets():
+    src = compiled("madd").cuda_source
+    assert "long long rows, cols" in src and "long long first_i" in src
+    assert re.search(r"long long n_i", src)

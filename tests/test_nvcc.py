@@ -1,0 +1,45 @@
+"""Every generated module compiles with nvcc for sm_90 (fails, not skips, without nvcc)."""
+import subprocess
+
+import pytest
+
+import kfuse
+from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
+from kfuse.codegen.module import module_source
+from kfuse.frontend import parse_script
+
+from conftest import EXAMPLES, ROOT
+
+
+def nvcc_compile(nvcc, source, tmp_path, name="k"):
+    cu = tmp_path / f"{name}.cu"
+    cu.write_text(source)
+    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+                           "-o", str(tmp_path / f"{name}.cubin"), str(cu)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_compiles(nvcc, tmp_path, path, dtype):
+    nvcc_compile(nvcc, kfuse.compile(path, dtype=dtype).cuda_source, tmp_path)
+
+
+def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
+    """One module holding a kernel for every function, variant and macro value."""
+    kernels = []
+    for fn in lib.functions:
+        ins = ", ".join(p.name for p in fn.inputs)
+        decl = "; ".join(f"{p.type} {p.name}" for p in fn.params)
+        prog = parse_script(f"{decl}; input {ins}; out = {fn.name}({ins}); return out;", lib)
+        call = prog.calls[0]
+        for var in fn.variants:
+            choices = [()] if not var.macros else [((m, v),) for m, vals in var.macros.items() for v in vals]
+            for macros in choices:
+                for ipb in var.instances_per_block[:2]:
+                    spec = KernelSpec(f"k{len(kernels)}", (KernelCall(call, var, macros),), ipb=ipb,
+                                      stores=frozenset({call.outputs[0].id}))
+                    kernels.append(build_kernel(spec, lib))
+    assert len(kernels) > 30
+    nvcc_compile(nvcc, module_source(kernels, lib, "float64"), tmp_path, "all")
