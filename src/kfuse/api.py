@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 from .codegen.kernel import KernelCode
 from .codegen.module import DTYPES, module_source
 from .errors import KfuseError, ScriptError
@@ -53,6 +55,45 @@ class CompiledScript:
                          f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
                          + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
         return "\n".join(lines)
+
+    def entries(self, dims: dict[int, int]) -> dict[int, int]:
+        """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
+        out = {}
+        for v in self.program.values:
+            n = 1
+            for d in v.dims:
+                n *= dims[d]
+            out[v.id] = n
+        return out
+
+    def traffic(self, dims: dict[int, int]) -> int:
+        """Bytes the plan moves through global memory: per kernel, each array it loads or stores
+        once (re-reads of small invariant subvectors by several blocks are not counted)."""
+        n = self.entries(dims)
+        size = np.dtype(self.dtype).itemsize
+        total = 0
+        for k in self.kernels:
+            moved = {a.value.id for a in k.launch.args if a.kind == "array"}
+            total += sum(n[v] for v in moved) * size
+        return total
+
+    def compulsory_traffic(self, dims: dict[int, int]) -> int:
+        """Bytes if every input were read once and every output written once."""
+        n = self.entries(dims)
+        size = np.dtype(self.dtype).itemsize
+        vals = [v for v in self.program.inputs if v.type != "scalar"] + list(self.program.outputs)
+        return sum(n[v.id] for v in vals) * size
+
+    def flops(self, dims: dict[int, int]) -> int:
+        """Floating-point operations of the script, from the library's per-function counts."""
+        n = self.entries(dims)
+        total = 0
+        for c in self.program.calls:
+            if c.function.flops is None:
+                raise KfuseError(f"{c.function.name} ({c.function.file}) declares no flops count")
+            scope = {p: (n[v.id] if hasattr(v, "id") else 1) for p, v in c.bindings().items()}
+            total += int(eval(c.function.flops, {"__builtins__": {}}, scope))  # noqa: S307 - library field
+        return total
 
     def __call__(self, out: dict | None = None, sync: bool = False, **inputs):
         """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, numbers for

@@ -117,7 +117,7 @@ def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list
 
 
 def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
-    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "params", "variant"}, where)
+    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "flops", "params", "variant"}, where)
     name = ctx.ident(ctx.get(t, "name", where, str), f"{where}.name")
     where = f"function {name}"
     kind = ctx.get(t, "kind", where, str)
@@ -145,7 +145,8 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.variant", "duplicate variant name")
     return Function(name=name, aliases=aliases, kind=kind, doc=ctx.get(t, "doc", where, str, ""),
                     math=ctx.get(t, "math", where, str, ""), params=params, variants=variants,
-                    file=ctx.file, reference=_reference(ctx, t, where, params))
+                    file=ctx.file, reference=_reference(ctx, t, where, params),
+                    flops=_flops(ctx, t, where, params))
 
 
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
@@ -364,3 +365,17 @@ def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str
         if unknown:
             raise ctx.fail(f"{where}.reference", f"uses {unknown[0]}, which is not an input parameter")
     return ref
+
+
+def _flops(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
+    """Floating-point operations as an expression of the parameters' entry counts."""
+    expr = ctx.get(t, "flops", where, str, None)
+    if expr is not None:
+        try:
+            code = compile(expr, f"{ctx.file}:{where}.flops", "eval")
+        except SyntaxError as e:
+            raise ctx.fail(f"{where}.flops", f"not an expression: {e.msg}") from None
+        unknown = sorted(set(code.co_names) - {p.name for p in params})
+        if unknown:
+            raise ctx.fail(f"{where}.flops", f"uses {unknown[0]}, which is not a parameter")
+    return expr

@@ -95,6 +95,7 @@ class Function:
     variants: tuple[Variant, ...]
     file: Path
     reference: str | None = None    # NumPy expression of the inputs (float64 checking)
+    flops: str | None = None        # operations, as an expression of the params' entry counts
 
     @property
     def nesting(self) -> int:
