@@ -17,7 +17,7 @@ def compiled(name, dtype="float32"):
 
 def loop_body(src):
     """(before the serial loop, inside it, after it) of a kernel's source."""
-    head, rest = src.split("for (int it = 0; it < iters; ++it) {", 1)
+    head, rest = re.split(r"for \(int it = 0; it < iters; it \+= \d+\) \{", src, maxsplit=1)
     depth, i = 1, 0
     while depth:
         depth += {"{": 1, "}": -1}.get(rest[i], 0)
@@ -36,15 +36,46 @@ def test_unfused_plan_has_one_kernel_per_call(path):
 
 def test_gemv_structure():
     k = compiled("bicgk").kernels[0]
+    assert k.spec.loop == "j"                                # the unfused plan walks the reduced axis
     pre, loop, post = loop_body(k.source)
-    assert "colvec_load<8>(rix, g_p, e_p);" in pre           # x is invariant: loaded before the loop
+    assert "e_q.v[k] = real(0)" in pre                       # out does not follow j: accumulated
+    assert "colvec_load<8>(rix, g_p, e_p);" in loop          # x follows j: loaded every iteration
     assert "tile_load<8>(rix, g_A, e_A);" in loop
-    assert "e_q.v[k] = real(0)" in loop                      # y follows i: cleared every iteration
-    assert loop.index("e_q.v[k] = real(0)") < loop.index("gemv_compute<8>")
-    assert "rowsum_store<8>(rix, e_q, g_q);" in loop
+    assert loop.index("tile_load") < loop.index("gemv_compute<8>")
+    assert "rowsum_store<8>(rix, e_q, g_q);" in post and "rowsum_store" not in loop
     assert "__syncthreads" not in k.source                   # everything in registers
     assert set(k.placement.registers) == {"A", "p", "q"} and not k.placement.shared
     assert [v.name for v, _ in k.launch.clears] == ["q"]
+
+
+def test_gemv_walking_i_stores_every_iteration(lib):
+    from dataclasses import replace
+    spec = replace(compiled("bicgk").plan.kernels[0], loop="i")
+    k = build_kernel(spec, lib)
+    pre, loop, post = loop_body(k.source)
+    assert "colvec_load<8>(rix, g_p, e_p);" in pre           # x does not follow i: invariant
+    assert "e_q.v[k] = real(0)" in loop and "rowsum_store<8>(rix, e_q, g_q);" in loop
+    assert loop.index("e_q.v[k] = real(0)") < loop.index("gemv_compute<8>")
+
+
+def test_unrolled_loop_issues_loads_first(lib):
+    from dataclasses import replace
+    spec = replace(compiled("bicgk").plan.kernels[0], unroll=2)
+    k = build_kernel(spec, lib)
+    pre, loop, post = loop_body(k.source)
+    order = [loop.index(x) for x in ("tile_load<8>(rix, g_A, e_A_u0)", "tile_load<8>(rix, g_A, e_A_u1)",
+                                     "gemv_compute<8>(rix, e_A_u0, e_p_u0, e_q)",
+                                     "gemv_compute<8>(rix, e_A_u1, e_p_u1, e_q)")]
+    assert order == sorted(order)
+    assert "const bool act_u1 = it + 1 < iters && ix_u1.j < n_j;" in loop
+    assert "KfReg<4> e_q;" in k.source                       # the accumulator is shared by the copies
+
+
+def test_unroll_refused_with_shared_memory(lib):
+    from dataclasses import replace
+    k = smem_gemv(lib)
+    with pytest.raises(FusionError, match="unrolled serial iterations need every element in registers"):
+        build_kernel(replace(k.spec, unroll=2), lib)
 
 
 def test_gemtv_accumulates_across_the_loop():
@@ -59,7 +90,7 @@ def test_dot_partial_in_registers_and_stored_after_loop():
     k = compiled("axpydot").kernels[1]
     pre, loop, post = loop_body(k.source)
     assert "e_r.v[k] = real(0)" in pre and "dot_store(rix, e_r, g_r);" in post
-    assert "if (active) {" in loop                          # unnested: idle instance slots skip work
+    assert "if (act_u0) {" in loop                          # unnested: idle instance slots skip work
     assert k.placement.registers == {"z": 1, "u": 1, "r": 1}
 
 

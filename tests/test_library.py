@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -278,11 +279,13 @@ def test_shipped_digest_is_stable():
 def test_shipped_parameters(lib):
     gemtv5 = lib.overloads("gemtv")[2]
     y = gemtv5.param("y")
-    assert y.invariant is False                  # declared invariant = false
-    assert gemtv5.param("x").invariant is False  # follows the loop axis i
-    assert gemtv5.param("A").pad == 1            # matrices are padded by default
+    assert y.hoist is False and y.partial is True    # invariant = false, partial = true
+    x = gemtv5.param("x")
+    assert x.hoist is True and x.partial is False    # the defaults
+    assert gemtv5.param("A").pad == 1                # matrices are padded by default
+    assert x.pad == 0
     out = lib.overloads("dot")[0].param("out")
-    assert out.reduce == "sum" and out.invariant is True and out.on_chip
+    assert out.reduce == "sum" and out.on_chip and out.index == ()
     assert not lib.overloads("scal")[0].param("alpha").on_chip
     smem = lib.overloads("gemv")[0].variants[1]
     assert smem.name == "smem" and smem.macros == {"BY": (4, 8)}
@@ -290,6 +293,11 @@ def test_shipped_parameters(lib):
     assert smem.routine("load_x").threads == (32, 1) and smem.routine("load_A").threads == (32, "BY")
     assert lib.overloads("scal")[0].variants[0].instances_per_block == (1, 2, 4, 8, 16, 32)
     assert lib.overloads("madd")[0].variants[0].instances_per_block == (1,)
+
+
+def test_shipped_functions_have_flops(lib):
+    for f in lib.functions:
+        assert isinstance(f.flops, str) and f.flops.strip(), f.name
 
 
 # ------------------------------------------------------------------------------------------
@@ -307,6 +315,23 @@ def test_valid_temporary_library(tmp_path, base):
     assert g.file == folder / FILE
     assert g.variants[0].source == folder / SOURCE
     assert g.reference == f["reference"]
+
+
+def test_optional_param_and_function_fields(tmp_path):
+    f = gemv_function()
+    f["flops"] = "2 * A + out"
+    f["params"][1].update(invariant=False, partial=True, pad=0)
+    f["params"][0]["pad"] = 2
+    loaded = load_library(make_library(tmp_path / "lib", [f]), shipped=False)
+    g = loaded.functions[0]
+    assert g.flops == "2 * A + out"
+    x = g.param("x")
+    assert (x.hoist, x.partial, x.pad) == (False, True, 0)
+    assert g.param("A").pad == 2 and g.param("A").hoist is True
+    assert g.variants[0].instances_per_block == (1,)                  # nested default
+    d = load_library(make_library(tmp_path / "lib2", [dot_function()]), shipped=False).functions[0]
+    assert d.variants[0].instances_per_block == (1, 2, 4, 8, 16)     # unnested default
+    assert d.flops is None
 
 
 def test_library_toml_is_optional(tmp_path):
@@ -342,6 +367,16 @@ def test_user_overload_of_a_shipped_name_with_another_arity(tmp_path, lib):
     f["variant"][0]["routines"][1]["args"] = ["x:r:lane", "out:w:lane"]
     loaded = load_library(make_library(tmp_path / "user", [f]))
     assert [len(g.inputs) for g in loaded.overloads("scal")] == [2, 1]
+
+
+def test_copy_of_shipped_folder(tmp_path, lib):
+    copy_dir = tmp_path / "blas_copy"
+    shutil.copytree(SHIPPED, copy_dir)
+    alone = load_library(copy_dir, shipped=False)
+    assert len(alone.functions) == 13 and alone.digest == lib.digest and alone.root == copy_dir
+    err = load_error(copy_dir, shipped=True)      # every function is now defined twice
+    assert_names(err, copy_dir / "blas1.toml", "function.name",
+                 f"scal with 2 inputs is already defined in {SHIPPED / 'blas1.toml'}")
 
 
 def test_digest_depends_on_sources(tmp_path):
@@ -511,8 +546,7 @@ CASES = [
      "'max' is not one of sum"),
     ("reduce-all-axes", "scal", put("params", 2, "reduce", value="sum"), f"{P}.out.reduce",
      "a reduced output must leave out at least one instance axis"),
-    ("reduce-all-axes-nested", "gemv", put("params", 2, "type", value="matrix") and
-     both(put("params", 2, "type", value="matrix"), put("params", 2, "index", value=["i", "j"])),
+    ("reduce-all-axes-nested", "gemv", both(put("params", 2, "type", value="matrix"), put("params", 2, "index", value=["i", "j"])),
      "function mygemv.params.out.reduce", "leave out at least one instance axis"),
     ("map-output-missing-axis", "scal",
      both(put("params", 2, "type", value="scalar"), put("params", 2, "index", value=[])),
@@ -521,18 +555,22 @@ CASES = [
      "function mygemv.params.out.index", "a map output must follow every instance axis ['i', 'j']"),
     ("invariant-type", "scal", put("params", 0, "invariant", value="yes"), f"{P}.alpha.invariant",
      "expected bool, got str"),
-    ("invariant-on-loop-axis", "scal", put("params", 1, "invariant", value=True), f"{P}.x.invariant",
-     "follows the loop axis 'i', cannot be invariant"),
-    ("invariant-on-loop-axis-nested", "madd", put("params", 1, "invariant", value=True),
-     "function mymadd.params.B.invariant", "cannot be invariant"),
-    ("output-invariance", "dot", put("params", 2, "invariant", value=False),
-     "function mydot.params.out.invariant", "an output's invariance follows from its index"),
+    ("output-invariant-false", "dot", put("params", 2, "invariant", value=False),
+     "function mydot.params.out.invariant", "an output's invariance follows from its index and the loop axis"),
+    ("output-invariant-true", "scal", put("params", 2, "invariant", value=True), f"{P}.out.invariant",
+     "an output's invariance follows from its index"),
     ("pad-on-vector", "scal", put("params", 1, "pad", value=1), f"{P}.x.pad",
      "padding is a non-negative number of entries per tile row"),
     ("negative-pad", "madd", put("params", 0, "pad", value=-1), "function mymadd.params.A.pad",
      "non-negative"),
     ("pad-type", "madd", put("params", 0, "pad", value=1.5), "function mymadd.params.A.pad",
      "expected int, got float"),
+    ("partial-type", "gemv", put("params", 1, "partial", value="yes"), "function mygemv.params.x.partial",
+     "expected bool, got str"),
+    ("partial-on-output", "gemv", put("params", 2, "partial", value=True), "function mygemv.params.out.partial",
+     "only vector or scalar inputs can take partial sums"),
+    ("partial-on-matrix", "gemv", put("params", 0, "partial", value=True), "function mygemv.params.A.partial",
+     "only vector or scalar inputs can take partial sums"),
     ("map-with-reduce-output", "dot", put("kind", value="map"), "function mydot.kind",
      "map function has reduce output out"),
     ("map-map-with-reduce-output", "gemv", put("kind", value="map-map"), "function mygemv.kind",
@@ -668,7 +706,7 @@ CASES = [
     ("bad-mode", "scal", put(*R, 1, "args", value=["x:rw:lane", "out:w:lane", "alpha"]),
      f"{RT}.compute.args", "x:rw:lane: mode 'rw' is not one of r, w, acc"),
     ("unknown-mapping", "scal", put(*R, 1, "args", value=["x:r:diag", "out:w:lane", "alpha"]),
-     f"{RT}.compute.args", "x:r:diag: mapping 'diag' is not one of lane, split, rows, thread, any"),
+     f"{RT}.compute.args", "x:r:diag: mapping 'diag' is not one of lane, "),
     ("mapping-for-tile-on-subvector", "scal", put(*R, 1, "args", value=["x:r:rows", "out:w:lane", "alpha"]),
      f"{RT}.compute.args", "x:r:rows: mapping rows is for a tile, x is a subvector"),
     ("mapping-for-subvector-on-tile", "madd",
@@ -748,6 +786,12 @@ CASES = [
      "uses z, which is not an input parameter"),
     ("reference-uses-builtin", "scal", put("reference", value="max(alpha) * x"), f"{F}.reference",
      "uses max, which is not an input parameter"),
+    # -- flops
+    ("flops-type", "scal", put("flops", value=1), f"{F}.flops", "expected str, got int 1"),
+    ("flops-syntax", "scal", put("flops", value="2 *"), f"{F}.flops", "not an expression"),
+    ("flops-statement", "scal", put("flops", value="n = 2 * x"), f"{F}.flops", "not an expression"),
+    ("flops-unknown-name", "scal", put("flops", value="2 * n"), f"{F}.flops",
+     "uses n, which is not a parameter"),
 ]
 
 
@@ -823,9 +867,6 @@ def _gap_function(case: str) -> dict:
     return f
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError, AssertionError, pytest.fail.Exception),
-                   reason="loader bug: a non-table entry, a non-string alias or a non-list routine "
-                          "`threads` crashes with TypeError instead of a LibraryError naming file and field")
 @pytest.mark.parametrize("case, text, field", GAPS, ids=[g[0] for g in GAPS])
 def test_malformed_entries_raise_library_error(tmp_path, case, text, field):
     folder = make_library(tmp_path / "lib", text if text is not None else [_gap_function(case)])
@@ -833,23 +874,17 @@ def test_malformed_entries_raise_library_error(tmp_path, case, text, field):
     assert err.file == str(folder / FILE) and field in err.field
 
 
-@pytest.mark.xfail(strict=True, reason="loader bug: unknown top-level keys of library.toml (a typo such "
-                                       "as [element]) are silently ignored, while function files reject them")
 def test_unknown_top_level_table_in_library_toml(tmp_path):
     folder = make_library(tmp_path / "l", meta="[library]\nname = 'x'\n[element]\nsubvector = 64\n")
     assert_names(load_error(folder), folder / "library.toml", ".element", "unknown field")
 
 
-@pytest.mark.xfail(strict=True, reason="loader bug: library.name/version of folders after the first are "
-                                       "never type-checked (`name or ctx.get(...)` short-circuits)")
 def test_second_library_name_is_validated(tmp_path):
     first = make_library(tmp_path / "a")
     second = make_library(tmp_path / "b", [dot_function()], meta="[library]\nname = 5\n")
     assert_names(load_error(first, second), second / "library.toml", "library.name", "expected str")
 
 
-@pytest.mark.xfail(strict=True, reason="loader bug: booleans pass as thread counts (isinstance(True, int)), "
-                                       "although ctx.get and macros reject bools")
 def test_boolean_thread_count_is_rejected(tmp_path):
     f = scal_function()
     f["variant"][0]["threads"] = [32, True]
@@ -857,8 +892,6 @@ def test_boolean_thread_count_is_rejected(tmp_path):
     assert_names(load_error(folder), folder / FILE, "function myscal.variant.warp.threads", "expected [X, Y]")
 
 
-@pytest.mark.xfail(strict=True, reason="loader bug: a local's pad is not checked (negative accepted), "
-                                       "unlike a parameter's pad")
 def test_negative_local_pad_is_rejected(tmp_path):
     f = gemv_function()
     f["variant"][0]["locals"][0]["pad"] = -1
@@ -867,8 +900,6 @@ def test_negative_local_pad_is_rejected(tmp_path):
                  "non-negative")
 
 
-@pytest.mark.xfail(strict=True, reason="loader bug: duplicate local names are accepted (params, variants "
-                                       "and routines are all checked for duplicates)")
 def test_duplicate_local_names_are_rejected(tmp_path):
     f = gemv_function()
     v = f["variant"][0]

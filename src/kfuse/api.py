@@ -56,6 +56,15 @@ class CompiledScript:
                          + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
         return "\n".join(lines)
 
+    def functions(self, device: int) -> list:
+        """The compiled kernels on a device, in launch order (compiled once, then cached)."""
+        cache = self.__dict__.setdefault("_functions", {})
+        if device not in cache:
+            from .runtime.compiler import load_module
+            module = load_module(self.cuda_source)
+            cache[device] = [module.get_function(k.launch.kernel) for k in self.kernels]
+        return cache[device]
+
     def entries(self, dims: dict[int, int]) -> dict[int, int]:
         """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
         out = {}

@@ -1,4 +1,4 @@
-"""Command line: kfuse compile | plan | run."""
+"""Command line: kfuse compile | plan | run | bench."""
 from __future__ import annotations
 
 import argparse
@@ -92,6 +92,38 @@ def cmd_run(args) -> int:
     return 0 if ok else 1
 
 
+def _bench_size(text: str) -> int:
+    """An integer, or a power written 2^26 / 2**26."""
+    t = text.replace("**", "^")
+    try:
+        if "^" in t:
+            base, _, exp = t.partition("^")
+            return int(base) ** int(exp)
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or a power like 2^26, got {text!r}") from None
+
+
+def cmd_bench(args) -> int:
+    import shlex
+
+    from .bench import BenchOptions, resolve_sequences, run_bench, write_outputs
+    dtypes = []
+    for d in args.dtype or ["float32"]:
+        dtypes += ["float32", "float64"] if d == "both" else [d]
+    opts = BenchOptions(n=args.n, N=args.N, dtypes=tuple(dict.fromkeys(dtypes)),
+                        sequences=tuple(resolve_sequences(args.seq)) if args.seq else (),
+                        reps=args.reps, warmup=args.warmup, torch_compile=not args.no_torch_compile,
+                        seed=args.seed, command=shlex.join(["kfuse", *args.argv]))
+    out = Path(args.out)
+    run = run_bench(opts, checkpoint=lambda r: write_outputs(r, out, charts=False))
+    written, notes = write_outputs(run, out)
+    for line in [f"wrote {p}" for p in written] + notes:
+        print(line, file=sys.stderr)
+    failed = [r for r in run.records if r.contender == "kfuse" and r.status != "ok"]
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -117,7 +149,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--reps", type=int, default=50)
     p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("bench", help="benchmark the examples against cuBLAS, PyTorch eager and torch.compile (GPU)",
+                       description="Measure the copy bandwidth, then check (against a float64 NumPy reference) "
+                                   "and time kfuse's plan, cuBLAS through CuPy, PyTorch eager and torch.compile "
+                                   "on each sequence; write results.md, results.csv, env.json and PNG charts.")
+    p.add_argument("--n", type=_bench_size, default=8192, help="size of every dimension of a script with a matrix "
+                   "(default 8192)")
+    p.add_argument("--N", type=_bench_size, default=2**26, help="size of every dimension of a script without a "
+                   "matrix (default 2^26)")
+    p.add_argument("--dtype", action="append", choices=["float32", "float64", "both"], default=None,
+                   help="element type (repeatable, or 'both'; default float32)")
+    p.add_argument("--seq", action="append", default=None, metavar="NAME",
+                   help="sequence: an example's name (gemver) or a .kf path (repeatable; default all examples)")
+    p.add_argument("--reps", type=int, default=100, help="timed repetitions, median reported (default 100)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
+    p.add_argument("--no-torch-compile", action="store_true", help="skip the (slow to compile) torch.compile peer")
+    p.set_defaults(fn=cmd_bench)
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.fn(args)
     except KfuseError as e:

@@ -36,6 +36,16 @@ def default_macros(variant: Variant) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def preferred_loop(fn) -> str:
+    """Walk an axis that the reduced outputs leave out, so they accumulate across the loop."""
+    for p in fn.outputs:
+        if p.reduce:
+            missing = [a for a in fn.axes if a not in p.index]
+            if missing:
+                return missing[0]
+    return "i"
+
+
 def unfused_plan(program: Program, lib: Library) -> Plan:
     """Every call its own kernel (the paper's "code without fusions"), in a dependency order."""
     graph = DependencyGraph(program)
@@ -49,7 +59,7 @@ def unfused_plan(program: Program, lib: Library) -> Plan:
             ipb = DEFAULT_IPB if DEFAULT_IPB in allowed else max(allowed)
         kernels.append(KernelSpec(f"k{n}_{call.function.name}",
                                   (KernelCall(call, variant, default_macros(variant)),),
-                                  iters=DEFAULT_ITERS, ipb=ipb,
+                                  iters=DEFAULT_ITERS, ipb=ipb, loop=preferred_loop(call.function),
                                   stores=frozenset(v.id for v in call.outputs)))
     return Plan(program, tuple(kernels))
 

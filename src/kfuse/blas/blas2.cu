@@ -32,53 +32,57 @@ KF_DEVICE void colvec_load(const KfIx& ix, const KfVec& g, V& v) {
     v(0) = g.get(ix.j * KF_TC + ix.tx, real(0));
 }
 
-// the beta-term of a reduction: only the first instance along the reduced axis j reads it
+// the beta-term of a row reduction (mapping "rowpart"): read by lane 0 of the first instance
+// along the reduced axis j only, so that summing the partials over lanes and instances adds it once
 template <int BY, class V>
 KF_DEVICE void rowvec_load_first_j(const KfIx& ix, const KfVec& g, V& v) {
 #pragma unroll
     for (int k = 0; k < KF_TR / BY; ++k)
-        v(k) = ix.j == 0 ? g.get(ix.i * KF_TR + ix.ty + BY * k, real(0)) : real(0);
+        v(k) = (ix.j == 0 && ix.tx == 0) ? g.get(ix.i * KF_TR + ix.ty + BY * k, real(0)) : real(0);
 }
 
-// the beta-term of a column reduction: only the first instance along i, and only warp 0
-// (the per-warp partials are summed by the store)
+// the beta-term of a column reduction (mapping "colpart"): read by warp 0 of the first instance
+// along the reduced axis i only
 template <int BY, class V>
 KF_DEVICE void colvec_load_first_i(const KfIx& ix, const KfVec& g, V& v) {
     v(0) = (ix.i == 0 && ix.ty == 0) ? g.get(ix.j * KF_TC + ix.tx, real(0)) : real(0);
 }
 
-// row sums are replicated in every lane: lane 0 adds them to the global result
+// row partials (mapping "rowpart"): the warp sums its lanes, lane 0 adds to the global result
 template <int BY, class V>
 KF_DEVICE void rowsum_store(const KfIx& ix, V& v, const KfVec& g) {
-    if (ix.tx == 0) {
 #pragma unroll
-        for (int k = 0; k < KF_TR / BY; ++k) g.add(ix.i * KF_TR + ix.ty + BY * k, v(k));
+    for (int k = 0; k < KF_TR / BY; ++k) {
+        real s = kf_warp_sum(v(k));
+        if (ix.tx == 0) g.add(ix.i * KF_TR + ix.ty + BY * k, s);
     }
 }
 
-// column partials, one per warp: every warp adds its partial to the global result
+// column partials (mapping "colpart"), one per warp: every warp adds its partial
 template <int BY, class V>
 KF_DEVICE void colsum_store(const KfIx& ix, V& v, const KfVec& g) {
     g.add(ix.j * KF_TC + ix.tx, v(0));
 }
 
 // ---- gemv: out_i += sum_j alpha A_ij x_j (+ beta y_i) ------------------------------------
+// each lane accumulates its column's products; the store sums the lanes (once per stored row
+// block, so only once per block when the loop walks j)
 template <int BY, class VA, class VX, class VO>
 KF_DEVICE void gemv_compute(const KfIx& ix, VA& a, VX& x, VO& out) {
 #pragma unroll
-    for (int k = 0; k < KF_TR / BY; ++k) out(k) += kf_warp_sum(a(k) * x(0));
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) += a(k) * x(0);
 }
 
 template <int BY, class VA, class VX, class VO>
 KF_DEVICE void gemv_compute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
 #pragma unroll
-    for (int k = 0; k < KF_TR / BY; ++k) out(k) += alpha * kf_warp_sum(a(k) * x(0));
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) += alpha * (a(k) * x(0));
 }
 
 template <int BY, class VA, class VX, class VY, class VO>
 KF_DEVICE void gemv_compute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
 #pragma unroll
-    for (int k = 0; k < KF_TR / BY; ++k) out(k) += alpha * kf_warp_sum(a(k) * x(0)) + beta * y(k);
+    for (int k = 0; k < KF_TR / BY; ++k) out(k) += alpha * (a(k) * x(0)) + beta * y(k);
 }
 
 // shared-memory variant (the paper's): thread (tx, ty) sums row tx over columns ty + BY k of
@@ -105,7 +109,7 @@ KF_DEVICE void lane_rowvec_store(const KfIx& ix, V& v, const KfVec& g) {
 }
 
 // ---- gemtv: out_j += sum_i alpha A_ij x_i (+ beta y_j) -----------------------------------
-// each thread accumulates its column over its rows; the warps' partials meet in the store
+// each thread accumulates its column over its rows (mapping "colpart": one partial per warp)
 template <int BY, class VA, class VX, class VO>
 KF_DEVICE void gemtv_compute(const KfIx& ix, VA& a, VX& x, VO& out) {
     real s = 0;
@@ -128,6 +132,16 @@ KF_DEVICE void gemtv_compute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, re
 #pragma unroll
     for (int k = 0; k < KF_TR / BY; ++k) s += a(k) * x(k);
     out(0) += alpha * s + beta * y(0);
+}
+
+// shared-memory variant: the warps' column partials meet in shared memory and one warp adds
+// them, so a tile costs 32 atomics instead of 32 x BY when the output is stored per tile
+template <int BY, class VA, class VX, class VP>
+KF_DEVICE void gemtv_smem_partial(const KfIx& ix, VA& a, VX& x, VP& part) {
+    real s = 0;
+#pragma unroll
+    for (int k = 0; k < KF_TR / BY; ++k) s += a(k) * x(k);
+    part(0) = s;
 }
 
 // ---- ger: out = A + u v^T;  madd: out = A + B ---------------------------------------------

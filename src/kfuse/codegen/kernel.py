@@ -5,9 +5,11 @@ The structure follows the paper's Algorithms 1 and 2:
 1. shared-memory allocation (one array, one slice per on-chip element that needs it)
 2. register arrays for elements whose every access has the same thread-to-data mapping
 3. thread and instance indices
-4. invariant loads (inputs that do not follow the loop axis ``i``)
-5. clears of accumulated outputs (reduce outputs that do not follow ``i``)
-6. the serial loop over ``iters`` instances along ``i``: loads, computes, stores
+4. invariant loads (inputs that do not follow the loop axis)
+5. clears of accumulated outputs (reduce outputs that do not follow the loop axis)
+6. the serial loop over ``iters`` instances along the loop axis (``i`` or ``j``, chosen per
+   kernel): loads, computes, stores; with ``unroll`` U the loads of U instances are issued
+   before their computes (more memory requests in flight)
 7. stores of accumulated outputs
 
 Each routine call is preceded by a local barrier exactly when a shared element it accesses
@@ -22,7 +24,7 @@ from math import prod
 
 from ..errors import FusionError
 from ..library.mappings import MAPPINGS
-from ..library.schema import REDUCE_OPS, Library, Local, Param, Routine, Variant
+from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine, Variant
 from ..program import Call, ScalarArg, Value
 
 
@@ -52,9 +54,11 @@ class KernelSpec:
     """What to generate: calls in execution order plus the kernel-wide choices."""
     name: str
     calls: tuple[KernelCall, ...]
-    iters: int = 0                  # serial iterations along the loop axis i (0: chosen at launch)
+    iters: int = 0                  # serial iterations along the loop axis (0: chosen at launch)
     ipb: int = 1                    # instances per block (unnested kernels)
     stores: frozenset[int] = frozenset()    # value ids this kernel must write to global memory
+    loop: str = "i"                 # instance axis the serial loop walks (nested kernels: i or j)
+    unroll: int = 1                 # serial iterations whose loads are issued together
 
     @property
     def nesting(self) -> int:
@@ -124,7 +128,7 @@ class LaunchInfo:
     kernel: str
     threads: int                    # per block
     nesting: int
-    iters: int
+    iters: int                      # 0: chosen at launch
     ipb: int
     axis_dims: tuple[int, ...]      # dimension id of axis i (and j)
     axis_extent: tuple[int, ...]    # entries per element along each axis
@@ -132,25 +136,30 @@ class LaunchInfo:
     clears: tuple[tuple[Value, str], ...]   # outputs set to the identity before the launch
     smem_bytes_per_real: int        # shared entries per block (multiply by sizeof(real))
     calls: tuple[int, ...]          # program call indices in this kernel
+    loop: str = "i"
+
+    def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
+        """Instances along each axis (partial edge elements included)."""
+        return tuple(-(-dims[d] // e) for d, e in zip(self.axis_dims, self.axis_extent))
+
+    def _split(self, dims: dict[int, int]) -> tuple[int, int]:
+        """(instances along the loop axis, independent block groups across it)."""
+        counts = self.counts(dims)
+        if self.nesting == 1:
+            return counts[0], 1
+        return (counts[0], counts[1]) if self.loop == "i" else (counts[1], counts[0])
 
     def iterations(self, dims: dict[int, int], target_blocks: int) -> int:
         """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks."""
         if self.iters:
             return self.iters
-        counts = self.counts(dims)
-        if self.nesting == 1:
-            return max(1, -(-counts[0] // (self.ipb * target_blocks)))
-        per_column = max(1, target_blocks // counts[1])
-        return max(1, -(-counts[0] // per_column))
+        along, across = self._split(dims)
+        per_group = max(1, target_blocks // across) * self.ipb
+        return max(1, -(-along // per_group))
 
     def grid(self, dims: dict[int, int], iters: int) -> int:
-        counts = self.counts(dims)
-        if self.nesting == 1:
-            return max(1, -(-counts[0] // (iters * self.ipb)))
-        return max(1, counts[1] * -(-counts[0] // iters))
-
-    def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
-        return tuple(-(-dims[d] // e) for d, e in zip(self.axis_dims, self.axis_extent))
+        along, across = self._split(dims)
+        return max(1, across * -(-along // (iters * self.ipb)))
 
 
 @dataclass(frozen=True)
@@ -178,97 +187,123 @@ class _Builder:
     def __init__(self, spec: KernelSpec, lib: Library):
         self.spec, self.lib = spec, lib
         self.elements: dict[str, Element] = {}
-        self.elem_key: dict[tuple[int, int, tuple[str, ...]], str] = {}   # (call, param) -> key
+        self.call_elem: dict[tuple[int, str], str] = {}     # (call index, param/local) -> element
         self.steps: list[Step] = []
         nest = {kc.call.function.nesting for kc in spec.calls}
         if len(nest) != 1:
             raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
-        if spec.iters < 0 or spec.ipb < 1:
-            raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block >= 1")
+        if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1:
+            raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block "
+                              "and unroll >= 1")
         if spec.nesting == 2 and spec.ipb != 1:
             raise FusionError(f"{spec.name}: nested kernels run one instance per block")
+        if spec.loop not in AXES[spec.nesting]:
+            raise FusionError(f"{spec.name}: loop axis {spec.loop!r} is not an instance axis")
 
     # -- elements ------------------------------------------------------------------------
-    def param_element(self, kc: KernelCall, p: Param) -> str:
-        v = kc.call.bindings()[p.name]
-        assert isinstance(v, Value)
-        key = (v.id, p.index)
-        if key not in self.elem_key:
-            name = v.label
-            if any(k[0] == v.id for k in self.elem_key):
-                name = f"{v.label}_{''.join(p.index) or 's'}"
-            shape = self.lib.element_shape(p.element)
-            pitch = shape[1] + p.pad if p.element == "tile" else 0
-            ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
-            self.elements[name] = Element(name, p.element, shape, pitch, v, ident)
-            self.elem_key[key] = name
-        else:
-            name = self.elem_key[key]
-            el = self.elements[name]
-            if p.element == "tile" and el.shape[1] + p.pad > el.pitch:
-                self.elements[name] = Element(name, el.kind, el.shape, el.shape[1] + p.pad, el.value,
-                                              el.identity)
-        return self.elem_key[key]
-
-    def local_element(self, kc: KernelCall, loc: Local) -> str:
-        name = f"{kc.call.name}_{loc.name}"
-        if name not in self.elements:
-            shape = tuple(kc.value_of(s) for s in loc.shape)
-            pitch = shape[1] + loc.pad if loc.element == "tile" else 0
-            self.elements[name] = Element(name, loc.element, shape, pitch, None)
+    def new_element(self, v: Value | None, base: str, p_elem: str, shape: tuple[int, ...], pad: int,
+                    identity: str = "0") -> str:
+        name, n = base, 2
+        while name in self.elements:
+            name, n = f"{base}_{n}", n + 1
+        pitch = shape[1] + pad if p_elem == "tile" else 0
+        self.elements[name] = Element(name, p_elem, shape, pitch, v, identity)
         return name
 
+    def widen_pitch(self, name: str, p: Param) -> None:
+        el = self.elements[name]
+        if el.kind == "tile" and el.shape[1] + p.pad > el.pitch:
+            self.elements[name] = Element(name, el.kind, el.shape, el.shape[1] + p.pad, el.value, el.identity)
+
     def arg_element(self, kc: KernelCall, name: str) -> str:
+        """The element a routine argument refers to (outputs and locals created on first use)."""
+        key = (kc.call.index, name)
+        if key in self.call_elem:
+            return self.call_elem[key]
         fn = kc.call.function
         p = next((p for p in fn.params if p.name == name), None)
-        if p is not None:
-            return self.param_element(kc, p)
-        loc = next(loc for loc in kc.variant.locals if loc.name == name)
-        return self.local_element(kc, loc)
+        if p is not None:           # an output (inputs are bound by their load)
+            v = kc.call.bindings()[p.name]
+            ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
+            el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad, ident)
+            self.produced[(v.id, p.index)] = (el, p)
+        else:
+            loc = next(loc for loc in kc.variant.locals if loc.name == name)
+            el = self.new_element(None, f"{kc.call.name}_{loc.name}", loc.element,
+                                  tuple(kc.value_of(x) for x in loc.shape), loc.pad)
+        self.call_elem[key] = el
+        return el
 
     # -- schedule --------------------------------------------------------------------------
     def schedule(self) -> None:
-        on_chip: set[str] = set()
+        loop = self.spec.loop
+        self.produced: dict[tuple[int, tuple[str, ...]], tuple[str, Param]] = {}
+        loaded: dict[tuple, str] = {}
         cleared: set[str] = set()
         for kc in self.spec.calls:
             fn, var = kc.call.function, kc.variant
             params = {p.name: p for p in fn.params}
+            binds = kc.call.bindings()
             for r in var.routines:
                 if r.kind != "load":
                     continue
                 p = params[r.param]
-                key = self.param_element(kc, p)
-                if key in on_chip:
-                    continue            # already on chip: loaded or produced in this kernel
-                on_chip.add(key)
-                self.add_routine("pre" if p.invariant else "loop", kc, r)
+                v = binds[p.name]
+                made = self.produced.get((v.id, p.index))
+                if made is not None:    # produced on chip in this kernel: no load
+                    el, prod = made
+                    self.check_exchange(kc, p, v, prod)
+                    self.call_elem[(kc.call.index, p.name)] = el
+                    self.widen_pitch(el, p)
+                    continue
+                hoisted = p.hoist and not p.follows(loop)
+                acc = r.elements[0]
+                key = (v.id, p.index, r.fn, acc.mapping, kc.shape(r), kc.macros, hoisted)
+                if key in loaded:       # the same load by an earlier call: read once
+                    self.call_elem[(kc.call.index, p.name)] = loaded[key]
+                    self.widen_pitch(loaded[key], p)
+                    continue
+                el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad)
+                loaded[key] = self.call_elem[(kc.call.index, p.name)] = el
+                self.add_routine("pre" if hoisted else "loop", kc, r)
             for r in var.computes:
                 for a in r.elements:
-                    key = self.arg_element(kc, a.name)
-                    if a.mode == "acc" and key not in cleared:
+                    el = self.arg_element(kc, a.name)
+                    if a.mode == "acc" and el not in cleared:
                         # accumulated across the loop: cleared once before it; otherwise cleared
                         # in each iteration before the first routine that accumulates into it
                         p = params.get(a.name)
-                        accumulated = p is not None and p.dir == "out" and p.invariant
-                        cleared.add(key)
+                        accumulated = p is not None and p.dir == "out" and not p.follows(loop)
+                        cleared.add(el)
                         self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
-                                               [Access(key, "w", a.mapping, kc.shape(r))], element=key))
-                    if a.mode != "r":
-                        on_chip.add(key)
+                                               [Access(el, "w", a.mapping, kc.shape(r))], element=el))
                 self.add_routine("loop", kc, r)
             for r in var.routines:
                 if r.kind != "store":
                     continue
                 p = params[r.param]
-                v = kc.call.bindings()[p.name]
-                if v.id not in self.spec.stores:
+                if binds[p.name].id not in self.spec.stores:
                     continue            # consumed on chip only
-                self.add_routine("post" if p.invariant else "loop", kc, r)
+                self.add_routine("loop" if p.follows(loop) else "post", kc, r)
+
+    def check_exchange(self, kc: KernelCall, p: Param, v: Value, prod: Param) -> None:
+        """May input p of kc take the element an earlier call of this kernel produced?"""
+        where = f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
+        if prod.reduce:
+            if not p.partial:
+                raise FusionError(f"{where} is the result of a reduction in the same kernel "
+                                  "(needs a global barrier)")
+            if not prod.follows(self.spec.loop):
+                raise FusionError(f"{where}: partial sums are exchanged only when the producer's "
+                                  f"output follows the loop axis {self.spec.loop}")
+        elif p.partial:
+            raise FusionError(f"{where}: takes partial sums, but {v.name} is a map result")
 
     def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
         X, Y = kc.shape(r)
-        if (X * Y) % 32:
-            raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads is not whole warps")
+        if (X * Y) % 32 and 32 % (X * Y):
+            raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads neither divides a warp "
+                              "nor is whole warps")
         acc = []
         for a in r.elements:
             key = self.arg_element(kc, a.name)
@@ -365,6 +400,7 @@ def _view_struct(el: Element, mapping: str, X: int, Y: int) -> tuple[str, str]:
     lines = [f"struct {name} {{   // {el.kind} {dims} in shared memory, mapping {mapping}"
              + (f" for {X}x{Y} threads" if mapping != "any" else "")]
     lines.append("    real* p; int tx, ty;")
+    lines.append(f"    static constexpr int slots = {MAPPINGS[mapping].slots(el.shape, X, Y)};")
     off = MAPPINGS[mapping].offset(el.shape, el.pitch, X, Y)
     if off is not None:
         lines.append(f"    KF_DEVICE real& operator()(int k) const {{ return p[{off}]; }}")
@@ -386,15 +422,24 @@ def _scalar_expr(a: ScalarArg) -> str:
 
 def _emit(b: _Builder, pl: Placement) -> KernelCode:
     spec, lib = b.spec, b.lib
-    nest = spec.nesting
-    # instance thread count and the loop-axis element extent
+    nest, U, L = spec.nesting, spec.unroll, spec.loop
+    if U > 1 and pl.shared:
+        raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
+                          f"({', '.join(pl.shared)} in shared memory)")
     shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
                     | {a.threads for s in b.steps for a in s.accesses})
     T = max(X * Y for X, Y in shapes)
     threads = T * spec.ipb
     if threads > 1024:
         raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
+    if threads % 32:
+        raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
+                          f"({T} per instance: use more instances per block)")
+    if T < 32 and any(X * Y != T for X, Y in shapes):
+        raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
     smem = pl.shared_size * spec.ipb
+    if smem * 8 > 48 * 1024:
+        raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
     first = spec.calls[0]
     extents = (lib.tile if nest == 2 else (lib.subvector,))
     axis_dims = first.call.axes
@@ -402,8 +447,13 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         if kc.call.axes != axis_dims:
             raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                               f"{first.call.text()}")
+    # elements used only inside the loop get one copy per unrolled iteration
+    outside = {a.element for s in b.steps if s.phase != "loop" for a in s.accesses}
 
-    # kernel arguments: arrays first (in order of first use), then scalars, then counts
+    def ename(key: str, u: int) -> str:
+        return f"e_{key}" if U == 1 or key in outside else f"e_{key}_u{u}"
+
+    # kernel arguments: arrays first (in order of first use), then scalars, counts, iterations
     args: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
@@ -442,18 +492,18 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
     out: list[str] = []
     views: dict[str, str] = {}
     w = out.append
-    call_desc = "; ".join(f"{kc.call.text()}  [{kc.describe()}]" for kc in spec.calls)
-    w(f"// kernel {spec.name}: {call_desc}")
+    for kc in spec.calls:
+        w(f"// kernel {spec.name}: {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})"
+          if kc is first else f"//     + {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})")
     w(f"// {'2-level nested' if nest == 2 else 'unnested'}; {T} threads per instance, "
-      f"{spec.ipb} instance(s) per block, {spec.iters or 'auto'} serial iteration(s); "
-      f"{smem} shared entries, {len(pl.registers)} element(s) in registers")
+      f"{spec.ipb} instance(s) per block; serial loop along {L}, {spec.iters or 'auto'} iteration(s)"
+      + (f", unrolled by {U}" if U > 1 else "") + f"; {smem} shared entries, "
+      f"{len(pl.registers)} element(s) in registers")
     w(f'extern "C" __global__ void __launch_bounds__({threads})')
     w(f"{spec.name}(" + ",\n    ".join(params_c) + ")")
     w("{")
-    # 1. shared memory
     if smem:
         w(f"    __shared__ real kf_smem[{smem}];")
-    # global views
     for g in args:
         if g.kind != "array":
             continue
@@ -464,47 +514,51 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
         else:
             w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
-    # 3. indices
     if nest == 1:
         w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
-        w(f"    const int inst = threadIdx.x / {T};          // instance in the block")
+        w(f"    const int inst = threadIdx.x / {T};          // instance slot in the block")
         w(f"    const long long first_i = (long long)blockIdx.x * iters * {spec.ipb};")
         w("    KfIx ix{lt, 0, first_i + inst, 0};")
+        first_expr, count = "first_i", "n_i"
     else:
+        other = "j" if L == "i" else "i"
         w("    const int lt = threadIdx.x;                  // thread in the instance")
-        w("    const long long first_i = (long long)(blockIdx.x / n_j) * iters;")
-        w("    KfIx ix{lt, 0, first_i, (long long)(blockIdx.x % n_j)};")
+        w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;  // loop axis {L}")
+        w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
+        w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
+        first_expr, count = f"first_{L}", f"n_{L}"
     for X, Y in shapes:
         w(f"    const int tx_{X}x{Y} = lt % {X}, ty_{X}x{Y} = lt / {X};")
-    # 2. registers and shared slices
     for key, el in b.elements.items():
+        desc = f"{el.kind} {'x'.join(map(str, el.shape))}" + (f" ({el.value.name})" if el.value else "")
         if key in pl.registers:
-            w(f"    KfReg<{pl.registers[key]}> e_{key};   // {el.kind} {'x'.join(map(str, el.shape)) or ''}"
-              f"{' (' + el.value.name + ')' if el.value else ''}: registers")
+            for u in range(1 if key in outside else U):
+                w(f"    KfReg<{pl.registers[key]}> {ename(key, u)};   // {desc}: registers")
         elif key in pl.shared:
             base = f"kf_smem + {pl.shared[key]}" + (f" + inst * {pl.shared_size}" if spec.ipb > 1 else "")
-            w(f"    real* const sh_{key} = {base};   // {el.kind} {'x'.join(map(str, el.shape))}: shared")
+            w(f"    real* const sh_{key} = {base};   // {desc}: shared")
     w("")
 
-    def routine_call(s: Step, indent: str) -> list[str]:
+    def routine_call(s: Step, indent: str, u: int | None) -> list[str]:
         kc, r = s.kc, s.routine
         X, Y = kc.shape(r)
-        lines = []
         conds = []
-        if s.phase == "loop" and nest == 1:
-            conds.append("active")
+        if u is not None and (nest == 1 or U > 1):
+            conds.append(f"act_u{u}")
         if X * Y < T:
             conds.append(f"lt < {X * Y}")
-        body_indent = indent + "    "
+        inner = indent + "    "
         head = f"{indent}// {kc.call.name}: {kc.call.text()} -- {r.name}"
         if X * Y < T:
             head += f" ({X}x{Y} threads, the rest idle)"
-        lines.append(head)
-        lines.append(f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{")
-        lines.append(f"{body_indent}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, ix.i, ix.j}};")
+        if U > 1 and u is not None:
+            head += f" [iteration +{u}]"
+        lines = [head, f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{"]
+        ixv = "ix" if u is None else f"ix_u{u}"
+        lines.append(f"{inner}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, {ixv}.i, {ixv}.j}};")
         cargs = ["rix"]
         binds = kc.call.bindings()
-        for a, acc in zip([a for a in r.args], _accesses_in_order(s)):
+        for a, acc in zip(r.args, _accesses_in_order(s)):
             if a.kind == "global":
                 cargs.append(f"g_{binds[a.name].label}")
             elif a.kind == "scalar":
@@ -512,18 +566,18 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             else:
                 key = acc.element
                 if key in pl.registers:
-                    cargs.append(f"e_{key}")
+                    cargs.append(ename(key, u or 0))
                 else:
                     vname, vdef = _view_struct(b.elements[key], acc.mapping, X, Y)
                     views[vname] = vdef
-                    lines.append(f"{body_indent}{vname} v_{key}{{sh_{key}, tx_{X}x{Y}, ty_{X}x{Y}}};")
+                    lines.append(f"{inner}{vname} v_{key}{{sh_{key}, tx_{X}x{Y}, ty_{X}x{Y}}};")
                     cargs.append(f"v_{key}")
         targs = f"<{', '.join(str(v) for _, v in kc.macros)}>" if kc.macros else ""
-        lines.append(f"{body_indent}{r.fn}{targs}({', '.join(cargs)});")
+        lines.append(f"{inner}{r.fn}{targs}({', '.join(cargs)});")
         lines.append(f"{indent}}}")
         return lines
 
-    def clear(s: Step, indent: str) -> list[str]:
+    def clear(s: Step, indent: str, u: int | None) -> list[str]:
         acc = s.accesses[0]
         el = b.elements[acc.element]
         X, Y = acc.threads
@@ -531,7 +585,8 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         lines = [f"{indent}// {s.kc.call.name}: clear {el.key} (reduction identity)"]
         if acc.element in pl.registers:
             lines.append(f"{indent}#pragma unroll")
-            lines.append(f"{indent}for (int k = 0; k < {pl.registers[acc.element]}; ++k) e_{el.key}.v[k] = {ident};")
+            lines.append(f"{indent}for (int k = 0; k < {pl.registers[acc.element]}; ++k) "
+                         f"{ename(acc.element, u or 0)}.v[k] = {ident};")
         elif acc.mapping == "any":
             lines.append(f"{indent}for (int e = lt; e < {el.size}; e += {T}) sh_{el.key}[e] = {ident};")
         else:
@@ -543,35 +598,49 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                          f"for (int k = 0; k < {slots}; ++k) v(k) = {ident}; }}")
         return lines
 
-    def emit_steps(phase: str, indent: str) -> None:
-        for s in b.steps:
-            if s.phase != phase:
-                continue
-            if s.barrier:
-                w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
-            out.extend(clear(s, indent) if s.kind == "clear" else routine_call(s, indent))
+    def emit(s: Step, indent: str, u: int | None) -> None:
+        if s.barrier:
+            w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
+        out.extend(clear(s, indent, u) if s.kind == "clear" else routine_call(s, indent, u))
 
-    # 4-5. invariant loads, clears of accumulated outputs
     if any(s.phase == "pre" for s in b.steps):
         w("    // ---- before the serial loop: invariant loads, cleared accumulators")
-        emit_steps("pre", "    ")
+        for s in b.steps:
+            if s.phase == "pre":
+                emit(s, "    ", None)
         w("")
-    # 6. the loop
-    w(f"    // ---- serial loop: iters instance(s) along i per {'instance slot' if nest == 1 else 'block'}")
-    w("    for (int it = 0; it < iters; ++it) {")
-    if nest == 1:
-        w(f"        ix.i = first_i + (long long)it * {spec.ipb} + inst;")
-        w(f"        if (first_i + (long long)it * {spec.ipb} >= n_i) break;   // whole block done")
-        w("        const bool active = ix.i < n_i;")
-    else:
-        w("        ix.i = first_i + it;")
-        w("        if (ix.i >= n_i) break;   // block-uniform")
-    emit_steps("loop", "        ")
+    w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if nest == 1 else 'block'}"
+      + (f", {U} at a time" if U > 1 else ""))
+    w(f"    for (int it = 0; it < iters; it += {U}) {{")
+    block_first = f"{first_expr} + (long long)it * {spec.ipb}" if nest == 1 else f"{first_expr} + it"
+    w(f"        if ({block_first} >= {count}) break;   // the whole block is past the end")
+    for u in range(U):
+        if nest == 1:
+            w(f"        KfIx ix_u{u} = ix; ix_u{u}.i = {first_expr} + (long long)(it + {u}) * {spec.ipb} + inst;")
+            w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.i < n_i;")
+        else:
+            w(f"        KfIx ix_u{u} = ix; ix_u{u}.{L} = {first_expr} + it + {u};")
+            if U > 1:
+                w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.{L} < {count};")
+    loop_steps = [s for s in b.steps if s.phase == "loop"]
+    if U == 1:
+        for s in loop_steps:
+            emit(s, "        ", 0)
+    else:   # loads of every copy first, then the rest copy by copy
+        for u in range(U):
+            for s in loop_steps:
+                if s.routine is not None and s.routine.kind == "load":
+                    emit(s, "        ", u)
+        for u in range(U):
+            for s in loop_steps:
+                if not (s.routine is not None and s.routine.kind == "load"):
+                    emit(s, "        ", u)
     w("    }")
-    # 7. stores of accumulated outputs
     if any(s.phase == "post" for s in b.steps):
         w("    // ---- after the serial loop: stores of accumulated outputs")
-        emit_steps("post", "    ")
+        for s in b.steps:
+            if s.phase == "post":
+                emit(s, "    ", None)
     w("}")
 
     clears = []
@@ -581,7 +650,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             if p.reduce and v.id in spec.stores:
                 clears.append((v, REDUCE_OPS[p.reduce]))
     launch = LaunchInfo(spec.name, threads, nest, spec.iters, spec.ipb, tuple(axis_dims), tuple(extents),
-                        tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls))
+                        tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L)
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
     return KernelCode(spec, "\n".join(out), tuple(views.values()), sources, launch, pl, tuple(b.steps))
 

@@ -39,6 +39,7 @@ struct KfMat {           // row-major, rows x cols, leading dimension cols
 
 template <int N>
 struct KfReg {
+    static constexpr int slots = N;   // entries this thread holds
     real v[N];
     KF_DEVICE real& operator()(int k) { return v[k]; }
 };

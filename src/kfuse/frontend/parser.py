@@ -320,8 +320,12 @@ class _Parser:
                 raise self.error(f"{fn.name} returns a {p.type} as {p.name}, {tok.text} is a {vtype}", tok)
             for d, a in zip(dims, p.index):
                 self.unify(axis_of[a], d, f"{tok.text}: size does not match the result of {fn.name}", tok)
-            count = sum(1 for v in self.values if v.name == tok.text)
-            label = tok.text if count == 0 else f"{tok.text}_{count + 1}"
+            taken = {v.label for v in self.values} | set(self.decls)
+            label, n = tok.text, 2
+            if any(v.name == tok.text for v in self.values):
+                while f"{tok.text}_{n}" in taken:
+                    n += 1
+                label = f"{tok.text}_{n}"
             v = Value(len(self.values), tok.text, label, vtype, dims)
             self.values.append(v)
             outs.append(v)

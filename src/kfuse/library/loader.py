@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import LibraryError
 from .mappings import MAPPINGS
-from .schema import (ACCESS_MODES, AXES, KINDS, LOOP_AXIS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
+from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,6 +66,7 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
         meta = root / "library.toml"
         lib = _read_toml(meta) if meta.exists() else {}
         ctx = _Ctx(meta)
+        ctx.unknown_keys(lib, {"library", "elements"}, "")
         table = ctx.get(lib, "library", "", dict, {})
         ctx.unknown_keys(table, {"name", "version", "doc"}, "library")
         elements = ctx.get(lib, "elements", "", dict, {})
@@ -79,8 +80,9 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
         elif (sv, tl) != (subvector, tile):
             raise ctx.fail("elements", f"element sizes {sv}, {tl} differ from the first library's "
                            f"{subvector}, {tile}")
-        name = name or ctx.get(table, "name", "library", str, root.name)
-        version = version or str(ctx.get(table, "version", "library", (str, int), "0"))
+        this_name = ctx.get(table, "name", "library", str, root.name)
+        this_version = str(ctx.get(table, "version", "library", (str, int), "0"))
+        name, version = name or this_name, version or this_version
         for path in sorted(root.glob("*.toml")):
             if path.name == "library.toml":
                 continue
@@ -116,7 +118,14 @@ def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list
     return [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
 
 
+def _table(ctx: _Ctx, t, where: str) -> dict:
+    if not isinstance(t, dict):
+        raise ctx.fail(where, f"expected a table, got {type(t).__name__} {t!r}")
+    return t
+
+
 def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
+    _table(ctx, t, where)
     ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "flops", "params", "variant"}, where)
     name = ctx.ident(ctx.get(t, "name", where, str), f"{where}.name")
     where = f"function {name}"
@@ -124,7 +133,10 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
     if kind not in KINDS:
         raise ctx.fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
     axes = AXES[KINDS[kind]]
-    aliases = tuple(ctx.ident(a, f"{where}.aliases") for a in ctx.get(t, "aliases", where, list, []))
+    aliases = ctx.get(t, "aliases", where, list, [])
+    if not all(isinstance(a, str) for a in aliases):
+        raise ctx.fail(f"{where}.aliases", "expected a list of names")
+    aliases = tuple(ctx.ident(a, f"{where}.aliases") for a in aliases)
     params = tuple(_load_param(ctx, p, f"{where}.params[{n}]", axes)
                    for n, p in enumerate(ctx.get(t, "params", where, list)))
     names = [p.name for p in params]
@@ -152,7 +164,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     if not isinstance(p, dict):
         raise ctx.fail(where, "expected a table")
-    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad"}, where)
+    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial"}, where)
     name = ctx.ident(ctx.get(p, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.params.{name}"
     ptype = ctx.get(p, "type", where, str)
@@ -181,19 +193,20 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     elif direction == "out" and set(index) != set(axes):
         raise ctx.fail(f"{where}.index", "a map output must follow every instance axis "
                        f"{list(axes)} (or declare reduce = \"sum\")")
-    free = LOOP_AXIS not in index
-    invariant = ctx.get(p, "invariant", where, bool, free)
-    if invariant and not free:
-        raise ctx.fail(f"{where}.invariant", f"follows the loop axis {LOOP_AXIS!r}, cannot be invariant")
-    if direction == "out" and invariant != free:
-        raise ctx.fail(f"{where}.invariant", "an output's invariance follows from its index")
+    hoist = ctx.get(p, "invariant", where, bool, True)
+    if direction == "out" and "invariant" in p:
+        raise ctx.fail(f"{where}.invariant", "an output's invariance follows from its index and the loop axis")
     pad = ctx.get(p, "pad", where, int, 1 if ptype == "matrix" else 0)   # 1: conflict-free columns
     if pad < 0 or (pad and ptype != "matrix"):
         raise ctx.fail(f"{where}.pad", "padding is a non-negative number of entries per tile row")
-    return Param(name, ptype, direction, index, invariant, reduce, pad)
+    partial = ctx.get(p, "partial", where, bool, False)
+    if partial and (direction != "in" or ptype == "matrix"):
+        raise ctx.fail(f"{where}.partial", "only vector or scalar inputs can take partial sums")
+    return Param(name, ptype, direction, index, hoist, reduce, pad, partial)
 
 
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
+    _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
                          "routines"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
@@ -219,6 +232,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
     locals_ = []
     for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
         lw = f"{where}.locals[{n}]"
+        _table(ctx, loc, lw)
         ctx.unknown_keys(loc, {"name", "element", "shape", "pad"}, lw)
         lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
         element = ctx.get(loc, "element", lw, str)
@@ -230,7 +244,12 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
             raise ctx.fail(f"{lw}.shape", f"a {element} has {dims} sizes, each an int or a macro")
         if lname in {p.name for p in params}:
             raise ctx.fail(f"{lw}.name", f"{lname} is also a parameter")
-        locals_.append(Local(lname, element, shape, ctx.get(loc, "pad", lw, int, 0)))
+        if lname in {x.name for x in locals_}:
+            raise ctx.fail(f"{lw}.name", f"duplicate local {lname}")
+        lpad = ctx.get(loc, "pad", lw, int, 0)
+        if lpad < 0 or (lpad and element != "tile"):
+            raise ctx.fail(f"{lw}.pad", "padding is a non-negative number of entries per tile row")
+        locals_.append(Local(lname, element, shape, lpad))
     routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines)
@@ -239,13 +258,16 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
 
 
 def _threads(ctx: _Ctx, value: list, where: str, macros: dict) -> tuple[str | int, str | int]:
-    if len(value) != 2 or not all((isinstance(t, int) and t > 0) or t in macros for t in value):
+    if not isinstance(value, list) or len(value) != 2 or not all(
+            (isinstance(t, int) and not isinstance(t, bool) and t > 0) or (isinstance(t, str) and t in macros)
+            for t in value):
         raise ctx.fail(where, "expected [X, Y], each a positive int or a macro name")
     return value[0], value[1]
 
 
 def _load_routine(ctx, r: dict, where: str, params: tuple[Param, ...], locals_: list[Local],
                   macros: dict, threads) -> Routine:
+    _table(ctx, r, where)
     ctx.unknown_keys(r, {"name", "fn", "args", "threads"}, where)
     name = ctx.get(r, "name", where, str)
     where = f"{where.rsplit('.', 1)[0]}.routine.{name}"

@@ -26,12 +26,15 @@ class MappingDef:
 
     def check(self, shape: tuple[int, ...], X: int, Y: int) -> str | None:
         """Reason this mapping cannot be used for this element shape and thread shape."""
-        if self.name == "lane":
+        if self.name in ("lane", "colpart"):
             (K,) = shape
             return None if K % X == 0 else f"subvector of {K} entries is not a multiple of {X} threads in x"
-        if self.name == "split":
+        if self.name in ("split", "rowpart"):
             (K,) = shape
             return None if K % Y == 0 else f"subvector of {K} entries is not a multiple of {Y} threads in y"
+        if self.name == "quad":
+            (K,) = shape
+            return None if K == 4 * X else f"subvector of {K} entries needs {K // 4} threads in x, routine has {X}"
         if self.name == "rows":
             R, C = shape
             if C != X:
@@ -40,12 +43,14 @@ class MappingDef:
         return None
 
     def slots(self, shape: tuple[int, ...], X: int, Y: int) -> int:
-        if self.name == "lane":
+        if self.name in ("lane", "colpart"):
             return shape[0] // X
-        if self.name == "split":
+        if self.name in ("split", "rowpart"):
             return shape[0] // Y
         if self.name == "rows":
             return shape[0] // Y
+        if self.name == "quad":
+            return 4
         if self.name == "thread":
             return 1
         return 0
@@ -58,14 +63,22 @@ class MappingDef:
             return f"ty + k * {Y}"
         if self.name == "rows":
             return f"(ty + k * {Y}) * {pitch} + tx"
+        if self.name == "quad":
+            return "4 * tx + k"
         return None
 
 
 MAPPINGS: dict[str, MappingDef] = {m.name: m for m in (
     MappingDef("lane", "subvector", "thread (tx, ty) owns entries tx + k*X (same in every ty)", True, True),
     MappingDef("split", "subvector", "thread (tx, ty) owns entries ty + k*Y (same in every tx)", True, True),
+    MappingDef("quad", "subvector", "thread tx owns the 4 consecutive entries 4 tx + k (16-byte "
+               "accesses); needs X = K / 4", True, True),
     MappingDef("rows", "tile", "thread (tx, ty) owns entries (ty + k*Y, tx); needs X == tile columns",
                True, True),
+    MappingDef("rowpart", "subvector", "thread (tx, ty) holds a partial of entries ty + k*Y; the entry is "
+               "the sum over tx (registers only)", True, False),
+    MappingDef("colpart", "subvector", "thread (tx, ty) holds a partial of entries tx + k*X; the entry is "
+               "the sum over ty (registers only)", True, False),
     MappingDef("thread", "scalar", "each thread holds its own partial value (registers only)", True, False),
     MappingDef("any", "*", "arbitrary indexing through e.at(...) (shared memory only)", False, True),
 )}

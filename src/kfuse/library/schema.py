@@ -7,7 +7,7 @@ from pathlib import Path
 # higher-order kind -> nesting depth; the instance space has one axis per level
 KINDS: dict[str, int] = {"map": 1, "reduce": 1, "map-map": 2, "map-reduce": 2}
 AXES: dict[int, tuple[str, ...]] = {1: ("i",), 2: ("i", "j")}
-LOOP_AXIS = "i"          # serial iterations walk the first instance axis
+LOOP_AXES = ("i", "j")   # the serial loop walks one instance axis, chosen per kernel
 SCRIPT_TYPES = ("scalar", "vector", "matrix")
 ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile"}
 REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
@@ -20,9 +20,15 @@ class Param:
     type: str                       # scalar | vector | matrix
     dir: str                        # in | out
     index: tuple[str, ...]          # instance axes the element follows (matrix: row axis, col axis)
-    invariant: bool                 # in: loaded before the serial loop; out: accumulated across it
+    hoist: bool                     # in: may be loaded before the serial loop when it does not
+                                    #     follow the kernel's loop axis (TOML: invariant = false: never)
     reduce: str | None = None       # out: operator combining instances along the missing axes
     pad: int = 0                    # shared-memory padding per tile row
+    partial: bool = False           # in: may be fed per-instance partial sums of a producer that
+                                    #     reduces over the same axes (the routines add it linearly)
+
+    def follows(self, axis: str) -> bool:
+        return axis in self.index
 
     @property
     def element(self) -> str:

@@ -6,7 +6,6 @@ import numpy as np
 from ..errors import LaunchError
 from ..program import Program
 from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
-from .compiler import load_module
 from .gpu import cupy
 
 AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
@@ -37,13 +36,17 @@ def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, i
     return dims
 
 
-def target_blocks(threads: int) -> int:
-    """Blocks for two full waves of the current GPU (the grid size that auto iterations aim at)."""
-    cp = cupy()
-    dev = cp.cuda.Device()
-    sms = dev.attributes["MultiProcessorCount"]
-    per_sm = max(1, dev.attributes["MaxThreadsPerMultiProcessor"] // threads)
-    return 2 * sms * per_sm
+_device_limits: dict[int, tuple[int, int]] = {}
+
+
+def target_blocks(threads: int, device: int) -> int:
+    """Blocks for two full waves of the GPU (the grid size that auto iterations aim at)."""
+    if device not in _device_limits:
+        rt = cupy().cuda.runtime
+        _device_limits[device] = (rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, device),
+                                  rt.deviceGetAttribute(rt.cudaDevAttrMaxThreadsPerMultiProcessor, device))
+    sms, max_threads = _device_limits[device]
+    return 2 * sms * max(1, max_threads // threads)
 
 
 def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
@@ -96,8 +99,8 @@ def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
         arrays[v.id] = arr
     check_no_overlap(named, {k for k in named if k.startswith("out[")})
 
-    module = load_module(compiled.cuda_source)
-    for code in compiled.kernels:
+    functions = compiled.functions(device)
+    for code, function in zip(compiled.kernels, functions):
         L = code.launch
         for v, identity in L.clears:
             arr = arrays[v.id]
@@ -116,13 +119,13 @@ def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
                 args.append(scalars[g.value.id])
             elif g.kind == "count":
                 args.append(np.int64(-(-dims[g.axis] // g.divisor)))
-        iters = L.iterations(dims, target_blocks(L.threads))
+        iters = L.iterations(dims, target_blocks(L.threads, device))
         args.append(np.int32(min(iters, 2**31 - 1)))
         grid = L.grid(dims, iters)
         if grid > MAX_GRID:
             raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
         try:
-            module.get_function(L.kernel)((grid,), (L.threads,), tuple(args))
+            function((grid,), (L.threads,), tuple(args))
         except cp.cuda.driver.CUDADriverError as e:
             raise LaunchError(f"launch of {L.kernel} (grid {grid}, block {L.threads}) failed: {e}") from None
     if sync:
