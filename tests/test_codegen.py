@@ -12,7 +12,7 @@ from conftest import EXAMPLES, ROOT
 
 
 def compiled(name, dtype="float32"):
-    return kfuse.compile(ROOT / "examples" / f"{name}.kf", dtype=dtype)
+    return kfuse.compile(ROOT / "examples" / f"{name}.kf", dtype=dtype, fuse=False)
 
 
 def loop_body(src):
@@ -27,7 +27,7 @@ def loop_body(src):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_unfused_plan_has_one_kernel_per_call(path):
-    prog = kfuse.compile(path)
+    prog = kfuse.compile(path, fuse=False)
     assert len(prog.kernels) == len(prog.program.calls)
     assert prog.cuda_source.count('extern "C" __global__') == len(prog.program.calls)
     for k in prog.kernels:

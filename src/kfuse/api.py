@@ -14,7 +14,7 @@ from .frontend import parse_script
 from .graph import DependencyGraph
 from .library.loader import load_library
 from .library.schema import Library
-from .plan import Plan, generate, unfused_plan
+from .plan import Plan, PlanSearch, generate, unfused_plan
 from .program import Program
 
 
@@ -36,6 +36,12 @@ class CompiledScript:
     dtype: str
     plan: Plan
     kernels: list[KernelCode] = field(repr=False)
+    search: PlanSearch | None = field(default=None, repr=False)   # the ranked plan space (fused compiles)
+
+    def with_plan(self, plan: Plan) -> "CompiledScript":
+        """The same script compiled with another plan (e.g. the next best, for empirical search)."""
+        return CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library),
+                              self.search)
 
     @cached_property
     def cuda_source(self) -> str:
@@ -112,13 +118,23 @@ class CompiledScript:
         from .runtime.executor import run
         return run(self, inputs, out=out, sync=sync)
 
+    def bind(self, out: dict | None = None, **inputs):
+        """Check and bind arguments once; the returned callable only launches (for repeated runs
+        and timing). Its outputs are allocated once and reused."""
+        from .runtime.executor import BoundCall
+        return BoundCall(self, inputs, out=out)
+
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
-            shipped_library: bool = True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            shipped_library: bool = True, fuse: bool = True,
+            sizes: dict[str, int] | None = None) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
-    leaves it out).  Needs no GPU; running the result needs CuPy.
+    leaves it out).  ``fuse=False`` gives every call its own kernel (the paper's code without
+    fusions); otherwise the plan predicted fastest at ``sizes`` (script size name -> value;
+    8192 per matrix side, 2^24 per vector by default) is chosen.  Needs no GPU; running the
+    result needs CuPy.
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -126,5 +142,11 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     lib = load_library(*folders, shipped=shipped_library)
     source, file = _read_script(script)
     program = parse_script(source, lib, file)
-    plan = unfused_plan(program, lib)
-    return CompiledScript(program, lib, dtype, plan, generate(plan, lib))
+    if fuse:
+        search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize)
+        plan = search.best()
+    else:
+        search, plan = None, unfused_plan(program, lib)
+    compiled = CompiledScript(program, lib, dtype, plan, generate(plan, lib))
+    compiled.search = search
+    return compiled

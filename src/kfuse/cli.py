@@ -39,7 +39,7 @@ def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
 
 def cmd_compile(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(args.script, dtype=args.dtype, library=args.library)
+    prog = kcompile(args.script, dtype=args.dtype, library=args.library, fuse=not args.unfused)
     if args.output:
         Path(args.output).write_text(prog.cuda_source)
         print(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines",
@@ -50,9 +50,25 @@ def cmd_compile(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    import itertools
+    import time
+
     from .api import compile as kcompile
-    prog = kcompile(args.script, dtype=args.dtype, library=args.library)
+    t0 = time.perf_counter()
+    prog = kcompile(args.script, dtype=args.dtype, library=args.library, fuse=not args.unfused)
+    elapsed = time.perf_counter() - t0
     print(prog.describe())
+    search = prog.search
+    if search is not None:
+        print(search.explain() if args.explain else search.explain().splitlines()[0])
+        print(f"planned in {elapsed:.3f} s (without NVRTC)")
+        if args.all:
+            print(f"plans in predicted order (first {args.all}):")
+            for n, plan in enumerate(itertools.islice(search.plans(), args.all)):
+                kernels = " | ".join(", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}"
+                                     + "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}"
+                                               for kc in k.calls) + ">" for k in plan.kernels)
+                print(f"  {n + 1:4d}. {plan.predicted * 1e6:9.1f} us  {kernels}")
     if args.graph:
         print(prog.graph.dot())
     return 0
@@ -108,6 +124,7 @@ def cmd_bench(args) -> int:
     import shlex
 
     from .bench import BenchOptions, resolve_sequences, run_bench, write_outputs
+    from .bench.records import KFUSE, OK
     dtypes = []
     for d in args.dtype or ["float32"]:
         dtypes += ["float32", "float64"] if d == "both" else [d]
@@ -120,8 +137,8 @@ def cmd_bench(args) -> int:
     written, notes = write_outputs(run, out)
     for line in [f"wrote {p}" for p in written] + notes:
         print(line, file=sys.stderr)
-    failed = [r for r in run.records if r.contender == "kfuse" and r.status != "ok"]
-    return 1 if failed else 0
+    failed = [r for r in run.records if r.contender == KFUSE and r.status != OK]
+    return 1 if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,10 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compile", help="generate CUDA for a script (no GPU needed)")
     common(p)
     p.add_argument("-o", "--output", help="write the CUDA source here instead of stdout")
+    p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("plan", help="print the plan: kernels, calls in each, launch configuration")
     common(p)
     p.add_argument("--graph", action="store_true", help="also print the dependency graph (Graphviz)")
+    p.add_argument("--explain", action="store_true", help="list every fusion, and why each refused one was refused")
+    p.add_argument("--all", type=int, nargs="?", const=20, default=0, metavar="K",
+                   help="list the first K plans (default 20) in predicted order")
+    p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("run", help="run on random inputs, check against NumPy, print the time (GPU)")
     common(p)

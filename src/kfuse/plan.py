@@ -1,28 +1,47 @@
-"""Plans: which calls run in which kernel, in launch order, with every implementation choice."""
+"""Plans: which calls run in which kernel, in launch order, with every implementation choice.
+
+A plan covers every call once with kernels (fusion implementations and single-call kernels) whose
+dependency graph is acyclic.  ``PlanSearch`` ranks plans by the transfer model (``model.py``) and
+yields them best first, then the next best, for empirical search.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, field
+from typing import Iterator
 
 from .codegen.kernel import KernelCall, KernelCode, KernelSpec, build_kernel
+from .fusion.space import Implementation, Space, build_space, stores_of
 from .graph import DependencyGraph
 from .library.schema import Library, Variant
+from .model import DEFAULT_MACHINE, Machine, kernel_time
 from .program import Program
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
 DEFAULT_ITERS = 0       # serial iterations (0: chosen at launch from the sizes)
+DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the caller does not give
+DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
 
 
 @dataclass(frozen=True)
 class Plan:
     program: Program
     kernels: tuple[KernelSpec, ...]
+    predicted: float | None = None                  # seconds, by the model, at the model's sizes
+    parts: tuple[float, ...] = ()                   # predicted seconds per kernel
+    implementations: tuple[Implementation, ...] = field(default=(), compare=False)
 
     def describe(self, codes: list[KernelCode] | None = None) -> str:
-        lines = [f"plan for {self.program.name}: {len(self.kernels)} kernel(s)"]
+        head = f"plan for {self.program.name}: {len(self.kernels)} kernel(s)"
+        if self.predicted is not None:
+            head += f", predicted {self.predicted * 1e6:.1f} us"
+        lines = [head]
         for n, k in enumerate(self.kernels):
-            lines.append(f"  kernel {n} {k.name}: {k.iters or 'auto'} serial iteration(s)"
-                         + (f", {k.ipb} instance(s) per block" if k.nesting == 1 else ""))
+            extra = f", {k.ipb} instance(s) per block" if k.nesting == 1 else ""
+            pred = f", predicted {self.parts[n] * 1e6:.1f} us" if self.parts else ""
+            lines.append(f"  kernel {n} {k.name}: loop along {k.loop}, {k.iters or 'auto'} serial iteration(s)"
+                         + (f" unrolled by {k.unroll}" if k.unroll > 1 else "") + extra + pred)
             for kc in k.calls:
                 lines.append(f"    {kc.call.text():40s} [{kc.describe()}]  (line {kc.call.line})")
         return "\n".join(lines)
@@ -66,3 +85,161 @@ def unfused_plan(program: Program, lib: Library) -> Plan:
 
 def generate(plan: Plan, lib: Library) -> list[KernelCode]:
     return [build_kernel(k, lib) for k in plan.kernels]
+
+
+def _preference(impl: Implementation, code: KernelCode) -> tuple:
+    """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
+    then choices that measured well on the H100 (unroll 2 unnested / 4 nested, BY = 8)."""
+    nested = code.spec.nesting == 2
+    return (code.barriers, code.launch.smem_bytes_per_real, abs(impl.unroll - (4 if nested else 2)),
+            abs((impl.by or DEFAULT_BY) - DEFAULT_BY), sum(impl.variants), impl.order)
+
+
+class PlanSearch:
+    """All plans of a program, ranked by the transfer model at the given sizes."""
+
+    def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
+                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE):
+        self.program, self.lib, self.machine = program, lib, machine
+        self.space: Space = build_space(program, lib)
+        self.graph = self.space.graph
+        sizes = sizes or {}
+        matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
+        self.dims = {d.id: sizes.get(d.name, d.literal or (DEFAULT_SIZE if d.id in matrix_dims
+                                                           else DEFAULT_VECTOR_SIZE))
+                     for d in program.dims}
+        self.entries = {}
+        for v in program.values:
+            n = 1
+            for d in v.dims:
+                n *= self.dims[d]
+            self.entries[v.id] = n
+        self.ranked: dict[frozenset[int], list[tuple[float, Implementation, KernelCode]]] = {}
+        for calls, impls in self.space.impls.items():
+            scored = [(kernel_time(code, self.dims, self.entries, itemsize, machine), impl, code)
+                      for impl, code in impls]
+            scored.sort(key=lambda t: (round(t[0] * 1e9), _preference(t[1], t[2])))
+            self.ranked[calls] = scored
+        self.partitions = self._partitions()
+
+    # -- partitions --------------------------------------------------------------------------
+    def _partitions(self) -> list[tuple[frozenset[int], ...]]:
+        order = self.graph.topological_order()
+        out: list[tuple[frozenset[int], ...]] = []
+
+        def rec(k: int, blocks: list[frozenset[int]]) -> None:
+            if k == len(order):
+                if self._acyclic(blocks):
+                    out.append(tuple(blocks))
+                return
+            c = order[k]
+            for n, b in enumerate(blocks):
+                joined = b | {c}
+                if joined in self.ranked:
+                    rec(k + 1, blocks[:n] + [joined] + blocks[n + 1:])
+            rec(k + 1, blocks + [frozenset({c})])
+
+        rec(0, [])
+        return out
+
+    def _acyclic(self, blocks: list[frozenset[int]]) -> bool:
+        return self._kernel_order(blocks) is not None
+
+    def _kernel_order(self, blocks) -> list[frozenset[int]] | None:
+        where = {c: n for n, b in enumerate(blocks) for c in b}
+        succ = {n: set() for n in range(len(blocks))}
+        for (p, c) in self.graph.edge_values:
+            if where[p] != where[c]:
+                succ[where[p]].add(where[c])
+        indeg = {n: 0 for n in succ}
+        for n in succ:
+            for m in succ[n]:
+                indeg[m] += 1
+        ready = sorted((min(blocks[n]), n) for n in succ if indeg[n] == 0)
+        result = []
+        while ready:
+            _, n = ready.pop(0)
+            result.append(blocks[n])
+            for m in succ[n]:
+                indeg[m] -= 1
+                if indeg[m] == 0:
+                    ready.append((min(blocks[m]), m))
+            ready.sort()
+        return result if len(result) == len(blocks) else None
+
+    # -- counts ----------------------------------------------------------------------------
+    def count_implementations(self) -> int:
+        return sum(len(v) for k, v in self.ranked.items() if len(k) > 1)
+
+    def count_plans(self) -> int:
+        total = 0
+        for blocks in self.partitions:
+            n = 1
+            for b in blocks:
+                n *= len(self.ranked[b])
+            total += n
+        return total
+
+    # -- plans, best first -----------------------------------------------------------------------
+    def plans(self) -> Iterator[Plan]:
+        """Every plan in order of predicted time (k-best enumeration over each partition)."""
+        heap: list[tuple[float, int, tuple[int, ...]]] = []
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        for pid, blocks in enumerate(self.partitions):
+            idx = (0,) * len(blocks)
+            heapq.heappush(heap, (self._cost(blocks, idx), pid, idx))
+            seen.add((pid, idx))
+        while heap:
+            cost, pid, idx = heapq.heappop(heap)
+            blocks = self.partitions[pid]
+            yield self._plan(blocks, idx)
+            for n in range(len(idx)):
+                if idx[n] + 1 < len(self.ranked[blocks[n]]):
+                    nxt = idx[:n] + (idx[n] + 1,) + idx[n + 1:]
+                    if (pid, nxt) not in seen:
+                        seen.add((pid, nxt))
+                        heapq.heappush(heap, (self._cost(blocks, nxt), pid, nxt))
+
+    def covering_plans(self) -> Iterator[tuple[int, Plan]]:
+        """(partition index, plan) pairs that together use every implementation of every kernel of
+        every partition: the m-th plan of a partition gives each block its m-th implementation
+        (its last one when it has fewer)."""
+        for pid, blocks in enumerate(self.partitions):
+            for m in range(max(len(self.ranked[b]) for b in blocks)):
+                idx = tuple(min(m, len(self.ranked[b]) - 1) for b in blocks)
+                yield pid, self._plan(blocks, idx)
+
+    def best(self) -> Plan:
+        return next(self.plans())
+
+    def _cost(self, blocks, idx) -> float:
+        return sum(self.ranked[b][i][0] for b, i in zip(blocks, idx))
+
+    def _plan(self, blocks, idx) -> Plan:
+        choice = dict(zip(blocks, idx))
+        specs, parts, impls = [], [], []
+        for n, b in enumerate(self._kernel_order(list(blocks))):
+            t, impl, code = self.ranked[b][choice[b]]
+            names = "_".join(self.program.calls[i].function.name for i in impl.order)
+            specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b)))
+            parts.append(t)
+            impls.append(impl)
+        return Plan(self.program, tuple(specs), sum(parts), tuple(parts), tuple(impls))
+
+    # -- explanation -------------------------------------------------------------------------------
+    def explain(self) -> str:
+        lines = [f"{len(self.space.fusions)} legal fusion(s), {self.count_implementations()} fusion "
+                 f"implementation(s), {len(self.partitions)} partition(s), {self.count_plans()} plan(s)"]
+        for f in self.space.fusions:
+            impls = self.ranked[f.calls]
+            pr = self.space.pruned.get(f.calls, {})
+            pr_text = ", ".join(f"{v} {k}" for k, v in pr.items() if v)
+            lines.append(f"  fusion {f}: " + "; ".join(self.program.calls[i].text() for i in sorted(f.calls)))
+            lines.append(f"    {len(impls)} implementation(s)" + (f" (pruned: {pr_text})" if pr_text else "")
+                         + f"; best predicted {impls[0][0] * 1e6:.1f} us: {impls[0][1].describe(self.program)}")
+        if self.space.refused:
+            lines.append("refused:")
+            for calls, reason in sorted(self.space.refused.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))):
+                names = "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
+                lines.append(f"  {names}: {reason}")
+        return "\n".join(lines)

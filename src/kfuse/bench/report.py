@@ -44,6 +44,14 @@ def fmt_size(v: int) -> str:
     return f"2^{v.bit_length() - 1}" if v >= 2**20 and v & (v - 1) == 0 else str(v)
 
 
+def fmt_bytes(n: int) -> str:
+    """Decimal units, as bandwidths are: 268435456 -> '268 MB'."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}" if n < 100 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} B"
+
+
 def fmt_cuda_version(v) -> str:
     """12080 -> '12.8'."""
     return f"{v // 1000}.{(v % 1000) // 10}" if isinstance(v, int) else str(v)
@@ -201,8 +209,8 @@ def _l2_note(run: BenchRun) -> str:
     if not run.sequences:
         return f"L2 cache: {l2}."
     if not rotated:
-        least = min(s.input_bytes for s in run.sequences) / 1e6
-        return (f"L2 cache: {l2}. Every sequence's inputs ({least:.0f} MB or more per call) are larger than "
+        least = fmt_bytes(min(s.input_bytes for s in run.sequences))
+        return (f"L2 cache: {l2}. Every sequence's inputs ({least} or more per call) are larger than "
                 "the L2 cache, so each repetition streams its data from memory.")
     listed = ", ".join(f"{display_name(s.sequence)} {s.dtype} ({s.input_sets} sets)" for s in rotated)
     return (f"L2 cache: {l2}. Sequences whose inputs are under 4 x L2 rotate between input sets from one "

@@ -49,89 +49,114 @@ def target_blocks(threads: int, device: int) -> int:
     return 2 * sms * max(1, max_threads // threads)
 
 
-def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
-    cp = cupy()
-    prog: Program = compiled.program
-    dtype = np.dtype(compiled.dtype)
-    device = cp.cuda.Device().id
-    out = dict(out or {})
-    names = [v.name for v in prog.inputs]
-    missing = [n for n in names if n not in inputs]
-    if missing:
-        raise LaunchError(f"missing input(s): {', '.join(missing)} (the script's inputs are {', '.join(names)})")
-    unknown = [n for n in inputs if n not in names]
-    if unknown:
-        raise LaunchError(f"unknown input(s): {', '.join(unknown)} (the script's inputs are {', '.join(names)})")
-    out_names = [v.name for v in prog.outputs]
-    bad = [n for n in out if n not in out_names]
-    if bad:
-        raise LaunchError(f"out: {', '.join(bad)} is not a returned value ({', '.join(out_names)})")
+class BoundCall:
+    """A program bound to its arguments: everything checked and allocated, launches prepared.
 
-    arrays: dict[int, object] = {}
-    scalars: dict[int, object] = {}
-    named: dict[str, object] = {}
-    for v in prog.inputs:
-        if v.type == "scalar":
-            scalars[v.id] = to_scalar(inputs[v.name], v.name, dtype)
-            continue
-        arr = to_cupy(inputs[v.name], v.name)
-        check_array(arr, v.name, len(v.dims), dtype, device)
-        arrays[v.id] = named[v.name] = arr
-    dims = bind_sizes(prog, {v.name: tuple(arrays[v.id].shape) for v in prog.inputs if v.type != "scalar"})
+    Calling it clears the reduced outputs and launches the kernels (no checks, no allocation),
+    returning the outputs; the same output arrays are reused by every call.
+    """
 
-    returned = {v.id for v in prog.outputs}
-    for v in prog.values:
-        if v.is_input:
-            continue
-        shape = tuple(dims[d] for d in v.dims)
-        if v.id in returned and v.name in out:
-            arr = to_cupy(out[v.name], f"out[{v.name!r}]")
+    def __init__(self, compiled, inputs: dict, out: dict | None = None):
+        cp = cupy()
+        prog: Program = compiled.program
+        dtype = np.dtype(compiled.dtype)
+        device = cp.cuda.Device().id
+        out = dict(out or {})
+        names = [v.name for v in prog.inputs]
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise LaunchError(f"missing input(s): {', '.join(missing)} (the script's inputs are {', '.join(names)})")
+        unknown = [n for n in inputs if n not in names]
+        if unknown:
+            raise LaunchError(f"unknown input(s): {', '.join(unknown)} (the script's inputs are {', '.join(names)})")
+        out_names = [v.name for v in prog.outputs]
+        bad = [n for n in out if n not in out_names]
+        if bad:
+            raise LaunchError(f"out: {', '.join(bad)} is not a returned value ({', '.join(out_names)})")
+
+        arrays: dict[int, object] = {}
+        scalars: dict[int, object] = {}
+        named: dict[str, object] = {}
+        for v in prog.inputs:
             if v.type == "scalar":
-                if arr.shape not in ((), (1,)) or arr.dtype != dtype or not arr.flags.c_contiguous:
-                    raise LaunchError(f"out[{v.name!r}]: a scalar result needs a {dtype} array of shape ()")
-            else:
-                check_array(arr, f"out[{v.name!r}]", len(shape), dtype, device)
-                if tuple(arr.shape) != shape:
-                    raise LaunchError(f"out[{v.name!r}]: shape {tuple(arr.shape)}, expected {shape}")
-            named[f"out[{v.name!r}]"] = arr
-        else:
-            arr = cp.empty(shape, dtype=dtype)
-        arrays[v.id] = arr
-    check_no_overlap(named, {k for k in named if k.startswith("out[")})
+                scalars[v.id] = to_scalar(inputs[v.name], v.name, dtype)
+                continue
+            arr = to_cupy(inputs[v.name], v.name)
+            check_array(arr, v.name, len(v.dims), dtype, device)
+            arrays[v.id] = named[v.name] = arr
+        dims = bind_sizes(prog, {v.name: tuple(arrays[v.id].shape) for v in prog.inputs if v.type != "scalar"})
 
-    functions = compiled.functions(device)
-    for code, function in zip(compiled.kernels, functions):
-        L = code.launch
-        for v, identity in L.clears:
-            arr = arrays[v.id]
-            if float(identity) == 0.0:
-                arr.data.memset_async(0, arr.nbytes)
+        returned = {v.id for v in prog.outputs}
+        for v in prog.values:
+            if v.is_input:
+                continue
+            shape = tuple(dims[d] for d in v.dims)
+            if v.id in returned and v.name in out:
+                arr = to_cupy(out[v.name], f"out[{v.name!r}]")
+                if v.type == "scalar":
+                    if arr.shape not in ((), (1,)) or arr.dtype != dtype or not arr.flags.c_contiguous:
+                        raise LaunchError(f"out[{v.name!r}]: a scalar result needs a {dtype} array of shape ()")
+                else:
+                    check_array(arr, f"out[{v.name!r}]", len(shape), dtype, device)
+                    if tuple(arr.shape) != shape:
+                        raise LaunchError(f"out[{v.name!r}]: shape {tuple(arr.shape)}, expected {shape}")
+                named[f"out[{v.name!r}]"] = arr
             else:
-                arr.fill(float(identity))
-        args = []
-        for g in L.args:
-            if g.kind == "array":
-                arr = arrays[g.value.id]
-                args.append(arr)
-                if g.value.type != "scalar":
-                    args.extend(np.int64(s) for s in arr.shape)
-            elif g.kind == "scalar":
-                args.append(scalars[g.value.id])
-            elif g.kind == "count":
-                args.append(np.int64(-(-dims[g.axis] // g.divisor)))
-        iters = L.iterations(dims, target_blocks(L.threads, device))
-        args.append(np.int32(min(iters, 2**31 - 1)))
-        grid = L.grid(dims, iters)
-        if grid > MAX_GRID:
-            raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
-        try:
-            function((grid,), (L.threads,), tuple(args))
-        except cp.cuda.driver.CUDADriverError as e:
-            raise LaunchError(f"launch of {L.kernel} (grid {grid}, block {L.threads}) failed: {e}") from None
-    if sync:
-        try:
-            cp.cuda.get_current_stream().synchronize()
-        except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
-            raise LaunchError(f"kernel execution failed: {e}") from None
-    result = tuple(arrays[v.id] for v in prog.outputs)
-    return result[0] if len(result) == 1 else result
+                arr = cp.empty(shape, dtype=dtype)
+            arrays[v.id] = arr
+        check_no_overlap(named, {k for k in named if k.startswith("out[")})
+
+        self.dims = dims
+        self.launches: list[tuple] = []       # (function, grid, threads, args, clears, name)
+        for code, function in zip(compiled.kernels, compiled.functions(device)):
+            L = code.launch
+            clears = [(arrays[v.id], float(identity)) for v, identity in L.clears]
+            args = []
+            for g in L.args:
+                if g.kind == "array":
+                    arr = arrays[g.value.id]
+                    args.append(arr)
+                    if g.value.type != "scalar":
+                        args.extend(np.int64(s) for s in arr.shape)
+                elif g.kind == "scalar":
+                    args.append(scalars[g.value.id])
+                elif g.kind == "count":
+                    args.append(np.int64(-(-dims[g.axis] // g.divisor)))
+            iters = L.iterations(dims, target_blocks(L.threads, device))
+            args.append(np.int32(min(iters, 2**31 - 1)))
+            grid = L.grid(dims, iters)
+            if grid > MAX_GRID:
+                raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
+            self.launches.append((function, grid, L.threads, tuple(args), clears, L.kernel))
+        result = tuple(arrays[v.id] for v in prog.outputs)
+        self.result = result[0] if len(result) == 1 else result
+        self.arrays = arrays
+
+    @property
+    def launch_count(self) -> int:
+        """Launches per call: kernels plus fills of reduced outputs whose identity is not zero
+        (zero clears are asynchronous memsets)."""
+        return len(self.launches) + sum(1 for *_, clears, _ in self.launches for _, ident in clears if ident)
+
+    def __call__(self, sync: bool = False):
+        cp = cupy()
+        for function, grid, threads, args, clears, name in self.launches:
+            for arr, identity in clears:
+                if identity == 0.0:
+                    arr.data.memset_async(0, arr.nbytes)
+                else:
+                    arr.fill(identity)
+            try:
+                function((grid,), (threads,), args)
+            except cp.cuda.driver.CUDADriverError as e:
+                raise LaunchError(f"launch of {name} (grid {grid}, block {threads}) failed: {e}") from None
+        if sync:
+            try:
+                cp.cuda.get_current_stream().synchronize()
+            except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
+                raise LaunchError(f"kernel execution failed: {e}") from None
+        return self.result
+
+
+def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
+    return BoundCall(compiled, inputs, out)(sync=sync)

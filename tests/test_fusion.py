@@ -1,0 +1,139 @@
+"""Fusion engine: legality, enumeration, plans and the structure of fused kernels (CPU)."""
+import itertools
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+import kfuse
+from kfuse.codegen.kernel import build_kernel
+from kfuse.errors import FusionError
+from kfuse.fusion.legality import why_not
+from kfuse.graph import DependencyGraph
+
+from conftest import EXAMPLES, ROOT
+from fusion_util import covering_programs
+
+
+def best(name, **kw):
+    return kfuse.compile(ROOT / "examples" / f"{name}.kf", **kw)
+
+
+def kernel_calls(prog):
+    return [[kc.call.function.name for kc in k.spec.calls] for k in prog.kernels]
+
+
+@pytest.mark.parametrize("name, kernels", [
+    ("bicgk", [["gemv", "gemtv"]]),
+    ("gemver", [["ger", "ger", "gemtv"], ["gemv"]]),
+    ("axpydot", [["axpy", "dot"]]),
+    ("vadd", [["vadd", "vadd"]]),
+    ("waxpby", [["scal", "axpy"]]),
+    ("atax", [["gemv"], ["gemtv"]]),
+    ("sgemvt", [["gemtv"], ["gemv"]]),
+    ("sgemv", [["gemv"]]), ("sscal", [["scal"]]), ("madd", [["madd"]]),
+])
+def test_expected_plans(name, kernels):
+    assert kernel_calls(best(name)) == kernels
+
+
+def test_bicgk_reads_A_once():
+    k = best("bicgk").kernels[0]
+    assert k.source.count("(rix, g_A,") == 1                 # one load routine for A
+    assert {a.name for a in k.launch.args if a.kind == "array"} == {"A", "p", "q", "r", "s"}
+
+
+def test_gemver_keeps_B1_on_chip_and_writes_B_once():
+    prog = best("gemver")
+    k0, k1 = prog.kernels
+    assert "g_B1" not in k0.source and "e_B1" in k0.source  # B1 never leaves the chip
+    U = k0.spec.unroll
+    assert k0.source.count("tile_store") == U                # B stored once per instance ...
+    assert all(f"(rix, e_B_u{u}, g_B)" in k0.source for u in range(U)) or "(rix, e_B, g_B)" in k0.source
+    assert "g_B" in k1.source and "tile_load" in k1.source  # the global barrier: B read again
+    assert not k0.placement.shared and "__syncthreads" not in k0.source
+
+
+def test_vadd_intermediate_neither_stored_nor_loaded():
+    k = best("vadd").kernels[0]
+    U = k.spec.unroll
+    assert "g_t" not in k.source and k.source.count("_load<") + k.source.count("_load(") == 3 * U  # w, y, z
+    assert k.source.count("_store(") + k.source.count("_store<") == U
+
+
+def test_axpydot_stores_z_and_dot_reads_it_on_chip():
+    k = best("axpydot").kernels[0]
+    U = k.spec.unroll
+    assert "g_z" in k.source and k.source.count("_load(") + k.source.count("_load<") == 3 * U  # not z
+    assert [v.name for v, _ in k.launch.clears] == ["r"]
+
+
+def test_refusals_carry_reasons():
+    prog = best("atax").program
+    g = DependencyGraph(prog)
+    assert "exchanges_on_chip" in why_not(prog, g, frozenset({0, 1}))
+    assert "global barrier" in why_not(prog, g, frozenset({0, 1}))
+    prog = best("gemver").program
+    assert why_not(prog, DependencyGraph(prog), frozenset({0, 2})).startswith("no_cycle_outside")
+
+
+@pytest.mark.parametrize("script, rule", [
+    ("matrix A; vector x, y, u; scalar d; input A, x, u; y = gemv(A, x); d = dot(u, u); return y, d;",
+     "same_nesting"),
+    ("matrix A, B; vector x, y, u, v; input A, B, x, u; y = gemv(A, x); v = gemv(B, u); return y, v;",
+     "same_instances"),
+    ("vector x[n], y[n], u[n], v[n]; input x, u; y = scal(2, x); v = scal(3, u); return y, v;", "saves_traffic"),
+    ("matrix A; vector x, y, z; input A, x; y = gemtv(A, x); z = gemv(A, y); return z;", "exchanges_on_chip"),
+])
+def test_rules(script, rule):
+    prog = kfuse.compile(script, fuse=False).program
+    reason = why_not(prog, DependencyGraph(prog), frozenset(range(len(prog.calls))))
+    assert reason is not None and reason.startswith(rule), reason
+
+
+def test_same_shaped_matrices_do_fuse():
+    prog = kfuse.compile("matrix A[n, n], B[n, n]; vector x[n], y, v; input A, B, x; "
+                         "y = gemv(A, x); v = gemv(B, x); return y, v;")
+    assert kernel_calls(prog) == [["gemv", "gemv"]]
+    k = prog.kernels[0]
+    assert k.source.count("(rix, g_x,") == k.spec.unroll    # x read once for both products
+
+
+def test_partial_sums_exchanged_only_along_the_loop():
+    prog = best("gesummv")
+    fused = prog.search.ranked[frozenset({0, 1})]
+    assert fused and all(impl.loop == "i" for _, impl, _ in fused)
+    spec = fused[0][1].spec(prog.program, "k", frozenset({prog.program.outputs[0].id}))
+    k = build_kernel(spec, prog.library)
+    assert "g_t" not in k.source                              # t stays on chip as partial sums
+    with pytest.raises(FusionError, match="partial sums are exchanged only when"):
+        build_kernel(replace(spec, loop="j"), prog.library)
+
+
+def test_plans_come_best_first_and_are_counted():
+    search = best("bicgk").search
+    plans = list(itertools.islice(search.plans(), 200))
+    costs = [p.predicted for p in plans]
+    assert costs == sorted(costs)
+    assert len(plans) == min(200, search.count_plans())
+    keys = {tuple((k.name, tuple((kc.call.index, kc.variant.name, kc.macros) for kc in k.calls), k.loop,
+                   k.unroll, k.ipb) for k in p.kernels) for p in plans}
+    assert len(keys) == len(plans)                           # no plan twice
+    small = best("sscal").search
+    assert len(list(small.plans())) == small.count_plans()
+
+
+def test_explain_lists_counts_and_refusals():
+    text = best("gemver").search.explain()
+    assert text.startswith("3 legal fusion(s)") and "refused:" in text and "no_cycle_outside" in text
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_implementation_compiles(nvcc, tmp_path, path):
+    """One nvcc build per partition holding every implementation of every kernel of the example."""
+    for n, progs in enumerate(covering_programs(path, "float32")):
+        cu = tmp_path / f"m{n}.cu"
+        cu.write_text(progs[0].cuda_source)
+        proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-o", str(tmp_path / "m.cubin"),
+                               str(cu)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,0 +1,21 @@
+"""Every implementation of every kernel of every example, run on the GPU (-m gpu)."""
+import pytest
+
+from conftest import EXAMPLES
+from fusion_util import covering_programs
+from test_gpu_examples import TOL, has_matrix, run_checked
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_implementation_is_correct(path, dtype):
+    failures = []
+    for progs in covering_programs(path, dtype):
+        size = 100 if has_matrix(progs[0]) else 5000          # not multiples of 32
+        for prog in progs:
+            errors = run_checked(prog, size)
+            if not all(e < TOL[dtype] for e in errors.values()):
+                failures.append((prog.plan.describe(), errors))
+    assert not failures, failures[:3]
