@@ -13,6 +13,7 @@ from kfuse.graph import DependencyGraph
 
 from conftest import EXAMPLES, ROOT
 from fusion_util import covering_programs
+from test_codegen import loop_body
 
 
 def best(name, **kw):
@@ -99,13 +100,18 @@ def test_same_shaped_matrices_do_fuse():
     assert k.source.count("(rix, g_x,") == k.spec.unroll    # x read once for both products
 
 
-def test_partial_sums_exchanged_only_along_the_loop():
+def test_partial_sums_exchanged_as_per_iteration_deltas():
     prog = best("gesummv")
+    assert kernel_calls(prog) == [["gemv", "gemv"]]           # one kernel reading x once
     fused = prog.search.ranked[frozenset({0, 1})]
-    assert fused and all(impl.loop == "i" for _, impl, _ in fused)
-    spec = fused[0][1].spec(prog.program, "k", frozenset({prog.program.outputs[0].id}))
-    k = build_kernel(spec, prog.library)
+    assert {impl.loop for _, impl, _ in fused} == {"i", "j"}
+    k = prog.kernels[0]
     assert "g_t" not in k.source                              # t stays on chip as partial sums
+    pre, loop, post = loop_body(k.source)
+    if k.spec.loop == "j":                                    # y accumulates, t is cleared each time
+        assert "e_y.v[k] = real(0)" in pre and "e_t" in loop and "real(0)" in loop
+    spec = replace(k.spec, stores=k.spec.stores | {prog.program.values[-2].id})   # also return t
+    assert prog.program.values[-2].name == "t"
     with pytest.raises(FusionError, match="partial sums are exchanged only when"):
         build_kernel(replace(spec, loop="j"), prog.library)
 

@@ -48,14 +48,43 @@ KF_DEVICE void colvec_load_first_i(const KfIx& ix, const KfVec& g, V& v) {
     v(0) = (ix.i == 0 && ix.ty == 0) ? g.get(ix.j * KF_TC + ix.tx, real(0)) : real(0);
 }
 
-// row partials (mapping "rowpart"): the warp sums its lanes, lane 0 adds to the global result
+// row partials (mapping "rowpart"): out[i KF_TR + ty + BY k] += the sum over the warp's 32 lanes
+// (lane = tx) of slot k, k < S = KF_TR / BY.  A transpose-reduce instead of S warp sums:
+//  1. halving steps with offsets o = 16, 8, ..., 32 / S.  With 2h values left, a lane whose bit
+//     o is set keeps the upper half w[h .. 2h-1] and sends the lower half to lane ^ o; a lane
+//     whose bit o is clear keeps the lower half and sends the upper half.  Each kept value adds
+//     the partner's copy of the same slot (h shuffles; S - 1 over all steps).  Afterwards lane L
+//     holds one slot, k = L / G with G = 32 / S (bits 4, 3, ... of L spell k, highest first),
+//     summed over the S lanes that differ from L in those bits;
+//  2. xor steps G / 2, ..., 1 add up the G lanes G k .. G k + G-1 that hold slot k;
+//  3. ONE atomic instruction per warp: lanes L = G k (S of them) add row ty + BY k
+//     (KF_TR = 32: G = BY, so lane L = BY k adds row ty + L).
+// S - 1 + log2(G) shuffles instead of 5 S.  tests/test_blas_variants.py mirrors this in NumPy.
 template <int BY, class V>
 KF_DEVICE void rowsum_store(const KfIx& ix, V& v, const KfVec& g) {
+    constexpr int S = KF_TR / BY;                 // slots (rows) per lane
+    static_assert(S >= 1 && S <= 32 && (S & (S - 1)) == 0, "rowsum_store: KF_TR / BY is a power of two <= 32");
+    constexpr int G = 32 / S;                     // lanes that end up sharing one slot
+    const int lane = ix.tx;
+    real w[S];
 #pragma unroll
-    for (int k = 0; k < KF_TR / BY; ++k) {
-        real s = kf_warp_sum(v(k));
-        if (ix.tx == 0) g.add(ix.i * KF_TR + ix.ty + BY * k, s);
+    for (int k = 0; k < S; ++k) w[k] = v(k);
+    // constant trip counts (the k < h test folds away) so that w stays in registers
+#pragma unroll
+    for (int step = 0; (S >> step) > 1; ++step) {
+        const int h = S >> (step + 1), o = 16 >> step;    // h = S/2, S/4, ..., 1; o = 16, 8, ...
+        const bool up = (lane & o) != 0;          // keep the upper half w[h .. 2h-1]
+#pragma unroll
+        for (int k = 0; k < S / 2; ++k) {
+            if (k < h) {
+                const real keep = up ? w[k + h] : w[k];
+                const real send = up ? w[k] : w[k + h];
+                w[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
     }
+    const real s = kf_lanes_sum<G>(w[0]);         // xor G/2 .. 1: the G lanes of slot lane / G
+    if (lane % G == 0) g.add(ix.i * KF_TR + ix.ty + BY * (lane / G), s);
 }
 
 // column partials (mapping "colpart"), one per warp: every warp adds its partial

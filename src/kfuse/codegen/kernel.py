@@ -272,8 +272,11 @@ class _Builder:
                     if a.mode == "acc" and el not in cleared:
                         # accumulated across the loop: cleared once before it; otherwise cleared
                         # in each iteration before the first routine that accumulates into it
+                        # (an output only handed on as partial sums is cleared every iteration:
+                        # its consumer does the accumulating)
                         p = params.get(a.name)
-                        accumulated = p is not None and p.dir == "out" and not p.follows(loop)
+                        accumulated = (p is not None and p.dir == "out" and not p.follows(loop)
+                                       and binds[p.name].id in self.spec.stores)
                         cleared.add(el)
                         self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
                                                [Access(el, "w", a.mapping, kc.shape(r))], element=el))
@@ -293,9 +296,9 @@ class _Builder:
             if not p.partial:
                 raise FusionError(f"{where} is the result of a reduction in the same kernel "
                                   "(needs a global barrier)")
-            if not prod.follows(self.spec.loop):
+            if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
                 raise FusionError(f"{where}: partial sums are exchanged only when the producer's "
-                                  f"output follows the loop axis {self.spec.loop}")
+                                  f"output follows the loop axis {self.spec.loop} or stays on chip")
         elif p.partial:
             raise FusionError(f"{where}: takes partial sums, but {v.name} is a map result")
 

@@ -6,6 +6,8 @@
 //   KfVec/KfMat global-memory views with 64-bit offsets; reads outside the array return the
 //               fill value (the reduction identity), writes outside it are dropped
 //   KfReg<N>    an element held in registers: slot k of the calling thread is e(k)
+//   kf_load16 / kf_store16   4 consecutive entries as 16-byte vector accesses (float4 or
+//               2 x double2); KfVec::get4 / put4 use them when they can (mapping "quad")
 // Shared-memory element views are generated per kernel (they depend on the mapping).
 // ---------------------------------------------------------------------------------------
 #define KF_DEVICE __device__ __forceinline__
@@ -15,12 +17,58 @@ struct KfIx {
     long long i, j;    // element indices of the instance (j unused by unnested functions)
 };
 
+// 4 consecutive entries at a 16-byte aligned address as 16-byte vector accesses: one float4
+// (ld/st.global.v4.f32) or two double2 (v2.f64).  Both overloads exist whatever real is.
+// The stores are written in PTX: NVVM splits a float4 store into 4 scalar stores when the
+// index is built like a quad's (i * 32 + 4 tx), even with the alignment asserted.
+KF_DEVICE void kf_load16(const float* p, float (&v)[4]) {
+    const float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+KF_DEVICE void kf_load16(const double* p, double (&v)[4]) {
+    const double2 a = reinterpret_cast<const double2*>(p)[0];
+    const double2 b = reinterpret_cast<const double2*>(p)[1];
+    v[0] = a.x; v[1] = a.y; v[2] = b.x; v[3] = b.y;
+}
+KF_DEVICE void kf_store16(float* p, const float (&v)[4]) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};"
+                 :: "l"(p), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+}
+KF_DEVICE void kf_store16(double* p, const double (&v)[4]) {
+    asm volatile("st.global.v2.f64 [%0], {%1, %2};\n\tst.global.v2.f64 [%0+16], {%3, %4};"
+                 :: "l"(p), "d"(v[0]), "d"(v[1]), "d"(v[2]), "d"(v[3]) : "memory");
+}
+
 struct KfVec {
     real* __restrict__ p;
     long long n;       // entries
     KF_DEVICE real get(long long e, real fill) const { return e < n ? p[e] : fill; }
     KF_DEVICE void put(long long e, real v) const { if (e < n) p[e] = v; }
     KF_DEVICE void add(long long e, real v) const { if (e < n) atomicAdd(p + e, v); }
+    // Entries e .. e+3 (mapping "quad").  When all four are inside the array and their address
+    // is 16-byte aligned they move as 16-byte accesses (kf_load16 / kf_store16: one for float,
+    // two for double); otherwise (an unaligned view, the array ending mid-quad) entry by entry
+    // with the bounds checks of get / put.
+    KF_DEVICE bool quad_ok(long long e) const {
+        return e + 4 <= n
+            && ((reinterpret_cast<unsigned long long>(p) + (unsigned long long)e * sizeof(real)) & 15ull) == 0;
+    }
+    KF_DEVICE void get4(long long e, real (&v)[4], real fill) const {
+        if (quad_ok(e)) {
+            kf_load16(p + e, v);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = get(e + k, fill);
+        }
+    }
+    KF_DEVICE void put4(long long e, const real (&v)[4]) const {
+        if (quad_ok(e)) {
+            kf_store16(p + e, v);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) put(e + k, v[k]);
+        }
+    }
 };
 
 struct KfMat {           // row-major, rows x cols, leading dimension cols
@@ -48,5 +96,15 @@ struct KfReg {
 KF_DEVICE real kf_warp_sum(real v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over each aligned group of W lanes (W = 1, 2, 4, 8, 16 or 32: lanes W g .. W g + W-1);
+// every lane gets its group's total.  All 32 lanes must call it.
+template <int W>
+KF_DEVICE real kf_lanes_sum(real v) {
+    static_assert(W >= 1 && W <= 32 && (W & (W - 1)) == 0, "kf_lanes_sum: W is a power of two <= 32");
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
