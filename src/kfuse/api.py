@@ -118,6 +118,17 @@ class CompiledScript:
         from .runtime.executor import run
         return run(self, inputs, out=out, sync=sync)
 
+    def tune(self, top: int = 20, sizes: dict[str, int] | None = None, reps: int = 30, store=True,
+             log=None) -> "CompiledScript":
+        """Empirical search: compile the ``top`` plans ranked first by the model (one NVRTC
+        compile for all of them), check each against the float64 reference on random inputs of
+        ``sizes`` (script size name -> value; default the model's), time each with CUDA events,
+        and return the program with the fastest.  The winner is remembered in the tuning store
+        (``store=False``: not; a path or TuningStore: that one), and later compiles for the same
+        GPU, script, library, dtype and size class use it at once."""
+        from .tuning_run import tune
+        return tune(self, top=top, sizes=sizes, reps=reps, store=store, log=log)
+
     def bind(self, out: dict | None = None, **inputs):
         """Check and bind arguments once; the returned callable only launches (for repeated runs
         and timing). Its outputs are allocated once and reused."""
@@ -126,15 +137,17 @@ class CompiledScript:
 
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
-            shipped_library: bool = True, fuse: bool = True,
-            sizes: dict[str, int] | None = None) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
+            tuned: bool | str | Path = True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
     leaves it out).  ``fuse=False`` gives every call its own kernel (the paper's code without
     fusions); otherwise the plan predicted fastest at ``sizes`` (script size name -> value;
-    8192 per matrix side, 2^24 per vector by default) is chosen.  Needs no GPU; running the
-    result needs CuPy.
+    8192 per matrix side, 2^24 per vector by default) is chosen -- unless the tuning store
+    (``tuned``: True for the default store, a path for another, False for none) holds a measured
+    winner for this GPU, script, library, dtype and size class.  Needs no GPU; running the result
+    needs CuPy.
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -144,9 +157,30 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     program = parse_script(source, lib, file)
     if fuse:
         search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize)
-        plan = search.best()
+        plan = _stored_plan(program, search, dtype, tuned) or search.best()
     else:
         search, plan = None, unfused_plan(program, lib)
     compiled = CompiledScript(program, lib, dtype, plan, generate(plan, lib))
     compiled.search = search
     return compiled
+
+
+def _stored_plan(program: Program, search: PlanSearch, dtype: str, tuned) -> Plan | None:
+    """The tuning store's winner for this GPU, script, library, dtype and size class, if any."""
+    if tuned is False:
+        return None
+    from .tuning import TuningStore, gpu_name, plan_from_json, store_key
+    gpu = gpu_name()
+    if gpu is None:
+        return None
+    store = TuningStore(None if tuned is True else tuned)
+    rec = store.lookup(store_key(program, gpu, dtype, search.dims))
+    if rec is None:
+        return None
+    try:
+        plan = plan_from_json(program, rec["plan"])
+        generate(plan, search.lib)          # must still build
+    except KfuseError as e:
+        store.warn(f"stored plan for {program.name} ignored: {e}")
+        return None
+    return plan

@@ -141,6 +141,18 @@ def cmd_bench(args) -> int:
     return 1 if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
 
 
+def cmd_tune(args) -> int:
+    from .api import compile as kcompile
+    prog = kcompile(args.script, dtype=args.dtype, library=args.library, tuned=False)
+    sizes = None
+    if args.size:
+        dims = _parse_sizes(prog.program, args.size)
+        sizes = {d.name: dims[d.id] for d in prog.program.dims}
+    best = prog.tune(top=args.top, sizes=sizes, reps=args.reps, store=args.store or True)
+    print(best.describe())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -189,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip the (slow to compile) torch.compile peer")
     p.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
+    common(p)
+    p.add_argument("--top", type=int, default=20, help="plans to measure (default 20)")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
+    p.set_defaults(fn=cmd_tune)
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -87,12 +87,23 @@ def generate(plan: Plan, lib: Library) -> list[KernelCode]:
     return [build_kernel(k, lib) for k in plan.kernels]
 
 
+def _load_width(code: KernelCode) -> int:
+    """Entries each thread moves per load routine (the narrowest load of the kernel)."""
+    widths = [code.placement.registers.get(a.element, 1) for s in code.steps
+              if s.routine is not None and s.routine.kind == "load" for a in s.accesses]
+    return min(widths, default=1)
+
+
 def _preference(impl: Implementation, code: KernelCode) -> tuple:
     """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
-    then choices that measured well on the H100 (unroll 2 unnested / 4 nested, BY = 8)."""
-    nested = code.spec.nesting == 2
-    return (code.barriers, code.launch.smem_bytes_per_real, abs(impl.unroll - (4 if nested else 2)),
-            abs((impl.by or DEFAULT_BY) - DEFAULT_BY), sum(impl.variants), impl.order)
+    then choices that measured best on the H100 (benchmarks/sweep.py): for unnested kernels the
+    widest accesses (16-byte quad variants), 4 unrolled iterations and 32 instances per block;
+    for nested ones 4 unrolled iterations and BY = 8."""
+    if code.spec.nesting == 2:
+        return (code.barriers, code.launch.smem_bytes_per_real, abs(impl.unroll - 4),
+                abs((impl.by or DEFAULT_BY) - DEFAULT_BY), sum(impl.variants), impl.order)
+    return (code.barriers, code.launch.smem_bytes_per_real, -_load_width(code), abs(impl.unroll - 4),
+            abs(impl.ipb - 32), sum(impl.variants), impl.order)
 
 
 class PlanSearch:

@@ -1,0 +1,77 @@
+"""The empirical search itself (GPU): check and time the model's top plans, keep the fastest."""
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from .codegen.module import module_source
+from .errors import KfuseError
+from .reference import evaluate, random_inputs, relative_error
+from .runtime.gpu import cupy
+from .runtime.timing import median_us
+from .tuning import TuningStore, gpu_name, store_key
+
+TOL = {"float32": 1e-5, "float64": 1e-12}
+
+
+def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None):
+    cp = cupy()
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    search = compiled.search
+    if search is None:
+        raise KfuseError("tune needs a fused compile (fuse=True): it searches the ranked plans")
+    prog = compiled.program
+    dims = dict(search.dims)
+    for d in prog.dims:
+        if sizes and d.name in sizes:
+            dims[d.id] = int(sizes[d.name])
+    t0 = time.perf_counter()
+    plans = list(itertools.islice(search.plans(), top))
+    candidates = []
+    for n, plan in enumerate(plans):
+        plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in plan.kernels))
+        candidates.append(compiled.with_plan(plan))
+    source = module_source([k for c in candidates for k in c.kernels], compiled.library, compiled.dtype,
+                           title=f"tuning candidates of {prog.name}")
+    for c in candidates:
+        c.__dict__["cuda_source"] = source
+    candidates[0].functions(cp.cuda.Device().id)          # one NVRTC compile for all
+    log(f"tune {prog.name}: {len(candidates)} plan(s) compiled in {time.perf_counter() - t0:.1f} s; sizes "
+        + ", ".join(f"{d.name}={dims[d.id]}" for d in prog.dims))
+    dt = np.dtype(compiled.dtype)
+    host = random_inputs(prog, dims, 0)
+    dev = {k: (cp.asarray(v, dtype=dt) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
+    host = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else float(dt.type(v)))
+            for k, v in host.items()}
+    ref, mag = evaluate(prog, host), evaluate(prog, host, magnitude=True)
+    shapes = {v.name: tuple(dims[d] for d in v.dims) for v in prog.outputs}
+    results = []
+    for n, c in enumerate(candidates):
+        outs = {k: cp.full(s, np.nan, dtype=dt) for k, s in shapes.items()}
+        got = c(out=outs, sync=True, **dev)
+        got = got if isinstance(got, tuple) else (got,)
+        err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(prog.outputs, got))
+        if not err < TOL[compiled.dtype]:
+            log(f"  plan {n + 1:3d}: WRONG (error {err:.1e}), skipped")
+            continue
+        t = median_us(c.bind(out=outs, **dev), reps=reps)
+        results.append((t, n, c))
+        log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
+    if not results:
+        raise KfuseError(f"tune {prog.name}: no candidate plan gave a correct result")
+    t, n, best = min(results, key=lambda r: r[0])
+    first = next(r[0] for r in results if r[1] == 0) if any(r[1] == 0 for r in results) else float("nan")
+    log(f"tune {prog.name}: best is plan {n + 1} at {t:.1f} us (first choice {first:.1f} us, "
+        f"{100 * t / first:.1f}%); search took {time.perf_counter() - t0:.1f} s")
+    plan = replace(best.plan, kernels=tuple(replace(k, name=k.name.rsplit("_t", 1)[0]) for k in best.plan.kernels))
+    if store is not False:
+        st = store if isinstance(store, TuningStore) else TuningStore(None if store is True else store)
+        gpu = gpu_name() or "unknown GPU"
+        st.append(store_key(prog, gpu, compiled.dtype, dims), plan, t,
+                  {"rank": n + 1, "first_us": round(first, 3), "candidates": len(candidates)})
+        log(f"tune {prog.name}: remembered in {st.path}")
+    return compiled.with_plan(plan)
