@@ -180,13 +180,14 @@ def test_compute_routines_loop_over_view_slots():
         assert "KF_SUB / 32" not in body, name
 
 
-def test_examples_still_use_warp_variants():
+def test_examples_prefer_quad_variants():
+    """Measured on the H100: the 16-byte variants win, and the model's tie-break prefers them."""
     import kfuse
     from conftest import ROOT
     for path in ("axpydot", "sscal", "vadd", "waxpby"):
-        prog = kfuse.compile(ROOT / "examples" / f"{path}.kf")
-        assert {kc.variant.name for spec in prog.plan.kernels for kc in spec.calls} == {"warp"}
-        assert "quad_load(" not in "\n".join(k.source for k in prog.kernels)
+        prog = kfuse.compile(ROOT / "examples" / f"{path}.kf", tuned=False)
+        assert {kc.variant.name for spec in prog.plan.kernels for kc in spec.calls} == {"quad"}
+        assert "quad_load(" in "\n".join(k.source for k in prog.kernels)
 
 
 # ------------------------------------------------------------------------------------------
@@ -235,7 +236,7 @@ def test_quad_kernels_use_16_byte_accesses(nvcc, tmp_path, lib, dtype, vec, pack
             assert ops.get(f"st.{vec}", 0) == packs, (name, ops)
             assert ops.get(f"st.{scalar}", 0) == 4, (name, ops)
         else:
-            assert body.count("shfl.sync.bfly") == 3 * (2 if dtype == "float64" else 1)
+            assert body.count("shfl.sync.bfly") == 5 * (2 if dtype == "float64" else 1)   # a full warp sum
             assert len(re.findall(r"\b(?:atom|red)\.global", body)) == 1
 
 

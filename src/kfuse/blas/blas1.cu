@@ -81,10 +81,12 @@ KF_DEVICE void dot_store(const KfIx& ix, VR& r, const KfVec& g) {
 }
 
 // "quad" variant (8 threads per instance, 4 instances per warp): each instance sums the
-// partials of its 8 lanes (xor 4, 2, 1 stay inside the aligned group of 8), and its lane 0 adds
-// the instance's share.  Runs after the serial loop, in every lane (full-mask shuffles).
+// partials over the warp's 4 instances and one lane adds them.  Runs after the serial loop, in
+// every lane (full-mask shuffles).
 template <class VR>
 KF_DEVICE void quad_dot_store(const KfIx& ix, VR& r, const KfVec& g) {
-    real s = kf_lanes_sum<8>(r(0));
-    if (ix.tx == 0) g.add(0, s);
+    // Every instance adds to the same scalar, and a warp always holds 4 whole instances (blocks
+    // are whole warps): sum the warp's 32 lanes and add once, 4x fewer same-address atomics.
+    real s = kf_warp_sum(r(0));
+    if ((threadIdx.x & 31) == 0) g.add(0, s);
 }
