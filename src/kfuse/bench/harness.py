@@ -338,7 +338,10 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
     cp = cupy()
     stem = path.stem
     try:
-        prog = kcompile(path, dtype=dtype)
+        # plan for the sizes measured here (the model's ranking and the tuning store's size class)
+        shape = kcompile(path, dtype=dtype, tuned=False).program
+        dims0 = sequence_dims(shape, opts.n, opts.N)
+        prog = kcompile(path, dtype=dtype, sizes={d.name: dims0[d.id] for d in shape.dims})
     except KfuseError as e:
         r = Record(stem, dtype, KFUSE, ERROR, note=_describe(e))
         run.records.append(r)
