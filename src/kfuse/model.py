@@ -2,12 +2,14 @@
 
 time(kernel) = bytes it moves / bandwidth + launch overhead + clears of reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
+               + local barriers executed every serial iteration
 time(plan)   = sum over its kernels
 
 Bytes count each array a kernel loads or stores once.  The atomic term charges each warp that
 adds an instance's partial result to global memory (a reduced output that follows the loop
-axis is stored once per instance instead of once per block): measured on the H100, such
-per-tile combines cost about a quarter of a nanosecond per warp and instance.
+axis is stored once per instance instead of once per block): fitted to H100 measurements
+(benchmarks/sweep.py, BiCGK and GEMVER implementations), such per-tile combines cost about
+0.17 ns per warp and instance, and a barrier inside the loop about 0.05 ns per instance.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ class Machine:
     bandwidth: float = 3.0e12       # bytes/s, device-to-device copy (read + write)
     launch: float = 2.5e-6          # s per kernel launch
     clear: float = 1.5e-6           # s per reduced output cleared before a launch
-    atomic: float = 0.25e-9         # s per warp adding an instance's partial to global memory
+    atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
+    barrier: float = 0.05e-9        # s per local barrier executed by an instance
 
 
 DEFAULT_MACHINE = Machine()
@@ -50,7 +53,16 @@ def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
     return total
 
 
+def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:
+    """Local barriers executed inside the serial loop, summed over instances."""
+    instances = 1
+    for c in code.launch.counts(dims):
+        instances *= c
+    return instances * sum(1 for s in code.steps if s.phase == "loop" and s.barrier)
+
+
 def kernel_time(code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int,
                 machine: Machine = DEFAULT_MACHINE) -> float:
     return (kernel_bytes(code, entries, itemsize) / machine.bandwidth + machine.launch
-            + len(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic)
+            + len(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
+            + loop_barriers(code, dims) * machine.barrier)
