@@ -17,6 +17,7 @@ from kfuse.codegen.module import PRELUDE, module_source
 from kfuse.errors import FusionError
 from kfuse.frontend import parse_script
 from kfuse.library.loader import SHIPPED
+from test_codegen import loop_body
 
 BLAS1 = ["scal", "axpy", "axpby", "vadd", "dot"]
 
@@ -44,16 +45,6 @@ def quad_kernel(lib, name, ipb=32, kname=None):
     spec = KernelSpec(kname or f"k_{name}_quad", (KernelCall(call, variant(fn, "quad")),), ipb=ipb,
                       stores=frozenset({call.outputs[0].id}))
     return build_kernel(spec, lib)
-
-
-def loop_body(src):
-    """(before the serial loop, inside it, after it) of a kernel's source."""
-    head, rest = re.split(r"for \(int it = 0; it < iters; it \+= \d+\) \{", src, maxsplit=1)
-    depth, i = 1, 0
-    while depth:
-        depth += {"{": 1, "}": -1}.get(rest[i], 0)
-        i += 1
-    return head, rest[:i - 1], rest[i:]
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,9 +1,8 @@
 """Every example on the GPU against a float64 NumPy reference (run with -m gpu)."""
-import numpy as np
 import pytest
 
 import kfuse
-from kfuse.reference import evaluate, random_inputs, relative_error
+from kfuse.reference import device_case, evaluate, relative_error
 
 from conftest import EXAMPLES
 
@@ -28,18 +27,12 @@ def run_checked(prog, size, seed=None, torch_inputs=False):
     import cupy as cp
     p = prog.program
     dims = {d.id: size for d in p.dims}
-    host = random_inputs(p, dims, seed)
-    dt = np.dtype(prog.dtype)
+    # the reference sees exactly the values the GPU sees (rounded to the dtype)
+    dev, host, poisoned = device_case(p, dims, prog.dtype, seed)
     if torch_inputs:
         import torch
-        dev = {k: (torch.as_tensor(v, dtype=getattr(torch, prog.dtype), device="cuda")
-                   if isinstance(v, np.ndarray) else v) for k, v in host.items()}
-    else:
-        dev = {k: (cp.asarray(v, dtype=dt) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
-    # the reference sees exactly the values the GPU sees (rounded to the dtype)
-    host = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else float(dt.type(v)))
-            for k, v in host.items()}
-    poisoned = {v.name: cp.full(tuple(dims[d] for d in v.dims), np.nan, dtype=dt) for v in p.outputs}
+        dev = {k: (torch.as_tensor(cp.asnumpy(v), device="cuda") if hasattr(v, "ndim") else v)
+               for k, v in dev.items()}
     got = prog(out=poisoned, sync=True, **dev)
     got = got if isinstance(got, tuple) else (got,)
     ref = evaluate(p, host)

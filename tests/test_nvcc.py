@@ -8,7 +8,7 @@ from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
 from kfuse.codegen.module import module_source
 from kfuse.frontend import parse_script
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES
 
 
 def nvcc_compile(nvcc, source, tmp_path, name="k"):

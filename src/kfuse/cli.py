@@ -75,23 +75,16 @@ def cmd_plan(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import numpy as np
-
     from .api import compile as kcompile
-    from .reference import evaluate, random_inputs, relative_error
+    from .reference import device_case, evaluate, relative_error
     from .runtime.gpu import cupy
     cp = cupy()
     prog = kcompile(args.script, dtype=args.dtype, library=args.library)
     p = prog.program
     dims = _parse_sizes(p, args.size)
-    dt = np.dtype(args.dtype)
     print(f"{p.name}: sizes " + ", ".join(f"{d.name}={dims[d.id]}" for d in p.dims) + f", {args.dtype}",
           file=sys.stderr)
-    host = random_inputs(p, dims, args.seed)
-    dev = {k: (cp.asarray(v, dtype=dt) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
-    host = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else float(dt.type(v)))
-            for k, v in host.items()}
-    poisoned = {v.name: cp.full(tuple(dims[d] for d in v.dims), np.nan, dtype=dt) for v in p.outputs}
+    dev, host, poisoned = device_case(p, dims, args.dtype, args.seed)
     got = prog(out=poisoned, sync=True, **dev)
     got = got if isinstance(got, tuple) else (got,)
     ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)

@@ -59,3 +59,17 @@ def relative_error(got, ref: np.ndarray, scale: np.ndarray) -> float:
         return float("inf")
     denom = float(np.linalg.norm(scale))
     return float(np.linalg.norm(got - ref)) / (denom if denom > 0 else 1.0)
+
+
+def device_case(program: Program, dims: dict[int, int], dtype: str, seed: int | None = None):
+    """Fresh random inputs for a GPU check: (device inputs, the same values rounded to ``dtype``
+    as float64 NumPy for the reference, NaN-poisoned output arrays by name)."""
+    from .runtime.gpu import cupy
+    cp = cupy()
+    dt = np.dtype(dtype)
+    host = random_inputs(program, dims, seed)
+    dev = {k: (cp.asarray(v, dtype=dt) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
+    rounded = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else float(dt.type(v)))
+               for k, v in host.items()}
+    poisoned = {v.name: cp.full(tuple(dims[d] for d in v.dims), np.nan, dtype=dt) for v in program.outputs}
+    return dev, rounded, poisoned

@@ -10,7 +10,7 @@ import numpy as np
 
 from .codegen.module import module_source
 from .errors import KfuseError
-from .reference import evaluate, random_inputs, relative_error
+from .reference import device_case, evaluate, relative_error
 from .runtime.gpu import cupy
 from .runtime.timing import median_us
 from .tuning import TuningStore, gpu_name, store_key
@@ -42,16 +42,12 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
     candidates[0].functions(cp.cuda.Device().id)          # one NVRTC compile for all
     log(f"tune {prog.name}: {len(candidates)} plan(s) compiled in {time.perf_counter() - t0:.1f} s; sizes "
         + ", ".join(f"{d.name}={dims[d.id]}" for d in prog.dims))
-    dt = np.dtype(compiled.dtype)
-    host = random_inputs(prog, dims, 0)
-    dev = {k: (cp.asarray(v, dtype=dt) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
-    host = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else float(dt.type(v)))
-            for k, v in host.items()}
+    dev, host, outs = device_case(prog, dims, compiled.dtype, 0)
     ref, mag = evaluate(prog, host), evaluate(prog, host, magnitude=True)
-    shapes = {v.name: tuple(dims[d] for d in v.dims) for v in prog.outputs}
     results = []
     for n, c in enumerate(candidates):
-        outs = {k: cp.full(s, np.nan, dtype=dt) for k, s in shapes.items()}
+        for o in outs.values():
+            o.fill(np.nan)                      # poisoned again for every candidate
         got = c(out=outs, sync=True, **dev)
         got = got if isinstance(got, tuple) else (got,)
         err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(prog.outputs, got))

@@ -21,7 +21,7 @@ def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: st
         f"#define KF_SUB {lib.subvector}   // entries per subvector",
         f"#define KF_TR {lib.tile[0]}    // tile rows",
         f"#define KF_TC {lib.tile[1]}    // tile columns",
-        f'#line 1 "kfuse/prelude.cuh"',
+        '#line 1 "kfuse/prelude.cuh"',
         PRELUDE.read_text(),
     ]
     for src in dict.fromkeys(s for k in kernels for s in k.sources):

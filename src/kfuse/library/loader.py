@@ -374,30 +374,26 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
             raise ctx.fail(f"{where}.routines", f"no compute routine writes output {p.name}")
 
 
+def _expression(ctx: _Ctx, t: dict, where: str, key: str, names: set[str], syntax: str, what: str) -> str | None:
+    """An optional Python expression field whose free names must all be in ``names``."""
+    expr = ctx.get(t, key, where, str, None)
+    if expr is not None:
+        try:
+            code = compile(expr, f"{ctx.file}:{where}.{key}", "eval")
+        except SyntaxError as e:
+            raise ctx.fail(f"{where}.{key}", f"{syntax}: {e.msg}") from None
+        unknown = sorted(set(code.co_names) - names)
+        if unknown:
+            raise ctx.fail(f"{where}.{key}", f"uses {unknown[0]}, which is not {what}")
+    return expr
+
+
 def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
     """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
-    ref = ctx.get(t, "reference", where, str, None)
-    if ref is not None:
-        try:
-            code = compile(ref, f"{ctx.file}:{where}.reference", "eval")
-        except SyntaxError as e:
-            raise ctx.fail(f"{where}.reference", f"not a Python expression: {e.msg}") from None
-        known = {p.name for p in params if p.dir == "in"} | {"np"}
-        unknown = sorted(set(code.co_names) - known - {"outer", "dot", "T", "sum", "abs"})
-        if unknown:
-            raise ctx.fail(f"{where}.reference", f"uses {unknown[0]}, which is not an input parameter")
-    return ref
+    names = {p.name for p in params if p.dir == "in"} | {"np", "outer", "dot", "T", "sum", "abs"}
+    return _expression(ctx, t, where, "reference", names, "not a Python expression", "an input parameter")
 
 
 def _flops(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
     """Floating-point operations as an expression of the parameters' entry counts."""
-    expr = ctx.get(t, "flops", where, str, None)
-    if expr is not None:
-        try:
-            code = compile(expr, f"{ctx.file}:{where}.flops", "eval")
-        except SyntaxError as e:
-            raise ctx.fail(f"{where}.flops", f"not an expression: {e.msg}") from None
-        unknown = sorted(set(code.co_names) - {p.name for p in params})
-        if unknown:
-            raise ctx.fail(f"{where}.flops", f"uses {unknown[0]}, which is not a parameter")
-    return expr
+    return _expression(ctx, t, where, "flops", {p.name for p in params}, "not an expression", "a parameter")
