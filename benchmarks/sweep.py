@@ -11,6 +11,7 @@ import cupy as cp
 import numpy as np
 
 import kfuse
+from kfuse.codegen.module import module_source
 from kfuse.reference import random_inputs
 from kfuse.runtime.timing import median_us
 
@@ -18,8 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(names):
+    src = cp.empty(2**28, dtype=np.float32)
+    dst = cp.empty_like(src)
+    t = median_us(lambda: cp.copyto(dst, src), reps=20)
+    print(f"copy bandwidth: {2 * src.nbytes / (t * 1e-6) / 1e9:.0f} GB/s (read + write)", flush=True)
+    del src, dst
     for name in names:
-        base = kfuse.compile(ROOT / "examples" / f"{name}.kf")
+        base = kfuse.compile(ROOT / "examples" / f"{name}.kf", tuned=False)
         s = base.search
         p = base.program
         size = 8192 if any(v.type == "matrix" for v in p.values) else 2**26
@@ -32,18 +38,24 @@ def main(names):
         blocks = next(b for b in s.partitions if set(b) == want)
         for n, b in enumerate(blocks):
             results = []
+            progs = []
             for i, (pred, impl, code) in enumerate(s.ranked[b]):
                 idx = tuple(i if m == n else 0 for m in range(len(blocks)))
                 plan = s._plan(blocks, idx)
                 plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_s{i}") for k in plan.kernels))
-                prog = base.with_plan(plan)
+                progs.append(base.with_plan(plan))
+            source = module_source([k for p in progs for k in p.kernels], base.library, "float32", title="sweep")
+            for prog in progs:
+                prog.__dict__["cuda_source"] = source           # one NVRTC compile for the kernel's sweep
+            for i, (pred, impl, code) in enumerate(s.ranked[b]):
+                prog = progs[i]
                 bound = prog.bind(out=outs, **dev)
                 t = median_us(bound, reps=30)
                 results.append((t, i, pred * 1e6, impl.describe(p)))
             results.sort()
             print(f"{name} kernel {n} ({len(results)} implementations): measured best first "
                   "[time us, model rank, predicted us, implementation]")
-            for t, i, pred, d in results[:6]:
+            for t, i, pred, d in results[:10]:
                 print(f"   {t:8.1f}  #{i:<3d} {pred:8.1f}  {d}")
             worst = results[-1]
             print(f"   worst {worst[0]:8.1f}  #{worst[1]:<3d} {worst[3]};  model's first: "

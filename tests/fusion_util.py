@@ -1,23 +1,32 @@
 """Shared by the fusion tests: every kernel implementation of an example, grouped per partition."""
+import random
 from dataclasses import replace
 
 import kfuse
 from kfuse.codegen.module import module_source
 
+SAMPLE = 24     # covering plans per partition beyond which a fixed, seeded sample is taken
 
-def covering_programs(path, dtype):
+
+def covering_programs(path, dtype, sample=SAMPLE):
     """Lists of CompiledScripts (one list per partition of the plan space) sharing one CUDA module,
-    which holds the kernels of all of them; together they use every implementation of every kernel."""
-    base = kfuse.compile(path, dtype=dtype)
-    groups: dict[int, list] = {}
+    which holds the kernels of all of them.  Together they use every implementation of every kernel;
+    where a partition has more than `sample` covering plans, its best plan and a fixed, seeded
+    sample of the others."""
+    base = kfuse.compile(path, dtype=dtype, tuned=False)
+    every: dict[int, list] = {}
     for pid, plan in base.search.covering_plans():
-        m = len(groups.setdefault(pid, []))
-        plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}") for k in plan.kernels))
-        groups[pid].append(base.with_plan(plan))
+        every.setdefault(pid, []).append(plan)
+    rng = random.Random(f"{path.stem}-{dtype}")
     out = []
-    for progs in groups.values():
+    for plans in every.values():
+        keep = plans if len(plans) <= sample else [plans[0]] + rng.sample(plans[1:], sample - 1)
+        progs = []
+        for m, plan in enumerate(keep):
+            plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}") for k in plan.kernels))
+            progs.append(base.with_plan(plan))
         source = module_source([k for p in progs for k in p.kernels], base.library, dtype,
-                               title=f"every implementation of {base.program.name}")
+                               title=f"implementations of {base.program.name}")
         for p in progs:
             p.__dict__["cuda_source"] = source      # one NVRTC compile per partition
         out.append(progs)

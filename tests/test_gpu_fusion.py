@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 def test_every_implementation_is_correct(path, dtype):
     failures = []
     for progs in covering_programs(path, dtype):
-        size = 100 if has_matrix(progs[0]) else 5000          # not multiples of 32
+        size = 135 if has_matrix(progs[0]) else 5000          # not multiples of 32; 5 tiles: spans of 2 and 4 end partial
         for prog in progs:
             errors = run_checked(prog, size)
             if not all(e < TOL[dtype] for e in errors.values()):

@@ -66,6 +66,7 @@ def cmd_plan(args) -> int:
             print(f"plans in predicted order (first {args.all}):")
             for n, plan in enumerate(itertools.islice(search.plans(), args.all)):
                 kernels = " | ".join(", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}"
+                                     + (f" S{k.span}" if k.span > 1 else "")
                                      + "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}"
                                                for kc in k.calls) + ">" for k in plan.kernels)
                 print(f"  {n + 1:4d}. {plan.predicted * 1e6:9.1f} us  {kernels}")

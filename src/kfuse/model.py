@@ -5,7 +5,7 @@ time(kernel) = bytes it moves / bandwidth + launch overhead + clears of reduced 
                + local barriers executed every serial iteration
 time(plan)   = sum over its kernels
 
-Bytes count each array a kernel loads or stores once.  The atomic term charges each warp that
+Bytes count each array once per load or store routine that moves it.  The atomic term charges each warp that
 adds an instance's partial result to global memory (a reduced output that follows the loop
 axis is stored once per instance instead of once per block): fitted to H100 measurements
 (benchmarks/sweep.py, BiCGK and GEMVER implementations), such per-tile combines cost about
@@ -32,8 +32,11 @@ DEFAULT_MACHINE = Machine()
 
 
 def kernel_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
-    moved = {a.value.id for a in code.launch.args if a.kind == "array"}
-    return sum(entries[v] for v in moved) * itemsize
+    """Each array once per load or store routine that moves it (an array that two calls load
+    with different thread mappings crosses the bus twice)."""
+    moves = [s.kc.call.bindings()[s.routine.param].id for s in code.steps
+             if s.routine is not None and s.routine.kind in ("load", "store")]
+    return sum(entries[v] for v in moves) * itemsize
 
 
 def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
@@ -49,8 +52,15 @@ def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
         p = s.kc.call.function.param(s.routine.param)
         if p.reduce:
             X, Y = s.kc.shape(s.routine)
-            total += instances * max(1, (X * Y) // 32)
+            # a span's instances sum an output that does not follow the axis across the loop
+            # on chip and store it once
+            per = code.launch.span if code.launch.nesting == 2 and _across(code) not in p.index else 1
+            total += -(-instances // per) * max(1, (X * Y) // 32)
     return total
+
+
+def _across(code: KernelCode) -> str:
+    return "j" if code.launch.loop == "i" else "i"
 
 
 def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:

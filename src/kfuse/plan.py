@@ -41,7 +41,8 @@ class Plan:
             extra = f", {k.ipb} instance(s) per block" if k.nesting == 1 else ""
             pred = f", predicted {self.parts[n] * 1e6:.1f} us" if self.parts else ""
             lines.append(f"  kernel {n} {k.name}: loop along {k.loop}, {k.iters or 'auto'} serial iteration(s)"
-                         + (f" unrolled by {k.unroll}" if k.unroll > 1 else "") + extra + pred)
+                         + (f" unrolled by {k.unroll}" if k.unroll > 1 else "")
+                         + (f", {k.span} instances across it per block" if k.span > 1 else "") + extra + pred)
             for kc in k.calls:
                 lines.append(f"    {kc.call.text():40s} [{kc.describe()}]  (line {kc.call.line})")
         return "\n".join(lines)

@@ -45,7 +45,7 @@ def store_key(program: Program, gpu: str, dtype: str, dims: dict[int, int]) -> d
 
 
 def plan_to_json(plan: Plan) -> list[dict]:
-    return [{"name": k.name, "iters": k.iters, "ipb": k.ipb, "loop": k.loop, "unroll": k.unroll,
+    return [{"name": k.name, "iters": k.iters, "ipb": k.ipb, "loop": k.loop, "unroll": k.unroll, "span": k.span,
              "stores": sorted(k.stores),
              "calls": [{"call": kc.call.index, "variant": kc.variant.name, "macros": dict(kc.macros)}
                        for kc in k.calls]} for k in plan.kernels]
@@ -63,7 +63,7 @@ def plan_from_json(program: Program, data: list[dict]) -> Plan:
                 calls.append(KernelCall(call, var, tuple((m, int(c["macros"][m])) for m in var.macros)))
             kernels.append(KernelSpec(str(k["name"]), tuple(calls), iters=int(k["iters"]), ipb=int(k["ipb"]),
                                       stores=frozenset(int(s) for s in k["stores"]), loop=str(k["loop"]),
-                                      unroll=int(k["unroll"])))
+                                      unroll=int(k["unroll"]), span=int(k.get("span", 1))))
     except (KeyError, IndexError, StopIteration, TypeError, ValueError) as e:
         raise KfuseError(f"stored plan does not fit the program: {e!r}") from None
     covered = sorted(kc.call.index for k in kernels for kc in k.calls)

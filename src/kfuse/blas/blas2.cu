@@ -185,3 +185,165 @@ KF_DEVICE void madd_compute(const KfIx& ix, VA& a, VB& b, VO& out) {
 #pragma unroll
     for (int k = 0; k < KF_TR / BY; ++k) out(k) = a(k) + b(k);
 }
+
+// ---- 16-byte variants ("q"): 8 threads per tile row, 4 consecutive columns each ------------
+// Thread (tx, ty) of 8 x BY owns tile entries (ty + BY r, 4 tx + e)  (mapping "qrows", slot
+// 4 r + e), column-vector entries 4 tx + e (mapping "quad"), row-vector entries ty + BY r
+// (mapping "split"; "rowpart" for row partials summed over tx), column partials 4 tx + e
+// summed over ty (mapping "qcolpart").  A warp moves 4 rows of 128 bytes per instruction.
+template <int BY, class V>
+KF_DEVICE void qtile_load(const KfIx& ix, const KfMat& g, V& a) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r) {
+        real t[4];
+        g.get4(ix.i * KF_TR + ix.ty + BY * r, ix.j * KF_TC + 4 * ix.tx, t, real(0));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a(4 * r + e) = t[e];
+    }
+}
+
+template <int BY, class V>
+KF_DEVICE void qtile_store(const KfIx& ix, V& a, const KfMat& g) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r) {
+        real t[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) t[e] = a(4 * r + e);
+        g.put4(ix.i * KF_TR + ix.ty + BY * r, ix.j * KF_TC + 4 * ix.tx, t);
+    }
+}
+
+// subvector j of a vector along the columns, 4 entries per thread (mapping "quad")
+template <int BY, class V>
+KF_DEVICE void qcolvec_load(const KfIx& ix, const KfVec& g, V& v) {
+    real t[4];
+    g.get4(ix.j * KF_TC + 4 * ix.tx, t, real(0));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v(e) = t[e];
+}
+
+// the beta-term of a column reduction (mapping "qcolpart"): read by the threads of ty = 0 of
+// the first instance along the reduced axis i only
+template <int BY, class V>
+KF_DEVICE void qcolvec_load_first_i(const KfIx& ix, const KfVec& g, V& v) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+        v(e) = (ix.i == 0 && ix.ty == 0) ? g.get(ix.j * KF_TC + 4 * ix.tx + e, real(0)) : real(0);
+}
+
+// row partials (mapping "rowpart") of 8 x BY threads: out[i KF_TR + ty + BY k] += the sum over
+// the 8 threads tx of slot k.  The transpose-reduce of rowsum_store within each group of 8
+// lanes (lane = tx + 8 (ty % 4)): halving steps with offsets 4, 2, ... leave lane tx with slot
+// k = tx / G (G = 8 / S), summed over S lanes; xor steps G/2 .. 1 add the G lanes that share
+// it; lanes tx = G k add row ty + BY k.  S = KF_TR / BY <= 8.
+template <int BY, class V>
+KF_DEVICE void qrowsum_store(const KfIx& ix, V& v, const KfVec& g) {
+    constexpr int S = KF_TR / BY;
+    static_assert(S >= 1 && S <= 8 && (S & (S - 1)) == 0, "qrowsum_store: KF_TR / BY is a power of two <= 8");
+    constexpr int G = 8 / S;
+    const int l = ix.tx;
+    real w[S];
+#pragma unroll
+    for (int k = 0; k < S; ++k) w[k] = v(k);
+#pragma unroll
+    for (int step = 0; (S >> step) > 1; ++step) {
+        const int h = S >> (step + 1), o = 4 >> step;
+        const bool up = (l & o) != 0;
+#pragma unroll
+        for (int k = 0; k < S / 2; ++k) {
+            if (k < h) {
+                const real keep = up ? w[k + h] : w[k];
+                const real send = up ? w[k] : w[k + h];
+                w[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+            }
+        }
+    }
+    const real s = kf_lanes_sum<G>(w[0]);
+    if (l % G == 0) g.add(ix.i * KF_TR + ix.ty + BY * (l / G), s);
+}
+
+// column partials (mapping "qcolpart"): the warp's 4 rows of threads (lanes tx, tx+8, tx+16,
+// tx+24) are summed by shuffles, then the threads of the first row add their 4 entries
+template <int BY, class V>
+KF_DEVICE void qcolsum_store(const KfIx& ix, V& v, const KfVec& g) {
+    real t[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        t[e] = v(e);
+        t[e] += __shfl_xor_sync(0xffffffffu, t[e], 8);
+        t[e] += __shfl_xor_sync(0xffffffffu, t[e], 16);
+    }
+    if ((ix.ty & 3) == 0) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) g.add(ix.j * KF_TC + 4 * ix.tx + e, t[e]);
+    }
+}
+
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemv_qcompute(const KfIx& ix, VA& a, VX& x, VO& out) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+        out(r) += a(4 * r) * x(0) + a(4 * r + 1) * x(1) + a(4 * r + 2) * x(2) + a(4 * r + 3) * x(3);
+}
+
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemv_qcompute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+        out(r) += alpha * (a(4 * r) * x(0) + a(4 * r + 1) * x(1) + a(4 * r + 2) * x(2) + a(4 * r + 3) * x(3));
+}
+
+template <int BY, class VA, class VX, class VY, class VO>
+KF_DEVICE void gemv_qcompute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+        out(r) += alpha * (a(4 * r) * x(0) + a(4 * r + 1) * x(1) + a(4 * r + 2) * x(2) + a(4 * r + 3) * x(3))
+                  + beta * y(r);
+}
+
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemtv_qcompute(const KfIx& ix, VA& a, VX& x, VO& out) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        real s = 0;
+#pragma unroll
+        for (int r = 0; r < KF_TR / BY; ++r) s += a(4 * r + e) * x(r);
+        out(e) += s;
+    }
+}
+
+template <int BY, class VA, class VX, class VO>
+KF_DEVICE void gemtv_qcompute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        real s = 0;
+#pragma unroll
+        for (int r = 0; r < KF_TR / BY; ++r) s += a(4 * r + e) * x(r);
+        out(e) += alpha * s;
+    }
+}
+
+template <int BY, class VA, class VX, class VY, class VO>
+KF_DEVICE void gemtv_qcompute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        real s = 0;
+#pragma unroll
+        for (int r = 0; r < KF_TR / BY; ++r) s += a(4 * r + e) * x(r);
+        out(e) += alpha * s + beta * y(e);
+    }
+}
+
+template <int BY, class VA, class VU, class VV, class VO>
+KF_DEVICE void ger_qcompute(const KfIx& ix, VA& a, VU& u, VV& v, VO& out) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out(4 * r + e) = a(4 * r + e) + u(r) * v(e);
+}
+
+template <int BY, class VA, class VB, class VO>
+KF_DEVICE void madd_qcompute(const KfIx& ix, VA& a, VB& b, VO& out) {
+#pragma unroll
+    for (int k = 0; k < 4 * (KF_TR / BY); ++k) out(k) = a(k) + b(k);
+}

@@ -19,13 +19,16 @@ and runs only in the threads it needs (whole warps), with its own thread indices
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from ..errors import FusionError
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine, Variant
 from ..program import Call, ScalarArg, Value
+
+
+MAX_REGISTER_SLOTS = 128    # on-chip entries per thread that unrolled or spanned copies may take
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class KernelSpec:
     stores: frozenset[int] = frozenset()    # value ids this kernel must write to global memory
     loop: str = "i"                 # instance axis the serial loop walks (nested kernels: i or j)
     unroll: int = 1                 # serial iterations whose loads are issued together
+    span: int = 1                   # nested kernels: instances across the loop axis per block
 
     @property
     def nesting(self) -> int:
@@ -73,6 +77,7 @@ class Element:
     pitch: int                      # tile row pitch in shared memory (columns + padding)
     value: Value | None             # None for a call-private local
     identity: str = "0"             # value a clear writes
+    axes: tuple[str, ...] = ("i", "j")   # instance axes it follows (locals: private to the instance)
 
     @property
     def size(self) -> int:
@@ -137,6 +142,9 @@ class LaunchInfo:
     smem_bytes_per_real: int        # shared entries per block (multiply by sizeof(real))
     calls: tuple[int, ...]          # program call indices in this kernel
     loop: str = "i"
+    span: int = 1                   # instances across the loop axis per block (nested kernels)
+    unroll: int = 1
+    carried: bool = True            # work before or after the loop (invariant loads, accumulators)
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
         """Instances along each axis (partial edge elements included)."""
@@ -147,12 +155,18 @@ class LaunchInfo:
         counts = self.counts(dims)
         if self.nesting == 1:
             return counts[0], 1
-        return (counts[0], counts[1]) if self.loop == "i" else (counts[1], counts[0])
+        along, across = (counts[0], counts[1]) if self.loop == "i" else (counts[1], counts[0])
+        return along, -(-across // self.span)
 
     def iterations(self, dims: dict[int, int], target_blocks: int) -> int:
-        """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks."""
+        """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks.
+        A nested kernel with nothing to amortise across its loop (no invariant loads, no
+        accumulators) walks one unrolled trip per block: many small blocks balance best (measured on the H100,
+        benchmarks/iters.py: MADD 266 us at one trip against 275 at two waves)."""
         if self.iters:
             return self.iters
+        if self.nesting == 2 and not self.carried:
+            return self.unroll
         along, across = self._split(dims)
         per_group = max(1, target_blocks // across) * self.ipb
         return max(1, -(-along // per_group))
@@ -192,9 +206,11 @@ class _Builder:
         nest = {kc.call.function.nesting for kc in spec.calls}
         if len(nest) != 1:
             raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
-        if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1:
-            raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block "
-                              "and unroll >= 1")
+        if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1 or spec.span < 1:
+            raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block, "
+                              "unroll and span >= 1")
+        if spec.nesting == 1 and spec.span != 1:
+            raise FusionError(f"{spec.name}: a span across the loop axis needs a nested kernel")
         if spec.nesting == 2 and spec.ipb != 1:
             raise FusionError(f"{spec.name}: nested kernels run one instance per block")
         if spec.loop not in AXES[spec.nesting]:
@@ -202,18 +218,18 @@ class _Builder:
 
     # -- elements ------------------------------------------------------------------------
     def new_element(self, v: Value | None, base: str, p_elem: str, shape: tuple[int, ...], pad: int,
-                    identity: str = "0") -> str:
+                    identity: str = "0", axes: tuple[str, ...] = ("i", "j")) -> str:
         name, n = base, 2
         while name in self.elements:
             name, n = f"{base}_{n}", n + 1
         pitch = shape[1] + pad if p_elem == "tile" else 0
-        self.elements[name] = Element(name, p_elem, shape, pitch, v, identity)
+        self.elements[name] = Element(name, p_elem, shape, pitch, v, identity, tuple(axes))
         return name
 
     def widen_pitch(self, name: str, p: Param) -> None:
         el = self.elements[name]
         if el.kind == "tile" and el.shape[1] + p.pad > el.pitch:
-            self.elements[name] = Element(name, el.kind, el.shape, el.shape[1] + p.pad, el.value, el.identity)
+            self.elements[name] = replace(el, pitch=el.shape[1] + p.pad)
 
     def arg_element(self, kc: KernelCall, name: str) -> str:
         """The element a routine argument refers to (outputs and locals created on first use)."""
@@ -225,7 +241,8 @@ class _Builder:
         if p is not None:           # an output (inputs are bound by their load)
             v = kc.call.bindings()[p.name]
             ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
-            el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad, ident)
+            el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad, ident,
+                                  p.index)
             self.produced[(v.id, p.index)] = (el, p)
         else:
             loc = next(loc for loc in kc.variant.locals if loc.name == name)
@@ -263,7 +280,10 @@ class _Builder:
                     self.call_elem[(kc.call.index, p.name)] = loaded[key]
                     self.widen_pitch(loaded[key], p)
                     continue
-                el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad)
+                # a partial-sum input is read by one instance of those it is summed over: its
+                # copy belongs to the instance, not to the axes it follows
+                el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad,
+                                      axes=AXES[2] if p.partial else p.index)
                 loaded[key] = self.call_elem[(kc.call.index, p.name)] = el
                 self.add_routine("pre" if hoisted else "loop", kc, r)
             for r in var.computes:
@@ -426,9 +446,27 @@ def _scalar_expr(a: ScalarArg) -> str:
 def _emit(b: _Builder, pl: Placement) -> KernelCode:
     spec, lib = b.spec, b.lib
     nest, U, L = spec.nesting, spec.unroll, spec.loop
+    # elements used only inside the loop get one copy per unrolled iteration
+    outside = {a.element for s in b.steps if s.phase != "loop" for a in s.accesses}
+    V = spec.span
+    other = ("j" if L == "i" else "i") if nest == 2 else None
     if U > 1 and pl.shared:
         raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
                           f"({', '.join(pl.shared)} in shared memory)")
+    if V > 1 and pl.shared:
+        raise FusionError(f"{spec.name}: a span of {V} instances across the loop needs every element in "
+                          f"registers ({', '.join(pl.shared)} in shared memory)")
+    # with a span, an element that follows the axis across the loop has one copy per span slot;
+    # the others (vectors along the loop axis) are shared by the slots: loaded once, or summed
+    # over the slots and stored once
+    per_slot = {key for key, el in b.elements.items() if V == 1 or other in el.axes}
+    if V > 1:
+        _check_span(b, per_slot)
+    slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
+                for key, n in pl.registers.items()) if (U > 1 or V > 1) else 0
+    if slots > MAX_REGISTER_SLOTS:
+        raise FusionError(f"{spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
+                          f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
     shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
                     | {a.threads for s in b.steps for a in s.accesses})
     T = max(X * Y for X, Y in shapes)
@@ -450,11 +488,14 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         if kc.call.axes != axis_dims:
             raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                               f"{first.call.text()}")
-    # elements used only inside the loop get one copy per unrolled iteration
-    outside = {a.element for s in b.steps if s.phase != "loop" for a in s.accesses}
 
-    def ename(key: str, u: int) -> str:
-        return f"e_{key}" if U == 1 or key in outside else f"e_{key}_u{u}"
+    def ename(key: str, u: int, v: int = 0) -> str:
+        name = f"e_{key}" if U == 1 or key in outside else f"e_{key}_u{u}"
+        return name + (f"_v{v}" if V > 1 and key in per_slot else "")
+
+    def slot(u: int | None, v: int) -> str:
+        """Suffix of the instance index (and activity flag) of unrolled copy u, span slot v."""
+        return ("" if u is None else f"_u{u}") + (f"_v{v}" if V > 1 else "")
 
     # kernel arguments: arrays first (in order of first use), then scalars, counts, iterations
     args: list[GlobalArg] = []
@@ -524,10 +565,15 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         w("    KfIx ix{lt, 0, first_i + inst, 0};")
         first_expr, count = "first_i", "n_i"
     else:
-        other = "j" if L == "i" else "i"
         w("    const int lt = threadIdx.x;                  // thread in the instance")
-        w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;  // loop axis {L}")
-        w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
+        if V == 1:
+            w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;  // loop axis {L}")
+            w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
+        else:
+            w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
+              f"{V} instances each")
+            w(f"    const long long first_{L} = (long long)(blockIdx.x / nb_{other}) * iters;  // loop axis {L}")
+            w(f"    const long long blk_{other} = (long long)(blockIdx.x % nb_{other}) * {V};")
         w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
         first_expr, count = f"first_{L}", f"n_{L}"
     for X, Y in shapes:
@@ -536,18 +582,25 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         desc = f"{el.kind} {'x'.join(map(str, el.shape))}" + (f" ({el.value.name})" if el.value else "")
         if key in pl.registers:
             for u in range(1 if key in outside else U):
-                w(f"    KfReg<{pl.registers[key]}> {ename(key, u)};   // {desc}: registers")
+                for v in range(V if key in per_slot else 1):
+                    w(f"    KfReg<{pl.registers[key]}> {ename(key, u, v)};   // {desc}: registers")
         elif key in pl.shared:
             base = f"kf_smem + {pl.shared[key]}" + (f" + inst * {pl.shared_size}" if spec.ipb > 1 else "")
             w(f"    real* const sh_{key} = {base};   // {desc}: shared")
+    if V > 1:
+        for v in range(V):
+            w(f"    KfIx ix_v{v} = ix; ix_v{v}.{other} = blk_{other} + {v};   // span slot {v}")
+            w(f"    const bool act_v{v} = ix_v{v}.{other} < n_{other};")
     w("")
 
-    def routine_call(s: Step, indent: str, u: int | None) -> list[str]:
+    def routine_call(s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
         kc, r = s.kc, s.routine
         X, Y = kc.shape(r)
         conds = []
-        if u is not None and (nest == 1 or U > 1):
-            conds.append(f"act_u{u}")
+        if u is not None and (nest == 1 or U > 1 or V > 1):
+            conds.append(f"act{slot(u, v)}")
+        elif V > 1 and v > 0:
+            conds.append(f"act_v{v}")
         if X * Y < T:
             conds.append(f"lt < {X * Y}")
         inner = indent + "    "
@@ -556,8 +609,10 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             head += f" ({X}x{Y} threads, the rest idle)"
         if U > 1 and u is not None:
             head += f" [iteration +{u}]"
+        if V > 1:
+            head += f" [span slot {v}]" if _step_per_slot(s, per_slot) else " [once for the span]"
         lines = [head, f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{"]
-        ixv = "ix" if u is None else f"ix_u{u}"
+        ixv = "ix" if u is None and V == 1 else f"ix{slot(u, v)}"
         lines.append(f"{inner}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, {ixv}.i, {ixv}.j}};")
         cargs = ["rix"]
         binds = kc.call.bindings()
@@ -569,7 +624,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             else:
                 key = acc.element
                 if key in pl.registers:
-                    cargs.append(ename(key, u or 0))
+                    cargs.append(ename(key, u or 0, v))
                 else:
                     vname, vdef = _view_struct(b.elements[key], acc.mapping, X, Y)
                     views[vname] = vdef
@@ -580,7 +635,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         lines.append(f"{indent}}}")
         return lines
 
-    def clear(s: Step, indent: str, u: int | None) -> list[str]:
+    def clear(s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
         acc = s.accesses[0]
         el = b.elements[acc.element]
         X, Y = acc.threads
@@ -589,7 +644,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         if acc.element in pl.registers:
             lines.append(f"{indent}#pragma unroll")
             lines.append(f"{indent}for (int k = 0; k < {pl.registers[acc.element]}; ++k) "
-                         f"{ename(acc.element, u or 0)}.v[k] = {ident};")
+                         f"{ename(acc.element, u or 0, v)}.v[k] = {ident};")
         elif acc.mapping == "any":
             lines.append(f"{indent}for (int e = lt; e < {el.size}; e += {T}) sh_{el.key}[e] = {ident};")
         else:
@@ -601,16 +656,21 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                          f"for (int k = 0; k < {slots}; ++k) v(k) = {ident}; }}")
         return lines
 
-    def emit(s: Step, indent: str, u: int | None) -> None:
+    def emit(s: Step, indent: str, u: int | None, v: int = 0) -> None:
         if s.barrier:
             w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
-        out.extend(clear(s, indent, u) if s.kind == "clear" else routine_call(s, indent, u))
+        out.extend(clear(s, indent, u, v) if s.kind == "clear" else routine_call(s, indent, u, v))
+
+    def emit_slots(s: Step, indent: str, u: int | None) -> None:
+        """A step outside the serial loop: once per span slot when it touches per-slot data."""
+        for v in range(V if _step_per_slot(s, per_slot) else 1):
+            emit(s, indent, u, v)
 
     if any(s.phase == "pre" for s in b.steps):
         w("    // ---- before the serial loop: invariant loads, cleared accumulators")
         for s in b.steps:
             if s.phase == "pre":
-                emit(s, "    ", None)
+                emit_slots(s, "    ", None)
         w("")
     w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if nest == 1 else 'block'}"
       + (f", {U} at a time" if U > 1 else ""))
@@ -621,29 +681,48 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         if nest == 1:
             w(f"        KfIx ix_u{u} = ix; ix_u{u}.i = {first_expr} + (long long)(it + {u}) * {spec.ipb} + inst;")
             w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.i < n_i;")
-        else:
+        elif V == 1:
             w(f"        KfIx ix_u{u} = ix; ix_u{u}.{L} = {first_expr} + it + {u};")
             if U > 1:
                 w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.{L} < {count};")
+        else:
+            for v in range(V):
+                w(f"        KfIx ix_u{u}_v{v} = ix_v{v}; ix_u{u}_v{v}.{L} = {first_expr} + it + {u};")
+                w(f"        const bool act_u{u}_v{v} = act_v{v} && it + {u} < iters && ix_u{u}_v{v}.{L} < {count};")
     loop_steps = [s for s in b.steps if s.phase == "loop"]
-    if U == 1:
+
+    def is_load(s: Step) -> bool:
+        return s.routine is not None and s.routine.kind == "load"
+
+    if U == 1 and V == 1:
         for s in loop_steps:
             emit(s, "        ", 0)
     else:   # loads of every copy first, then the rest copy by copy
         for u in range(U):
             for s in loop_steps:
-                if s.routine is not None and s.routine.kind == "load":
-                    emit(s, "        ", u)
+                if is_load(s):
+                    for v in range(V if _step_per_slot(s, per_slot) else 1):
+                        emit(s, "        ", u, v)
         for u in range(U):
-            for s in loop_steps:
-                if not (s.routine is not None and s.routine.kind == "load"):
+            rest = [s for s in loop_steps if not is_load(s)]
+            # per-slot steps slot by slot, between the clears and the stores of the elements
+            # the span's slots share (their partial results summed over the slots on chip)
+            for s in rest:
+                if s.kind == "clear" and not _step_per_slot(s, per_slot):
+                    emit(s, "        ", u)
+            for v in range(V):
+                for s in rest:
+                    if _step_per_slot(s, per_slot):
+                        emit(s, "        ", u, v)
+            for s in rest:
+                if s.kind != "clear" and not _step_per_slot(s, per_slot):
                     emit(s, "        ", u)
     w("    }")
     if any(s.phase == "post" for s in b.steps):
         w("    // ---- after the serial loop: stores of accumulated outputs")
         for s in b.steps:
             if s.phase == "post":
-                emit(s, "    ", None)
+                emit_slots(s, "    ", None)
     w("}")
 
     clears = []
@@ -653,7 +732,8 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             if p.reduce and v.id in spec.stores:
                 clears.append((v, REDUCE_OPS[p.reduce]))
     launch = LaunchInfo(spec.name, threads, nest, spec.iters, spec.ipb, tuple(axis_dims), tuple(extents),
-                        tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L)
+                        tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L, V,
+                        U, any(s.phase != "loop" for s in b.steps))
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
     return KernelCode(spec, "\n".join(out), tuple(views.values()), sources, launch, pl, tuple(b.steps))
 
@@ -662,3 +742,33 @@ def _accesses_in_order(s: Step) -> list[Access | None]:
     """Align the routine's args with its element accesses (None for non-element args)."""
     it = iter(s.accesses)
     return [next(it) if a.kind == "element" else None for a in s.routine.args]
+
+
+def _step_per_slot(s: Step, per_slot: set[str]) -> bool:
+    """Does the step run once per span slot?  Computes always do; loads, clears and stores when
+    their element has a copy per slot."""
+    if s.routine is not None and s.routine.kind == "compute":
+        return True
+    return any(a.element in per_slot for a in s.accesses)
+
+
+def _check_span(b: "_Builder", per_slot: set[str]) -> None:
+    """Elements shared by the span's slots are either loaded once and read by every slot, or
+    partial results that every slot adds to (cleared before the slots, stored after them)."""
+    for key, el in b.elements.items():
+        if key in per_slot:
+            continue
+        accs = [(s, a) for s in b.steps for a in s.accesses if a.element == key]
+        loaded = any(s.routine is not None and s.routine.kind == "load" for s, _ in accs)
+        for s, a in accs:
+            if s.routine is None or s.routine.kind != "compute":
+                continue
+            if (loaded and a.mode != "r") or (not loaded and a.mode != "acc"):
+                raise FusionError(f"{b.spec.name}: with a span across the loop, {s.kc.call.text()} "
+                                  f"({s.routine.name}) {'writes' if loaded else 'reads'} {key}, which "
+                                  "the span's instances share")
+    for s in b.steps:
+        if (s.routine is not None and s.routine.kind == "compute"
+                and all(a.element not in per_slot for a in s.accesses)):
+            raise FusionError(f"{b.spec.name}: with a span across the loop, {s.kc.call.text()} "
+                              f"({s.routine.name}) touches no per-instance data")

@@ -83,6 +83,28 @@ struct KfMat {           // row-major, rows x cols, leading dimension cols
     KF_DEVICE void add(long long r, long long c, real v) const {
         if (r < rows && c < cols) atomicAdd(p + r * cols + c, v);
     }
+    // Entries (r, c .. c+3) (mapping "qrows"): 16-byte accesses when all four are inside the
+    // matrix and aligned, entry by entry with the bounds checks otherwise.
+    KF_DEVICE bool quad_ok(long long r, long long c) const {
+        return r < rows && c + 4 <= cols
+            && ((reinterpret_cast<unsigned long long>(p) + (unsigned long long)(r * cols + c) * sizeof(real)) & 15ull) == 0;
+    }
+    KF_DEVICE void get4(long long r, long long c, real (&v)[4], real fill) const {
+        if (quad_ok(r, c)) {
+            kf_load16(p + r * cols + c, v);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = get(r, c + k, fill);
+        }
+    }
+    KF_DEVICE void put4(long long r, long long c, const real (&v)[4]) const {
+        if (quad_ok(r, c)) {
+            kf_store16(p + r * cols + c, v);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) put(r, c + k, v[k]);
+        }
+    }
 };
 
 template <int N>

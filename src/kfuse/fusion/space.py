@@ -20,6 +20,7 @@ from ..program import Program
 from .legality import why_not
 
 UNROLLS = (1, 2, 4)
+SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
 PREFERRED_IPB = (8, 32)     # tried for unnested kernels when the variants allow them
 MAX_ORDERS = 6
 
@@ -41,6 +42,7 @@ class Implementation:
     loop: str
     unroll: int
     ipb: int
+    span: int = 1
 
     def kernel_calls(self, program: Program) -> tuple[KernelCall, ...]:
         out = []
@@ -54,12 +56,12 @@ class Implementation:
 
     def spec(self, program: Program, name: str, stores: frozenset[int]) -> KernelSpec:
         return KernelSpec(name, self.kernel_calls(program), iters=0, ipb=self.ipb, stores=stores,
-                          loop=self.loop, unroll=self.unroll)
+                          loop=self.loop, unroll=self.unroll, span=self.span)
 
     def describe(self, program: Program) -> str:
         kcs = self.kernel_calls(program)
         parts = [f"{kc.call.name}:{kc.variant.name}" for kc in kcs]
-        extra = [f"loop {self.loop}", f"unroll {self.unroll}"]
+        extra = [f"loop {self.loop}", f"unroll {self.unroll}"] + ([f"span {self.span}"] if self.span > 1 else [])
         if self.by is not None:
             extra.insert(0, f"BY={self.by}")
         if kcs[0].call.function.nesting == 1:
@@ -133,6 +135,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     loops = AXES[nesting] if nesting == 2 else ("i",)
+    spans = SPANS if nesting == 2 else (1,)
     for order in _orders(graph, calls):
         var_choices = [range(len(program.calls[i].function.variants)) for i in order]
         for variants in product(*var_choices):
@@ -143,15 +146,15 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
                 by_choices = sorted(set.union(*bys))
             ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
             ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
-            for by, loop, unroll, ipb in product(by_choices, loops, UNROLLS, ipb_choices):
-                impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb)
+            for by, loop, unroll, ipb, span in product(by_choices, loops, UNROLLS, ipb_choices, spans):
+                impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span)
                 try:
                     code = build_kernel(impl.spec(program, "k", stores), lib)
                 except FusionError:
                     pruned["refused by the builder"] += 1
                     continue
                 # same choices in another call order: keep the one needing less shared memory
-                key = (tuple(sorted(zip(order, variants))), by, loop, unroll, ipb)
+                key = (tuple(sorted(zip(order, variants))), by, loop, unroll, ipb, span)
                 old = built.get(key)
                 if old is not None:
                     pruned["dominated in on-chip memory"] += 1

@@ -32,9 +32,14 @@ class MappingDef:
         if self.name in ("split", "rowpart"):
             (K,) = shape
             return None if K % Y == 0 else f"subvector of {K} entries is not a multiple of {Y} threads in y"
-        if self.name == "quad":
+        if self.name in ("quad", "qcolpart"):
             (K,) = shape
             return None if K == 4 * X else f"subvector of {K} entries needs {K // 4} threads in x, routine has {X}"
+        if self.name == "qrows":
+            R, C = shape
+            if C != 4 * X:
+                return f"tile of {C} columns needs {C // 4} threads in x (4 columns each), routine has {X}"
+            return None if R % Y == 0 else f"tile of {R} rows is not a multiple of {Y} threads in y"
         if self.name == "rows":
             R, C = shape
             if C != X:
@@ -49,8 +54,10 @@ class MappingDef:
             return shape[0] // Y
         if self.name == "rows":
             return shape[0] // Y
-        if self.name == "quad":
+        if self.name in ("quad", "qcolpart"):
             return 4
+        if self.name == "qrows":
+            return 4 * (shape[0] // Y)
         if self.name == "thread":
             return 1
         return 0
@@ -65,6 +72,8 @@ class MappingDef:
             return f"(ty + k * {Y}) * {pitch} + tx"
         if self.name == "quad":
             return "4 * tx + k"
+        if self.name == "qrows":
+            return f"(ty + (k / 4) * {Y}) * {pitch} + 4 * tx + k % 4"
         return None
 
 
@@ -75,6 +84,10 @@ MAPPINGS: dict[str, MappingDef] = {m.name: m for m in (
                "accesses); needs X = K / 4", True, True),
     MappingDef("rows", "tile", "thread (tx, ty) owns entries (ty + k*Y, tx); needs X == tile columns",
                True, True),
+    MappingDef("qrows", "tile", "thread (tx, ty) owns the 4 consecutive entries (ty + (k/4)*Y, 4 tx + k%4) "
+               "of each of its rows (16-byte accesses); needs X == tile columns / 4", True, True),
+    MappingDef("qcolpart", "subvector", "thread (tx, ty) holds a partial of the 4 entries 4 tx + k; the "
+               "entry is the sum over ty (registers only); needs X = K / 4", True, False),
     MappingDef("rowpart", "subvector", "thread (tx, ty) holds a partial of entries ty + k*Y; the entry is "
                "the sum over tx (registers only)", True, False),
     MappingDef("colpart", "subvector", "thread (tx, ty) holds a partial of entries tx + k*X; the entry is "
