@@ -20,7 +20,7 @@ from .codegen.kernel import KernelCode
 
 @dataclass(frozen=True)
 class Machine:
-    name: str = "H100 (default transfer model)"
+    name: str = "transfer model (H100 defaults)"
     bandwidth: float = 3.0e12       # bytes/s, device-to-device copy (read + write)
     launch: float = 2.5e-6          # s per kernel launch
     clear: float = 1.5e-6           # s per reduced output cleared before a launch

@@ -49,9 +49,17 @@ class CalibratedModel:
     def __init__(self, cal: Calibration):
         self.cal = cal
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
+        self._memo: dict[tuple, float] = {}
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
+        """Nanoseconds per execution of a probe's routine in an environment (interpolated)."""
+        key = (probe_id, loop, unroll, ipb, resident)
+        if key not in self._memo:
+            self._memo[key] = self._routine_ns(*key)
+        return self._memo[key]
+
+    def _routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
         points = self.cal.probes[probe_id]["points"]
         same_loop = [p for p in points if p["loop"] == loop] or points
         full = [p for p in same_loop if p["occupancy"] == "full"]
