@@ -33,15 +33,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import KfuseError
+from ..errors import CalibrationError
 
 FORMAT = {"format": "kfuse-calibration", "version": 1}
 SHIPPED = Path(__file__).with_name("shipped")
 KINDS = ("load", "compute", "store")
-
-
-class CalibrationError(KfuseError):
-    """A calibration file or entry that cannot be used (reported, then ignored)."""
 
 
 def user_path() -> Path:
