@@ -137,7 +137,7 @@ def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
 def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: list[Calibration] = (),
               log=None) -> Calibration:
     """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
-    calibration of this GPU and dtype are taken from it)."""
+    calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""
     from ..tuning import gpu_name
     cp = cupy()
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -149,7 +149,7 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     routines, probes = library_probes(lib)
     known: dict[str, dict] = {}
     for cal in reuse:
-        if cal.gpu == gpu and cal.dtype == dtype:
+        if cal.gpu == gpu and cal.dtype == dtype and bool(cal.meta.get("quick")) == quick:
             for pid, data in cal.probes.items():
                 known.setdefault(pid, data)
     todo = [p for pid, p in probes.items() if pid not in known]
