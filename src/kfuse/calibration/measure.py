@@ -6,17 +6,20 @@ serial iterations to cover the rest), timed with CUDA events (median).  Its cost
 (time - launch overhead) / instances.  The launch overhead is the time of an empty kernel; a clear
 is a memset before a kernel; a barrier is the difference a local barrier in every serial
 iteration makes to a load probe, per instance.  Micro-kernels are compiled with NVRTC in modules
-of ``CHUNK`` kernels (progress on stderr).
+of ``CHUNK`` kernels, several modules at once (progress on stderr).
 """
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import numpy as np
 
 from .. import __version__
+from ..errors import CompileError
 from ..library.schema import Library
 from ..runtime.compiler import load_module
 from ..runtime.gpu import cupy
@@ -134,6 +137,35 @@ def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
     return run, math.prod(counts), resident
 
 
+def _sig(x: float) -> float:
+    """Five significant digits (costs per execution span 1e-4 to 10 ns)."""
+    return float(f"{x:.5g}")
+
+
+def _compile_all(sources: list[str], prog: Progress, log) -> list:
+    device = cupy().cuda.Device().id
+    modules: list = [None] * len(sources)
+
+    def work(n: int):
+        with cupy().cuda.Device(device):
+            return n, load_module(sources[n])
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) - 1))) as pool:
+            for fut in as_completed([pool.submit(work, n) for n in range(len(sources))]):
+                n, mod = fut.result()
+                modules[n] = mod
+                prog.step()
+    except CompileError:
+        raise
+    except Exception as e:   # noqa: BLE001 - threads unusable here: compile the rest one by one
+        log(f"  parallel compilation failed ({e.__class__.__name__}: {e}); compiling sequentially")
+        for n, src in enumerate(sources):
+            if modules[n] is None:
+                modules[n] = load_module(src)
+                prog.step()
+    return modules
+
+
 def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: list[Calibration] = (),
               log=None) -> Calibration:
     """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
@@ -169,20 +201,15 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
         f"{len(probes)} distinct micro-kernels ({len(probes) - len(todo)} already measured), "
         f"{len(jobs)} environments to time" + (" [quick]" if quick else ""))
 
-    # compile
+    # compile: NVRTC modules in worker threads (NVRTC releases the GIL), one by one if that fails
     names = list(jobs)
     chunks = [names[k:k + CHUNK] for k in range(0, len(names), CHUNK)] or [[]]
-    funcs = {}
+    sources = [probe_module(lib, dtype, [jobs[k] for k in chunk], title=f"chunk {n + 1}/{len(chunks)}",
+                            empty=(n == 0)) for n, chunk in enumerate(chunks)]
     prog = Progress("compiling (NVRTC)", len(chunks), log if not sys.stderr.isatty() else None)
-    for n, chunk in enumerate(chunks):
-        src = probe_module(lib, dtype, [jobs[k] for k in chunk], title=f"chunk {n + 1}/{len(chunks)}",
-                           empty=(n == 0))
-        mod = load_module(src)
-        for k in chunk:
-            funcs[k] = mod.get_function(k)
-        if n == 0:
-            empty = mod.get_function("kfc_empty")
-        prog.step()
+    modules = _compile_all(sources, prog, log)
+    funcs = {k: modules[n].get_function(k) for n, chunk in enumerate(chunks) for k in chunk}
+    empty = modules[0].get_function("kfc_empty")
 
     # launch overhead and clears
     arrays = _Arrays(lib, dtype, sizes["n"], sizes["N"])
@@ -216,11 +243,11 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
         for env in p.environments(quick):
             got = times.get(p.kernel_name(env))
             if got is not None:
-                points.append({**env.to_json(), "resident": round(got[1], 4), "ns": round(got[0], 5)})
+                points.append({**env.to_json(), "resident": round(got[1], 4), "ns": _sig(got[0])})
         measured[p.id] = {"kind": p.kind, "atomic": p.atomic, "nesting": p.nesting, "points": points}
     barrier = {}
     for nest, (plain, with_bar) in bar_jobs.items():
-        barrier[nest] = round(max(0.0, times[with_bar][0] - times[plain][0]), 5)
+        barrier[nest] = _sig(max(0.0, times[with_bar][0] - times[plain][0]))
     log("  barrier per instance: " + ", ".join(f"{'nested' if n == 2 else 'unnested'} {v:.3f} ns"
                                                   for n, v in sorted(barrier.items())))
     meta = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kfuse": __version__,

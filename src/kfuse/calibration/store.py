@@ -135,11 +135,28 @@ def _digest(rec: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+_read_cache: dict[tuple, list[Calibration]] = {}
+
+
 def read_file(path: Path, warn=None) -> list[Calibration]:
-    """Every valid entry of a calibration file; problems reported through ``warn``, never trusted."""
+    """Every valid entry of a calibration file; problems reported through ``warn``, never trusted.
+    (Valid files are read once per process while they do not change.)"""
     warn = warn or _warn
-    if not path.exists():
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
         return []
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key in _read_cache:
+        return list(_read_cache[key])
+    out = _read(path, warn)
+    if out:
+        _read_cache[key] = list(out)
+    return out
+
+
+def _read(path: Path, warn) -> list[Calibration]:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
