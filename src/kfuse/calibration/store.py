@@ -197,6 +197,7 @@ def write_entry(path: Path, cal: Calibration, warn=None) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(body, f, indent=1, sort_keys=True)
         f.write("\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
