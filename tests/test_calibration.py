@@ -313,3 +313,63 @@ def test_cli_plan_names_the_model(capsys):
     assert main(["plan", str(ROOT / "examples" / "bicgk.kf")]) == 0
     out = capsys.readouterr()
     assert "ranked by the transfer model" in out.out and "using the transfer model" in out.err
+
+
+# ---- the host side of kfuse calibrate, on a CuPy stand-in ------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_path):
+    from cupy_standin import CuPyStandIn
+    import kfuse.calibration.measure as measure
+    import kfuse.runtime.compiler as compiler
+    import kfuse.runtime.timing as timing
+    import kfuse.tuning as tuning
+    cp = CuPyStandIn(dtype)
+    for mod in (measure, compiler, timing):
+        monkeypatch.setattr(mod, "cupy", lambda: cp)
+    monkeypatch.setattr(tuning, "gpu_name", lambda: "Stand-in GPU")
+    monkeypatch.setattr(compiler, "_modules", {})
+    lines = []
+    cal = measure.calibrate(lib, dtype, quick=True, log=lines.append)
+    keys, probes = library_probes(lib)
+    assert cal.routines == keys and set(cal.probes) == set(probes)
+    half = [n for n, _, _, smem in cp.launches if n.endswith("_half")]
+    assert half and all(smem > 0 for n, _, _, smem in cp.launches if n.endswith("_half"))
+    for pid, p in probes.items():
+        pts = cal.probes[pid]["points"]
+        assert {(q["loop"], q["unroll"], q["ipb"]) for q in pts if q["occupancy"] == "full"} == \
+               {(e.loop, e.unroll, e.ipb) for e in p.environments(quick=True) if e.occupancy == "full"}
+        assert all(q["resident"] < 1.0 for q in pts if q["occupancy"] == "half")
+    assert any("compiling (NVRTC)" in m for m in lines) and any("timing" in m for m in lines)
+    write_entry(tmp_path / "cal.json", cal)
+    [back] = read_file(tmp_path / "cal.json")
+    assert back.key == ("Stand-in GPU", lib.digest, dtype) and back.meta["quick"] is True
+    # a second run reuses every probe and only re-times launch, clears and barriers
+    cp.launches.clear()
+    again = measure.calibrate(lib, dtype, quick=True, reuse=[back], log=lines.append)
+    assert again.probes == back.probes
+    assert {n.split("_")[1] for n, *_ in cp.launches if n != "kfc_empty"} == {
+        p.id for p in barrier_probes(probes).values()}
+
+
+def test_a_calibration_equivalent_to_the_transfer_model_predicts_what_it_predicts(lib):
+    """Loads and stores costing their bytes over the transfer model's bandwidth (vectors of nested
+    functions from L2, free), no atomics or barriers: the calibrated prediction of each example's
+    plan matches the transfer model's (within 1%) -- the executions are counted right."""
+    from dataclasses import replace as dreplace
+    from conftest import EXAMPLES
+    machine = dreplace(DEFAULT_MACHINE, atomic=0.0, barrier=0.0)
+
+    def cost(keys, p, env):
+        if p.kind == "compute":
+            return 0.0
+        entries = sum(math.prod(a.shape) if a.shape else 1 for kind, a in p.args if kind == "element")
+        if p.nesting == 2 and not any(a.kind == "tile" for kind, a in p.args if kind == "element"):
+            return 0.0
+        return entries * 4 / machine.bandwidth * 1e9
+    model = CalibratedModel(synthetic(lib, cost, launch_ns=machine.launch * 1e9, clear_ns=machine.clear * 1e9))
+    for path in EXAMPLES:
+        prog = kfuse.compile(path, calibration=machine, tuned=False)
+        dims, entries = prog.search.dims, prog.search.entries
+        for code in prog.kernels:
+            want = machine.kernel_time(code, dims, entries, 4)
+            assert model.kernel_time(code, dims, entries, 4) == pytest.approx(want, rel=0.01), (path.stem, code.spec.name)
