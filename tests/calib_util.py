@@ -7,7 +7,7 @@ DEVICE = {"sms": 132, "max_threads_per_sm": 2048, "max_blocks_per_sm": 32, "smem
 
 
 def synthetic(lib, cost, dtype="float32", gpu="Synthetic GPU", launch_ns=2000.0, clear_ns=1000.0,
-              barrier_ns=None, half=2.0, routines=None):
+              barrier_ns=None, half=2.0, routines=None, quick=False):
     """cost(routine key or None, probe, env) -> ns per execution; ``half``: slowdown at half
     occupancy.  ``routines`` restricts the keys (None: all)."""
     keys, probes = library_probes(lib)
@@ -17,7 +17,7 @@ def synthetic(lib, cost, dtype="float32", gpu="Synthetic GPU", launch_ns=2000.0,
     data = {}
     for pid, p in probes.items():
         points = []
-        for env in p.environments():
+        for env in p.environments(quick):
             ns = cost(by_probe[pid], p, env)
             if env.occupancy == "half":
                 ns *= half
@@ -26,4 +26,4 @@ def synthetic(lib, cost, dtype="float32", gpu="Synthetic GPU", launch_ns=2000.0,
     if routines is not None:
         keys = {k: v for k, v in keys.items() if k in routines}
     return Calibration(gpu, lib.digest, dtype, dict(DEVICE), launch_ns, clear_ns,
-                       barrier_ns or {1: 0.0, 2: 0.0}, keys, data, {"written": "test", "quick": False})
+                       barrier_ns or {1: {256: 0.0}, 2: {256: 0.0}}, keys, data, {"written": "test", "quick": False})

@@ -49,7 +49,9 @@ def test_every_routine_has_a_probe_and_equal_routines_share_one(lib):
     # every macro value of every variant is a routine key of its own
     assert sum(1 for k in keys if k.startswith("gemv(A,x)/shfl/") and k.endswith("/load_A")) == 4
     assert {p.kind for p in probes.values()} == {"load", "compute", "store"}
-    assert any(p.atomic for p in probes.values()) and set(barrier_probes(probes)) == {1, 2}
+    assert any(p.atomic for p in probes.values())
+    bars = barrier_probes(probes)
+    assert {(n, t) for n, t, _, _ in bars} >= {(1, 256), (1, 1024), (2, 64), (2, 128), (2, 256), (2, 512)}
 
 
 def test_micro_kernel_keeps_its_work(lib):
@@ -77,7 +79,7 @@ def test_every_micro_kernel_compiles_with_nvcc(nvcc, tmp_path, lib):
     probes and the empty kernel: nvcc -arch=sm_90 -cubin, warnings as errors."""
     _, probes = library_probes(lib)
     jobs = [(p, e) for p in probes.values() for e in p.environments()]
-    jobs += [(p, Env("i", 1, p.ipbs[0], barrier=True)) for p in barrier_probes(probes).values()]
+    jobs += [(p, Env("i", 1, env.ipb, barrier=True)) for _, _, p, env in barrier_probes(probes)]
     for dtype, subset in (("float32", jobs), ("float64", [(p, p.environments()[-2]) for p in probes.values()])):
         cu = tmp_path / f"probes_{dtype}.cu"
         cu.write_text(probe_module(lib, dtype, subset, empty=True))
@@ -242,7 +244,9 @@ def test_interpolation_of_instances_per_block_unroll_and_occupancy(lib):
     assert model.routine_ns(pid, "i", 1, 16, 1.0) == pytest.approx(2.0)        # log2-linear in ipb
     assert model.routine_ns(pid, "i", 1, 4, 1.0) == pytest.approx(1.0)         # clamped
     assert model.routine_ns(pid, "i", 4, 8, 1.0) == pytest.approx(0.5)         # measured unroll
-    assert model.routine_ns(pid, "i", 3, 8, 1.0) == pytest.approx(0.5)         # nearest unroll
+    assert model.routine_ns(pid, "i", 8, 8, 1.0) == pytest.approx(0.5)         # clamped unroll
+    quick = CalibratedModel(synthetic(lib, lambda k, p, e: 1.0 if e.unroll == 1 else 0.4, quick=True))
+    assert quick.routine_ns(pid, "i", 2, 8, 1.0) == pytest.approx(0.8)         # linear between 1 and 4
     assert model.routine_ns(pid, "i", 1, 8, 0.5) == pytest.approx(3.0)         # measured at half
     assert model.routine_ns(pid, "i", 1, 8, 0.25) == pytest.approx(7.0)        # linear in 1/occupancy
     assert model.routine_ns(pid, "i", 4, 8, 0.5) == pytest.approx(1.5)         # slowdown applied to unroll 4
@@ -348,7 +352,8 @@ def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_pat
     again = measure.calibrate(lib, dtype, quick=True, reuse=[back], log=lines.append)
     assert again.probes == back.probes
     assert {n.split("_")[1] for n, *_ in cp.launches if n != "kfc_empty"} == {
-        p.id for p in barrier_probes(probes).values()}
+        p.id for _, _, p, _ in barrier_probes(probes)}
+    assert set(again.barrier_ns) == {1, 2} and len(again.barrier_ns[2]) == 4
 
 
 def test_a_calibration_equivalent_to_the_transfer_model_predicts_what_it_predicts(lib):

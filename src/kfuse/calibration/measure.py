@@ -5,7 +5,7 @@ Each micro-kernel (``probes.py``) runs over a large instance space (a 2^25-entry
 serial iterations to cover the rest), timed with CUDA events (median).  Its cost per execution is
 (time - launch overhead) / instances.  The launch overhead is the time of an empty kernel; a clear
 is a memset before a kernel; a barrier is the difference a local barrier in every serial
-iteration makes to a load probe, per instance.  Micro-kernels are compiled with NVRTC in modules
+iteration makes to a load probe, per instance, for each block size.  Micro-kernels are compiled with NVRTC in modules
 of ``CHUNK`` kernels, several modules at once (progress on stderr).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
 
 import numpy as np
 
@@ -191,12 +192,11 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
         for env in p.environments(quick):
             jobs[p.kernel_name(env)] = (p, env)
     bar_jobs = {}
-    for nest, p in bars.items():
-        plain = Env("i", 1, p.ipbs[0])
-        with_bar = Env("i", 1, p.ipbs[0], barrier=True)
+    for nest, threads, p, plain in bars:
+        with_bar = replace(plain, barrier=True)
         for env in (plain, with_bar):
             jobs.setdefault(p.kernel_name(env), (p, env))
-        bar_jobs[nest] = (p.kernel_name(plain), p.kernel_name(with_bar))
+        bar_jobs[(nest, threads)] = (p.kernel_name(plain), p.kernel_name(with_bar))
     log(f"calibrate {gpu}, library {lib.name} ({lib.digest}), {dtype}: {len(routines)} routines, "
         f"{len(probes)} distinct micro-kernels ({len(probes) - len(todo)} already measured), "
         f"{len(jobs)} environments to time" + (" [quick]" if quick else ""))
@@ -245,11 +245,12 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
             if got is not None:
                 points.append({**env.to_json(), "resident": round(got[1], 4), "ns": _sig(got[0])})
         measured[p.id] = {"kind": p.kind, "atomic": p.atomic, "nesting": p.nesting, "points": points}
-    barrier = {}
-    for nest, (plain, with_bar) in bar_jobs.items():
-        barrier[nest] = _sig(max(0.0, times[with_bar][0] - times[plain][0]))
-    log("  barrier per instance: " + ", ".join(f"{'nested' if n == 2 else 'unnested'} {v:.3f} ns"
-                                                  for n, v in sorted(barrier.items())))
+    barrier: dict[int, dict[int, float]] = {}
+    for (nest, threads), (plain, with_bar) in bar_jobs.items():
+        barrier.setdefault(nest, {})[threads] = _sig(max(0.0, times[with_bar][0] - times[plain][0]))
+    log("  barrier per instance: " + "; ".join(
+        f"{'nested' if n == 2 else 'unnested'} " + ", ".join(f"{v:.3f} ns ({t} threads)" for t, v in sorted(b.items()))
+        for n, b in sorted(barrier.items())))
     meta = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kfuse": __version__,
             "quick": quick, "sizes": sizes, "reps": reps}
     cal = Calibration(gpu, lib.digest, dtype, dev, round(launch_ns, 1), round(clear_us * 1e3, 1), barrier,

@@ -11,7 +11,7 @@ routines; stores of reduced outputs include their atomic adds (they were measure
 Environments not measured exactly are interpolated:
 
 * instances per block: linearly in log2 between the two nearest measured values (clamped);
-* unroll: the nearest measured value;
+* unroll: linearly between the two nearest measured values (clamped);
 * occupancy: the kernel's resident threads per SM (from its block size and shared memory) against
   the probe's at full and at half occupancy; the slowdown is linear in 1 / occupancy between the
   two measurements (extrapolated below half, none above full).
@@ -64,8 +64,12 @@ class CalibratedModel:
         same_loop = [p for p in points if p["loop"] == loop] or points
         full = [p for p in same_loop if p["occupancy"] == "full"]
         unrolls = sorted({p["unroll"] for p in full})
-        u = min(unrolls, key=lambda x: (abs(x - unroll), x))
-        base = _along_ipb([p for p in full if p["unroll"] == u], ipb)
+        lo = max((u for u in unrolls if u <= unroll), default=unrolls[0])
+        hi = min((u for u in unrolls if u >= unroll), default=unrolls[-1])
+        base = _along_ipb([p for p in full if p["unroll"] == lo], ipb)
+        if hi != lo:                # between two measured unrolls: linear
+            t = (unroll - lo) / (hi - lo)
+            base += t * (_along_ipb([p for p in full if p["unroll"] == hi], ipb) - base)
         # occupancy: the slowdown measured at unroll 1 (full vs half), applied to this unroll
         half = [p for p in same_loop if p["occupancy"] == "half"]
         full1 = [p for p in full if p["unroll"] == min(unrolls)]
@@ -92,7 +96,8 @@ class CalibratedModel:
         loop = spec.loop if spec.nesting == 2 else "i"
         ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
-        bar_ns = self.cal.barrier_ns.get(spec.nesting, 0.0)
+        bar = self.cal.barrier_ns.get(spec.nesting, {})
+        bar_ns = _along_ipb([{"ipb": t, "ns": v} for t, v in bar.items()], L.threads) if bar else 0.0
         for s in code.steps:
             runs = instances if s.phase == "loop" else slots
             if s.barrier:
@@ -116,7 +121,8 @@ class CalibratedModel:
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
-    """Value at ``ipb`` instances per block: log-linear between the nearest measured, clamped."""
+    """Value at ``ipb`` instances per block (or threads per block): log-linear between the
+    nearest measured, clamped."""
     by = {}
     for p in points:
         by.setdefault(p["ipb"], p[field])

@@ -321,15 +321,17 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
     return routines, probes
 
 
-def barrier_probes(probes: dict[str, Probe]) -> dict[int, Probe]:
-    """Per nesting depth, the load probe the barrier cost is measured with (the first load with
-    every element in registers and the most threads per instance)."""
-    out = {}
-    for nest in (1, 2):
-        loads = [p for p in probes.values() if p.kind == "load" and p.nesting == nest and not p.uses_shared]
-        if loads:
-            out[nest] = max(loads, key=lambda p: (p.threads, p.id))
-    return out
+def barrier_probes(probes: dict[str, Probe]) -> list[tuple[int, int, Probe, Env]]:
+    """(nesting, threads per block, probe, environment) the barrier cost is measured with: per
+    nesting depth and block size, a load probe with every element in registers (a barrier costs
+    what it takes from the loads' overlap, which depends on the block size)."""
+    out: dict[tuple[int, int], tuple[Probe, Env]] = {}
+    for p in sorted(probes.values(), key=lambda p: p.id):
+        if p.kind != "load" or p.uses_shared:
+            continue
+        for ipb in p.ipbs:
+            out.setdefault((p.nesting, p.threads * ipb), (p, Env("i", 1, ipb)))
+    return [(nest, threads, p, env) for (nest, threads), (p, env) in sorted(out.items())]
 
 
 EMPTY_KERNEL = 'extern "C" __global__ void kfc_empty(int kill, real* sink) { if (kill) sink[0] = real(1); }'

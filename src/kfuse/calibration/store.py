@@ -8,7 +8,7 @@ and an entry is one calibration run::
 
     {"gpu": "NVIDIA H100 80GB HBM3", "library": "<digest>", "dtype": "float32",
      "device": {"sms": 132, "max_threads_per_sm": 2048, ...},
-     "launch_ns": ..., "clear_ns": ..., "barrier_ns": {"1": ..., "2": ...},
+     "launch_ns": ..., "clear_ns": ..., "barrier_ns": {"1": {"256": ...}, "2": {"256": ...}},
      "routines": {"gemv(A,x)/shfl/BY=8/load_A": "<probe id>", ...},
      "probes": {"<probe id>": {"kind": "load", "atomic": false, "nesting": 2, "points": [
          {"loop": "i", "unroll": 1, "ipb": 1, "occupancy": "full", "resident": 1.0, "ns": 0.93}, ...]}},
@@ -65,7 +65,7 @@ class Calibration:
     device: dict
     launch_ns: float
     clear_ns: float
-    barrier_ns: dict[int, float]
+    barrier_ns: dict[int, dict[int, float]]     # nesting -> threads per block -> ns per instance
     routines: dict[str, str]
     probes: dict[str, dict]
     meta: dict = field(default_factory=dict)       # written, kfuse, quick, sizes, reps
@@ -81,7 +81,8 @@ class Calibration:
     def to_json(self) -> dict:
         rec = {"gpu": self.gpu, "library": self.library, "dtype": self.dtype, "device": self.device,
                "launch_ns": self.launch_ns, "clear_ns": self.clear_ns,
-               "barrier_ns": {str(k): v for k, v in sorted(self.barrier_ns.items())},
+               "barrier_ns": {str(k): {str(t): v for t, v in sorted(b.items())}
+                              for k, b in sorted(self.barrier_ns.items())},
                "routines": dict(sorted(self.routines.items())), "probes": dict(sorted(self.probes.items())),
                **self.meta}
         rec["sha256"] = _digest(rec)
@@ -101,7 +102,7 @@ class Calibration:
                 if device.get(k, 0) < (0 if k == "smem_reserved" else 1):
                     raise CalibrationError(f"device.{k} missing or not positive")
             launch, clear = float(rec["launch_ns"]), float(rec["clear_ns"])
-            barrier = {int(k): float(v) for k, v in rec["barrier_ns"].items()}
+            barrier = {int(k): {int(t): float(v) for t, v in b.items()} for k, b in rec["barrier_ns"].items()}
             routines = {str(k): str(v) for k, v in rec["routines"].items()}
             probes = {}
             for pid, p in rec["probes"].items():
@@ -122,7 +123,7 @@ class Calibration:
             missing = sorted({v for v in routines.values()} - set(probes))
             if missing:
                 raise CalibrationError(f"routines refer to unmeasured probe(s) {', '.join(missing[:3])}")
-            if not (launch >= 0 and clear >= 0 and all(v >= 0 for v in barrier.values())):
+            if not (launch >= 0 and clear >= 0 and all(v >= 0 for b in barrier.values() for v in b.values())):
                 raise CalibrationError("negative launch, clear or barrier cost")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CalibrationError(f"malformed entry ({e!r})") from None
