@@ -378,3 +378,30 @@ def test_a_calibration_equivalent_to_the_transfer_model_predicts_what_it_predict
         for code in prog.kernels:
             want = machine.kernel_time(code, dims, entries, 4)
             assert model.kernel_time(code, dims, entries, 4) == pytest.approx(want, rel=0.01), (path.stem, code.spec.name)
+
+
+def test_report_measures_the_top_plans_in_predicted_order(monkeypatch):
+    """run_report on the CPU, with the GPU measurement replaced: ranks, ratios and times."""
+    import kfuse.tuning_run as tuning_run
+    from conftest import ROOT
+    from kfuse.calibration.report import run_report
+    seen = {}
+
+    def fake_measure(compiled, plans, dims, reps=30, log=None, label="tune"):
+        seen["dims"], seen["n"] = dims, len(plans)
+        # the third plan is measured fastest, the second is wrong
+        times = {0: 110.0, 2: 100.0}
+        return [(times.get(k, 120.0 + k), k, None) for k in range(len(plans)) if k != 1], 0.5
+    monkeypatch.setattr(tuning_run, "measure_plans", fake_measure)
+    checkpoints = []
+    results, header = run_report([ROOT / "examples" / "bicgk.kf"], n=4096, top=5, reps=3,
+                                 log=lambda m: None, checkpoint=lambda r, h: checkpoints.append(len(r)))
+    [r] = results
+    assert seen["n"] == 5 and sorted(seen["dims"].values()) == [4096, 4096]
+    assert r.plans == 820 and r.wrong == 1 and [m[0] for m in r.measured] == [1, 3, 4, 5]
+    assert r.best[0] == 3 and r.first_over_best() == pytest.approx(1.1)
+    assert r.worst_over_best() == pytest.approx(1.24)
+    assert 0 < r.first_s <= r.all_s and r.compile_s == 0.5 and checkpoints == [1]
+    assert header["model"].startswith("transfer model") and header["top"] == 5
+    text = markdown(results, header)
+    assert "| BiCGK | 820 | 36 | 4 (1 wrong) | 3 | 1.100 | 1.240 |" in text

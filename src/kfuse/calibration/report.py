@@ -47,6 +47,7 @@ class SequenceResult:
 def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int, log) -> SequenceResult:
     import kfuse
     from ..bench.harness import sequence_dims
+    from ..bench.records import display_name
     from ..tuning_run import measure_plans
     probe = kfuse.compile(path, dtype=dtype, tuned=False)          # for the script's size names
     dims = sequence_dims(probe.program, n, N)
@@ -58,7 +59,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     codes = [code for impls in search.space.impls.values() for _, code in impls]
     module_source(codes, compiled.library, dtype)
     all_s = time.perf_counter() - t0
-    res = SequenceResult(probe.program.name, search.count_plans(), search.count_implementations(),
+    res = SequenceResult(display_name(path.stem), search.count_plans(), search.count_implementations(),
                          first_s=first_s, all_s=all_s)
     t1 = time.perf_counter()
     plans = list(itertools.islice(search.plans(), top))
