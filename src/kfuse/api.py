@@ -138,7 +138,7 @@ class CompiledScript:
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
-            tuned: bool | str | Path = True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            tuned: bool | str | Path = True, calibration=True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
@@ -146,8 +146,10 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     fusions); otherwise the plan predicted fastest at ``sizes`` (script size name -> value;
     8192 per matrix side, 2^24 per vector by default) is chosen -- unless the tuning store
     (``tuned``: True for the default store, a path for another, False for none) holds a measured
-    winner for this GPU, script, library, dtype and size class.  Needs no GPU; running the result
-    needs CuPy.
+    winner for this GPU, script, library, dtype and size class.  Plans are ranked by the calibrated
+    model (``calibration``: True to look up this GPU's calibration of the library, else a shipped
+    one, else the transfer model -- with a notice; False for the transfer model; a path for that
+    calibration file; or a model object).  Needs no GPU; running the result needs CuPy.
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -156,13 +158,31 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     source, file = _read_script(script)
     program = parse_script(source, lib, file)
     if fuse:
-        search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize)
+        search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
+                            model=_ranking_model(lib, dtype, calibration))
         plan = _stored_plan(program, search, dtype, tuned) or search.best()
     else:
         search, plan = None, unfused_plan(program, lib)
     compiled = CompiledScript(program, lib, dtype, plan, generate(plan, lib))
     compiled.search = search
     return compiled
+
+
+def _ranking_model(lib: Library, dtype: str, calibration):
+    from .calibration.predict import CalibratedModel, choose_model
+    from .model import DEFAULT_MACHINE
+    if calibration is False:
+        return DEFAULT_MACHINE
+    if calibration is True or calibration is None:
+        return choose_model(lib, dtype)
+    if isinstance(calibration, (str, Path)):
+        from .calibration.store import find
+        from .tuning import gpu_name
+        exact, other = find(gpu_name(), lib.digest, dtype, paths=[Path(calibration)])
+        if exact or other:
+            return CalibratedModel(exact or other)
+        raise KfuseError(f"{calibration}: no valid calibration for library {lib.digest} ({dtype})")
+    return calibration
 
 
 def _stored_plan(program: Program, search: PlanSearch, dtype: str, tuned) -> Plan | None:

@@ -1,4 +1,4 @@
-"""Command line: kfuse compile | plan | run | bench."""
+"""Command line: kfuse compile | plan | run | bench | tune | calibrate | report."""
 from __future__ import annotations
 
 import argparse
@@ -61,7 +61,7 @@ def cmd_plan(args) -> int:
     search = prog.search
     if search is not None:
         print(search.explain() if args.explain else search.explain().splitlines()[0])
-        print(f"planned in {elapsed:.3f} s (without NVRTC)")
+        print(f"planned in {elapsed:.3f} s (without NVRTC); ranked by the {search.model.name}")
         if args.all:
             print(f"plans in predicted order (first {args.all}):")
             for n, plan in enumerate(itertools.islice(search.plans(), args.all)):
@@ -147,6 +147,43 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from .calibration.measure import calibrate
+    from .calibration.store import read_file, search_paths, user_path, write_entry
+    from .library.loader import load_library
+    from .runtime.gpu import have_gpu
+    if not have_gpu():
+        raise KfuseError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
+                         "device are needed); without one, kfuse ranks plans by a shipped calibration or "
+                         "the transfer model")
+    lib = load_library(*(args.library or []))
+    out = Path(args.out) if args.out else user_path()
+    reuse = [] if args.fresh else [c for p in search_paths() for c in read_file(p)]
+    for dtype in dict.fromkeys(args.dtype or ["float32", "float64"]):
+        cal = calibrate(lib, dtype, quick=args.quick, reuse=reuse)
+        write_entry(out, cal)
+        reuse.append(cal)
+        print(f"wrote {out}: calibration of {cal.describe()}", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .bench import resolve_sequences
+    from .bench.harness import default_sequences
+    from .calibration.report import markdown, run_report
+    paths = resolve_sequences(args.seq) if args.seq else default_sequences()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def checkpoint(results, header):
+        out.write_text(markdown(results, header))
+    results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
+                                 checkpoint=checkpoint)
+    checkpoint(results, header)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -203,6 +240,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
     p.set_defaults(fn=cmd_tune)
+    p = sub.add_parser("calibrate", help="measure every library routine in simulated fusion environments (GPU)",
+                       description="Time every routine of every function, variant and macro value of the library "
+                                   "(shipped BLAS plus --library folders) in simulated fusion environments, plus "
+                                   "launch overhead, clears and barriers; write the calibration (keyed by GPU name, "
+                                   "library digest and dtype) that ranks plans from then on.")
+    p.add_argument("--library", action="append", default=None, metavar="DIR",
+                   help="also calibrate this library folder (repeatable); routines measured before are reused")
+    p.add_argument("--out", help="calibration file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/calibration.json)")
+    p.add_argument("--dtype", action="append", choices=["float32", "float64"], default=None,
+                   help="element type (repeatable; default both)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer environments and repetitions")
+    p.add_argument("--fresh", action="store_true", help="measure every routine again (reuse nothing)")
+    p.set_defaults(fn=cmd_calibrate)
+    p = sub.add_parser("report", help="prediction report: rank of the measured best, first choice vs best, "
+                                      "times to plan and search (the paper's Tables 4 and 5; GPU)")
+    p.add_argument("--seq", action="append", default=None, metavar="NAME",
+                   help="sequence: an example's name or a .kf path (repeatable; default all examples)")
+    p.add_argument("--top", type=int, default=20, metavar="K", help="plans measured per sequence (default 20)")
+    p.add_argument("--n", type=_bench_size, default=8192, help="every dimension of a script with a matrix")
+    p.add_argument("--N", type=_bench_size, default=2**26, help="every dimension of a script without a matrix")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--reps", type=int, default=20, help="timed repetitions per plan, median (default 20)")
+    p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
+    p.set_defaults(fn=cmd_report)
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:

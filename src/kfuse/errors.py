@@ -36,3 +36,7 @@ class CompileError(KfuseError):
 
 class LaunchError(KfuseError):
     """Bad arguments to a program (shape, dtype, device, layout, aliasing) or a failed launch."""
+
+
+class CalibrationError(KfuseError):
+    """A calibration file or entry that cannot be used (reported and ignored), or a failed calibration."""

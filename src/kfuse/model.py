@@ -1,4 +1,4 @@
-"""The transfer model that ranks kernels and plans (until calibrated prediction replaces it).
+"""The transfer model: ranks kernels and plans when no calibration is at hand (calibration/).
 
 time(kernel) = bytes it moves / bandwidth + launch overhead + clears of reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
@@ -20,12 +20,17 @@ from .codegen.kernel import KernelCode
 
 @dataclass(frozen=True)
 class Machine:
-    name: str = "H100 (default transfer model)"
+    name: str = "transfer model (H100 defaults)"
     bandwidth: float = 3.0e12       # bytes/s, device-to-device copy (read + write)
     launch: float = 2.5e-6          # s per kernel launch
     clear: float = 1.5e-6           # s per reduced output cleared before a launch
     atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
     barrier: float = 0.05e-9        # s per local barrier executed by an instance
+
+    def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int],
+                    itemsize: int) -> float:
+        """The interface every ranking model offers (see calibration/predict.py)."""
+        return kernel_time(code, dims, entries, itemsize, self)
 
 
 DEFAULT_MACHINE = Machine()

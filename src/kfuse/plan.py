@@ -1,8 +1,9 @@
 """Plans: which calls run in which kernel, in launch order, with every implementation choice.
 
 A plan covers every call once with kernels (fusion implementations and single-call kernels) whose
-dependency graph is acyclic.  ``PlanSearch`` ranks plans by the transfer model (``model.py``) and
-yields them best first, then the next best, for empirical search.
+dependency graph is acyclic.  ``PlanSearch`` ranks plans by a model -- the calibrated one
+(``calibration/predict.py``) when ``kfuse.compile`` finds a calibration, else the transfer model
+(``model.py``) -- and yields them best first, then the next best, for empirical search.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .codegen.kernel import KernelCall, KernelCode, KernelSpec, build_kernel
 from .fusion.space import Implementation, Space, build_space, stores_of
 from .graph import DependencyGraph
 from .library.schema import Library, Variant
-from .model import DEFAULT_MACHINE, Machine, kernel_time
+from .model import DEFAULT_MACHINE, Machine
 from .program import Program
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
@@ -108,11 +109,14 @@ def _preference(impl: Implementation, code: KernelCode) -> tuple:
 
 
 class PlanSearch:
-    """All plans of a program, ranked by the transfer model at the given sizes."""
+    """All plans of a program, ranked by a model (default: the transfer model) at the given sizes."""
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
-                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE):
+                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None):
         self.program, self.lib, self.machine = program, lib, machine
+        # anything with kernel_time(code, dims, entries, itemsize) and a name: a CalibratedModel
+        # (calibration/predict.py) or, by default, the transfer model
+        self.model = model if model is not None else machine
         self.space: Space = build_space(program, lib)
         self.graph = self.space.graph
         sizes = sizes or {}
@@ -128,7 +132,7 @@ class PlanSearch:
             self.entries[v.id] = n
         self.ranked: dict[frozenset[int], list[tuple[float, Implementation, KernelCode]]] = {}
         for calls, impls in self.space.impls.items():
-            scored = [(kernel_time(code, self.dims, self.entries, itemsize, machine), impl, code)
+            scored = [(self.model.kernel_time(code, self.dims, self.entries, itemsize), impl, code)
                       for impl, code in impls]
             scored.sort(key=lambda t: (round(t[0] * 1e9), _preference(t[1], t[2])))
             self.ranked[calls] = scored

@@ -18,19 +18,16 @@ from .tuning import TuningStore, gpu_name, store_key
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
 
-def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None):
+def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=None, label: str = "tune"):
+    """Compile plans (one NVRTC compile for all), check each against the float64 reference on
+    random inputs of sizes ``dims``, time the correct ones (CUDA events, median of ``reps``).
+
+    Returns ([(microseconds, index in plans, compiled program)] for the correct plans, seconds the
+    compile took)."""
     cp = cupy()
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    search = compiled.search
-    if search is None:
-        raise KfuseError("tune needs a fused compile (fuse=True): it searches the ranked plans")
     prog = compiled.program
-    dims = dict(search.dims)
-    for d in prog.dims:
-        if sizes and d.name in sizes:
-            dims[d.id] = int(sizes[d.name])
     t0 = time.perf_counter()
-    plans = list(itertools.islice(search.plans(), top))
     candidates = []
     for n, plan in enumerate(plans):
         plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in plan.kernels))
@@ -40,7 +37,8 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
     for c in candidates:
         c.__dict__["cuda_source"] = source
     candidates[0].functions(cp.cuda.Device().id)          # one NVRTC compile for all
-    log(f"tune {prog.name}: {len(candidates)} plan(s) compiled in {time.perf_counter() - t0:.1f} s; sizes "
+    compile_s = time.perf_counter() - t0
+    log(f"{label} {prog.name}: {len(candidates)} plan(s) compiled in {compile_s:.1f} s; sizes "
         + ", ".join(f"{d.name}={dims[d.id]}" for d in prog.dims))
     dev, host, outs = device_case(prog, dims, compiled.dtype, 0)
     ref, mag = evaluate(prog, host), evaluate(prog, host, magnitude=True)
@@ -57,6 +55,28 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
         t = median_us(c.bind(out=outs, **dev), reps=reps)
         results.append((t, n, c))
         log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
+    return results, compile_s
+
+
+def search_dims(compiled, sizes=None) -> dict[int, int]:
+    """The model's sizes, with the script sizes named in ``sizes`` replaced."""
+    dims = dict(compiled.search.dims)
+    for d in compiled.program.dims:
+        if sizes and d.name in sizes:
+            dims[d.id] = int(sizes[d.name])
+    return dims
+
+
+def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None):
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    search = compiled.search
+    if search is None:
+        raise KfuseError("tune needs a fused compile (fuse=True): it searches the ranked plans")
+    prog = compiled.program
+    dims = search_dims(compiled, sizes)
+    t0 = time.perf_counter()
+    plans = list(itertools.islice(search.plans(), top))
+    results, _ = measure_plans(compiled, plans, dims, reps=reps, log=log)
     if not results:
         raise KfuseError(f"tune {prog.name}: no candidate plan gave a correct result")
     t, n, best = min(results, key=lambda r: r[0])
@@ -68,6 +88,6 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
         st = store if isinstance(store, TuningStore) else TuningStore(None if store is True else store)
         gpu = gpu_name() or "unknown GPU"
         st.append(store_key(prog, gpu, compiled.dtype, dims), plan, t,
-                  {"rank": n + 1, "first_us": round(first, 3), "candidates": len(candidates)})
+                  {"rank": n + 1, "first_us": round(first, 3), "candidates": len(plans)})
         log(f"tune {prog.name}: remembered in {st.path}")
     return compiled.with_plan(plan)

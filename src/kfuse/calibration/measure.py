@@ -1,0 +1,266 @@
+"""``kfuse calibrate`` (GPU): time every probe in every environment, plus launch, clear and barrier.
+
+Each micro-kernel (``probes.py``) runs over a large instance space (a 2^25-entry vector or an
+8192 x 8192 matrix; ``quick``: 2^23 and 4096) with the executor's grid rule (two waves of blocks,
+serial iterations to cover the rest), timed with CUDA events (median).  Its cost per execution is
+(time - launch overhead) / instances.  The launch overhead is the time of an empty kernel; a clear
+is a memset before a kernel; a barrier is the difference a local barrier in every serial
+iteration makes to a load probe, per instance, for each block size.  Micro-kernels are compiled with NVRTC in modules
+of ``CHUNK`` kernels, several modules at once (progress on stderr).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import replace
+
+import numpy as np
+
+from .. import __version__
+from ..errors import CompileError
+from ..library.schema import Library
+from ..runtime.compiler import load_module
+from ..runtime.gpu import cupy
+from ..runtime.timing import median_us
+from .predict import resident_fraction
+from .probes import Env, Probe, barrier_probes, library_probes, probe_module
+from .store import Calibration
+
+CHUNK = 96                  # micro-kernels per NVRTC module
+SIZES = {False: {"n": 8192, "N": 2**25}, True: {"n": 4096, "N": 2**23}}
+REPS = {False: 15, True: 5}
+
+# CUDA device attributes (cudaDeviceAttr values), with H100 values if a query fails
+_ATTRS = {"sms": (16, 132), "max_threads_per_sm": (39, 2048), "smem_per_sm": (81, 233472),
+          "smem_optin": (97, 232448), "max_blocks_per_sm": (106, 32), "smem_reserved": (111, 1024)}
+
+
+def device_info(device: int) -> dict:
+    rt = cupy().cuda.runtime
+    out = {}
+    for key, (attr, default) in _ATTRS.items():
+        try:
+            out[key] = int(rt.deviceGetAttribute(attr, device))
+        except Exception:   # noqa: BLE001 - an old driver without the attribute: the H100 value
+            out[key] = default
+    return out
+
+
+class Progress:
+    """A progress bar on stderr (a line every 10% when stderr is not a terminal)."""
+
+    def __init__(self, what: str, total: int, log=None):
+        self.what, self.total, self.done, self.t0 = what, max(1, total), 0, time.perf_counter()
+        self.tty = log is None and sys.stderr.isatty()
+        self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+        self.shown = -1
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        frac = self.done / self.total
+        el = time.perf_counter() - self.t0
+        if self.tty:
+            bar = "#" * int(30 * frac)
+            sys.stderr.write(f"\r  {self.what} [{bar:30s}] {self.done}/{self.total} {el:5.1f} s")
+            if self.done >= self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif int(frac * 10) > self.shown:
+            self.shown = int(frac * 10)
+            self.log(f"  {self.what}: {self.done}/{self.total} ({100 * frac:.0f}%), {el:.1f} s")
+
+
+class _Arrays:
+    """Global arrays the micro-kernels read and write, shared by all of them."""
+
+    def __init__(self, lib: Library, dtype: str, n: int, N: int):
+        self.cp, self.dtype, self.n, self.N, self.lib = cupy(), np.dtype(dtype), n, N, lib
+        self.pool: dict[tuple, object] = {}
+
+    def get(self, typ: str, axis: str, nesting: int, slot: int):
+        shape = {"matrix": (self.n, self.n), "scalar": (1,),
+                 "vector": (self.n,) if nesting == 2 else (self.N,)}[typ]
+        key = (shape, slot)
+        if key not in self.pool:
+            self.pool[key] = self.cp.zeros(shape, dtype=self.dtype)
+        return self.pool[key]
+
+    def counts(self, nesting: int) -> tuple[int, ...]:
+        if nesting == 2:
+            return (-(-self.n // self.lib.tile[0]), -(-self.n // self.lib.tile[1]))
+        return (-(-self.N // self.lib.subvector),)
+
+
+def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
+    """(a callable launching the micro-kernel once, instances, resident fraction or None when the
+    occupancy cannot be halved)."""
+    dt = arrays.dtype.type
+    args = []
+    for slot, (_name, typ, axis) in enumerate(probe.globals()):
+        arr = arrays.get(typ, axis, probe.nesting, slot)
+        args.append(arr)
+        args.extend(np.int64(s) for s in arr.shape if typ != "scalar")
+    args += [dt(1.0) for _ in probe.scalars()]
+    counts = arrays.counts(probe.nesting)
+    args += [np.int64(c) for c in counts]
+    threads = probe.threads * env.ipb
+    if probe.nesting == 2:
+        along, across = (counts[0], counts[1]) if env.loop == "i" else (counts[1], counts[0])
+    else:
+        along, across = counts[0], 1
+    target = 2 * dev["sms"] * max(1, dev["max_threads_per_sm"] // threads)
+    iters = max(1, -(-along // (max(1, target // across) * env.ipb)))
+    grid = across * -(-along // (iters * env.ipb))
+    args += [np.int32(iters), np.int32(0), sink]
+    static = probe.shared_entries() * env.ipb * arrays.dtype.itemsize
+    dyn = 0
+    resident = resident_fraction(dev, threads, static)
+    if env.occupancy == "half":
+        blocks = round(resident * dev["max_threads_per_sm"] / threads)
+        if blocks < 2:
+            return None, 0, None
+        want = blocks // 2
+        dyn = dev["smem_per_sm"] // want - dev["smem_reserved"] - static
+        dyn = min(dyn, dev["smem_optin"] - static)
+        if dyn > 48 * 1024:
+            try:
+                func.max_dynamic_shared_size_bytes = dyn
+            except Exception:   # noqa: BLE001 - no opt-in: as much as a block may take without it
+                dyn = 48 * 1024 - static
+        resident = resident_fraction(dev, threads, static + dyn)
+    args = tuple(args)
+
+    def run():
+        func((grid,), (threads,), args, shared_mem=dyn)
+    return run, math.prod(counts), resident
+
+
+def _sig(x: float) -> float:
+    """Five significant digits (costs per execution span 1e-4 to 10 ns)."""
+    return float(f"{x:.5g}")
+
+
+def _compile_all(sources: list[str], prog: Progress, log) -> list:
+    device = cupy().cuda.Device().id
+    modules: list = [None] * len(sources)
+
+    def work(n: int):
+        with cupy().cuda.Device(device):
+            return n, load_module(sources[n])
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) - 1))) as pool:
+            for fut in as_completed([pool.submit(work, n) for n in range(len(sources))]):
+                n, mod = fut.result()
+                modules[n] = mod
+                prog.step()
+    except CompileError:
+        raise
+    except Exception as e:   # noqa: BLE001 - threads unusable here: compile the rest one by one
+        log(f"  parallel compilation failed ({e.__class__.__name__}: {e}); compiling sequentially")
+        for n, src in enumerate(sources):
+            if modules[n] is None:
+                modules[n] = load_module(src)
+                prog.step()
+    return modules
+
+
+def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: list[Calibration] = (),
+              log=None) -> Calibration:
+    """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
+    calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""
+    from ..tuning import gpu_name
+    cp = cupy()
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    t0 = time.perf_counter()
+    device = cp.cuda.Device().id
+    dev = device_info(device)
+    gpu = gpu_name() or "unknown GPU"
+    sizes, reps = SIZES[quick], REPS[quick]
+    routines, probes = library_probes(lib)
+    known: dict[str, dict] = {}
+    for cal in reuse:
+        if cal.gpu == gpu and cal.dtype == dtype and bool(cal.meta.get("quick")) == quick:
+            for pid, data in cal.probes.items():
+                known.setdefault(pid, data)
+    todo = [p for pid, p in probes.items() if pid not in known]
+    bars = barrier_probes(probes)
+    jobs: dict[str, tuple[Probe, Env]] = {}
+    for p in todo:
+        for env in p.environments(quick):
+            jobs[p.kernel_name(env)] = (p, env)
+    bar_jobs = {}
+    for nest, threads, p, plain in bars:
+        with_bar = replace(plain, barrier=True)
+        for env in (plain, with_bar):
+            jobs.setdefault(p.kernel_name(env), (p, env))
+        bar_jobs[(nest, threads)] = (p.kernel_name(plain), p.kernel_name(with_bar))
+    log(f"calibrate {gpu}, library {lib.name} ({lib.digest}), {dtype}: {len(routines)} routines, "
+        f"{len(probes)} distinct micro-kernels ({len(probes) - len(todo)} already measured), "
+        f"{len(jobs)} environments to time" + (" [quick]" if quick else ""))
+
+    # compile: NVRTC modules in worker threads (NVRTC releases the GIL), one by one if that fails
+    names = list(jobs)
+    chunks = [names[k:k + CHUNK] for k in range(0, len(names), CHUNK)] or [[]]
+    sources = [probe_module(lib, dtype, [jobs[k] for k in chunk], title=f"chunk {n + 1}/{len(chunks)}",
+                            empty=(n == 0)) for n, chunk in enumerate(chunks)]
+    prog = Progress("compiling (NVRTC)", len(chunks), log if not sys.stderr.isatty() else None)
+    modules = _compile_all(sources, prog, log)
+    funcs = {k: modules[n].get_function(k) for n, chunk in enumerate(chunks) for k in chunk}
+    empty = modules[0].get_function("kfc_empty")
+
+    # launch overhead and clears
+    arrays = _Arrays(lib, dtype, sizes["n"], sizes["N"])
+    sink = cp.zeros(1, dtype=np.dtype(dtype))
+    empty_args = (np.int32(0), sink)
+    launch_us = median_us(lambda: empty((1,), (32,), empty_args), reps=200, warmup=20)
+    cleared = cp.zeros(8192, dtype=np.dtype(dtype))
+
+    def clear_and_launch():
+        cleared.data.memset_async(0, cleared.nbytes)
+        empty((1,), (32,), empty_args)
+    clear_us = max(0.0, median_us(clear_and_launch, reps=200, warmup=20) - launch_us)
+    launch_ns = launch_us * 1e3
+    log(f"  launch overhead {launch_us:.2f} us, clear {clear_us:.2f} us")
+
+    # routines (after half a second of the first one: clocks up, memory warm)
+    times: dict[str, tuple[float, float]] = {}          # kernel name -> (ns per execution, resident)
+    if names:
+        run, _, _ = _launch(*jobs[names[0]], funcs[names[0]], arrays, dev, sink)
+        t_end = time.perf_counter() + 0.5
+        while run is not None and time.perf_counter() < t_end:
+            for _ in range(20):
+                run()
+            cp.cuda.get_current_stream().synchronize()
+    prog = Progress("timing", len(names), log if not sys.stderr.isatty() else None)
+    for k in names:
+        p, env = jobs[k]
+        run, instances, resident = _launch(p, env, funcs[k], arrays, dev, sink)
+        if run is not None:
+            t = median_us(run, reps=reps, warmup=2)
+            times[k] = (max(0.0, t * 1e3 - launch_ns) / instances, resident)
+        prog.step()
+    cp.cuda.get_current_stream().synchronize()
+
+    measured = dict(known)
+    for p in todo:
+        points = []
+        for env in p.environments(quick):
+            got = times.get(p.kernel_name(env))
+            if got is not None:
+                points.append({**env.to_json(), "resident": round(got[1], 4), "ns": _sig(got[0])})
+        measured[p.id] = {"kind": p.kind, "atomic": p.atomic, "nesting": p.nesting, "points": points}
+    barrier: dict[int, dict[int, float]] = {}
+    for (nest, threads), (plain, with_bar) in bar_jobs.items():
+        barrier.setdefault(nest, {})[threads] = _sig(max(0.0, times[with_bar][0] - times[plain][0]))
+    log("  barrier per instance: " + "; ".join(
+        f"{'nested' if n == 2 else 'unnested'} " + ", ".join(f"{v:.3f} ns ({t} threads)" for t, v in sorted(b.items()))
+        for n, b in sorted(barrier.items())))
+    meta = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kfuse": __version__,
+            "quick": quick, "sizes": sizes, "reps": reps}
+    cal = Calibration(gpu, lib.digest, dtype, dev, round(launch_ns, 1), round(clear_us * 1e3, 1), barrier,
+                      routines, {pid: measured[pid] for pid in probes}, meta)
+    log(f"calibrate {dtype}: done in {time.perf_counter() - t0:.1f} s")
+    return cal

@@ -1,0 +1,173 @@
+"""Calibrated prediction: a kernel's time from the measured costs of its routines.
+
+time(kernel) = max(sum of transfer-routine times + barriers, sum of compute-routine times)
+               + launch overhead + clears of reduced outputs
+time(plan)   = sum over its kernels
+
+A routine's time is its measured cost per execution in the kernel's environment times its
+executions: every instance for a routine in the serial loop, every instance slot of every block
+for one before or after it (invariant loads, accumulated stores).  Loads and stores are transfer
+routines; stores of reduced outputs include their atomic adds (they were measured doing them).
+Environments not measured exactly are interpolated:
+
+* instances per block: linearly in log2 between the two nearest measured values (clamped);
+* unroll: linearly between the two nearest measured values (clamped);
+* occupancy: the kernel's resident threads per SM (from its block size and shared memory) against
+  the probe's at full and at half occupancy; the slowdown is linear in 1 / occupancy between the
+  two measurements (extrapolated below half, none above full).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from ..codegen.kernel import KernelCode
+from ..errors import KfuseError
+from ..library.schema import Library
+from .probes import routine_key
+from .store import SHIPPED, Calibration, find
+
+
+def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
+    """Fraction of an SM's thread slots filled by blocks of this size and shared memory
+    (registers are not known before compilation and are not counted)."""
+    blocks = min(device["max_blocks_per_sm"], device["max_threads_per_sm"] // max(1, threads))
+    if smem_bytes:
+        blocks = min(blocks, device["smem_per_sm"] // (smem_bytes + device["smem_reserved"]))
+    return max(1, blocks) * threads / device["max_threads_per_sm"]
+
+
+def target_blocks(device: dict, threads: int) -> int:
+    """The executor's grid target (two full waves), from the calibrated device's limits."""
+    return 2 * device["sms"] * max(1, device["max_threads_per_sm"] // threads)
+
+
+class CalibratedModel:
+    """Ranks kernels by a calibration (see the module docstring)."""
+
+    def __init__(self, cal: Calibration):
+        self.cal = cal
+        self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
+        self._memo: dict[tuple, float] = {}
+
+    # -- one routine ---------------------------------------------------------------------------
+    def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
+        """Nanoseconds per execution of a probe's routine in an environment (interpolated)."""
+        key = (probe_id, loop, unroll, ipb, resident)
+        if key not in self._memo:
+            self._memo[key] = self._routine_ns(*key)
+        return self._memo[key]
+
+    def _routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
+        points = self.cal.probes[probe_id]["points"]
+        same_loop = [p for p in points if p["loop"] == loop] or points
+        full = [p for p in same_loop if p["occupancy"] == "full"]
+        unrolls = sorted({p["unroll"] for p in full})
+        lo = max((u for u in unrolls if u <= unroll), default=unrolls[0])
+        hi = min((u for u in unrolls if u >= unroll), default=unrolls[-1])
+        base = _along_ipb([p for p in full if p["unroll"] == lo], ipb)
+        if hi != lo:                # between two measured unrolls: linear
+            t = (unroll - lo) / (hi - lo)
+            base += t * (_along_ipb([p for p in full if p["unroll"] == hi], ipb) - base)
+        # occupancy: the slowdown measured at unroll 1 (full vs half), applied to this unroll
+        half = [p for p in same_loop if p["occupancy"] == "half"]
+        full1 = [p for p in full if p["unroll"] == min(unrolls)]
+        if not half or not full1:
+            return base
+        f_full = _along_ipb(full1, ipb, "resident")
+        f_half = _along_ipb(half, ipb, "resident")
+        if resident >= f_full or f_half >= f_full:
+            return base
+        ns_full, ns_half = _along_ipb(full1, ipb), _along_ipb(half, ipb)
+        if ns_full <= 0:
+            return base
+        slope = (ns_half / ns_full - 1) / (f_full / f_half - 1)
+        return base * max(1.0, 1 + slope * (f_full / resident - 1))
+
+    # -- one kernel ----------------------------------------------------------------------------
+    def kernel_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> dict[str, float]:
+        """Seconds of each term: transfer, compute, barrier, launch, clears."""
+        L, spec, dev = code.launch, code.spec, self.cal.device
+        instances = math.prod(L.counts(dims))
+        iters = L.iterations(dims, target_blocks(dev, L.threads))
+        slots = L.grid(dims, iters) * spec.ipb
+        resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
+        loop = spec.loop if spec.nesting == 2 else "i"
+        ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
+        barrier = 0.0
+        bar = self.cal.barrier_ns.get(spec.nesting, {})
+        bar_ns = _along_ipb([{"ipb": t, "ns": v} for t, v in bar.items()], L.threads) if bar else 0.0
+        for s in code.steps:
+            runs = instances if s.phase == "loop" else slots
+            if s.barrier:
+                barrier += bar_ns * runs
+            if s.routine is None:
+                continue            # clears of on-chip accumulators: a register or shared write
+            key = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
+            pid = self.cal.routines.get(key)
+            if pid is None:
+                raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
+                                 "recalibrate (kfuse calibrate)")
+            u = spec.unroll if s.phase == "loop" else 1
+            ns[s.routine.kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
+        return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
+                "barrier": barrier * 1e-9, "launch": self.cal.launch_ns * 1e-9,
+                "clears": len(L.clears) * self.cal.clear_ns * 1e-9}
+
+    def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
+        p = self.kernel_parts(code, dims, itemsize)
+        return max(p["transfer"] + p["barrier"], p["compute"]) + p["launch"] + p["clears"]
+
+
+def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
+    """Value at ``ipb`` instances per block (or threads per block): log-linear between the
+    nearest measured, clamped."""
+    by = {}
+    for p in points:
+        by.setdefault(p["ipb"], p[field])
+    xs = sorted(by)
+    if ipb <= xs[0]:
+        return by[xs[0]]
+    if ipb >= xs[-1]:
+        return by[xs[-1]]
+    hi = next(x for x in xs if x >= ipb)
+    lo = max(x for x in xs if x <= ipb)
+    if hi == lo:
+        return by[lo]
+    t = (math.log2(ipb) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    return by[lo] + t * (by[hi] - by[lo])
+
+
+# ---- which model ranks plans ------------------------------------------------------------------
+_noticed: set[tuple] = set()
+
+
+def notice_once(key: tuple, msg: str, warn=None) -> None:
+    if key in _noticed:
+        return
+    _noticed.add(key)
+    (warn or (lambda m: print(m, file=sys.stderr)))(f"kfuse: {msg}")
+
+
+def choose_model(lib: Library, dtype: str, warn=None):
+    """The model that ranks plans: this GPU's calibration for this library and dtype; else a
+    shipped (or other) calibration of the library, with a notice; else the transfer model, with a
+    notice.  Notices are printed once per process."""
+    from ..model import DEFAULT_MACHINE
+    from ..tuning import gpu_name
+    gpu = gpu_name()
+    exact, other = find(gpu, lib.digest, dtype, warn=warn)
+    if exact is not None:
+        return CalibratedModel(exact)
+    where = f"{gpu or 'this machine (no GPU)'}/{lib.digest} ({dtype})"
+    if other is not None:
+        notice_once(("other", gpu, lib.digest, dtype, other.key),
+                    f"no calibration for {where}; using the shipped {other.gpu} calibration"
+                    if Path(other.source).parent == SHIPPED else
+                    f"no calibration for {where}; using the {other.gpu} calibration in {other.source}", warn)
+        return CalibratedModel(other)
+    hint = "run `kfuse calibrate` on a GPU, with --library DIR for your own library"
+    notice_once(("transfer", gpu, lib.digest, dtype),
+                f"no calibration for {where}; using the transfer model ({hint})", warn)
+    return DEFAULT_MACHINE

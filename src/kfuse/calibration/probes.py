@@ -1,0 +1,366 @@
+"""Micro-kernels that time one library routine in a simulated fusion environment.
+
+A *probe* is one routine of one variant with its macro values bound (``gemv(A,x)/shfl/BY=8/load_A``).
+Its micro-kernel has the structure of a generated kernel (``codegen/kernel.py``): the same
+thread and instance indices, the same serial loop along ``i`` or ``j`` with ``unroll`` copies
+whose loads are issued together, the same register views (``KfReg<N>``) and shared-memory views,
+and the routine template called exactly as a kernel calls it -- but only that routine runs.
+An *environment* fixes what the surrounding fusion would fix: the loop axis (nested), the
+unroll, the instances per block (unnested), and the occupancy (extra shared memory requested at
+launch halves the resident blocks, as a fused kernel's shared elements would).
+
+Nothing the routine does may be optimised away:
+
+* loaded registers are folded into an accumulator that is written to ``sink`` only under a
+  runtime condition that is never true (``kill`` is 0 at launch);
+* the registers a compute or store routine reads change every iteration (the accumulator or the
+  iteration number is added), so its work cannot be hoisted out of the loop; elements it reads
+  from shared memory are rewritten every iteration;
+* outputs of compute routines are folded into the accumulator.
+
+Identical micro-kernels (e.g. ``blas1_load`` for every BLAS-1 input) are one probe: its id is a
+hash of the kernel text and of the routine's source file, so the calibration measures it once
+and a user library's new routines are the only ones measured again.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from itertools import product
+from math import prod
+
+from ..codegen.kernel import Element, _view_struct
+from ..codegen.module import DTYPES, PRELUDE
+from ..fusion.space import PREFERRED_IPB, UNROLLS
+from ..library.mappings import MAPPINGS
+from ..library.schema import Function, Library, Routine, Variant
+
+OCCUPANCIES = ("full", "half")      # natural occupancy, and half the resident blocks
+
+
+@dataclass(frozen=True)
+class Env:
+    """A simulated fusion environment."""
+    loop: str = "i"                 # axis the serial loop walks (nested functions: i or j)
+    unroll: int = 1                 # serial iterations whose loads are issued together
+    ipb: int = 1                    # instances per block (unnested functions)
+    occupancy: str = "full"         # full | half (extra shared memory at launch)
+    barrier: bool = False           # a local barrier in every serial iteration (barrier probe)
+
+    @property
+    def tag(self) -> str:
+        return (f"l{self.loop}_u{self.unroll}_p{self.ipb}_{self.occupancy}" + ("_bar" if self.barrier else ""))
+
+    def to_json(self) -> dict:
+        return {"loop": self.loop, "unroll": self.unroll, "ipb": self.ipb, "occupancy": self.occupancy}
+
+
+def function_key(fn: Function) -> str:
+    """Overloads share a name: the key names the inputs too, e.g. ``gemv(alpha,A,x)``."""
+    return f"{fn.name}({','.join(p.name for p in fn.inputs)})"
+
+
+def routine_key(fn: Function, variant: Variant, macros: tuple[tuple[str, int], ...], routine: Routine) -> str:
+    m = ",".join(f"{k}={v}" for k, v in macros) or "-"
+    return f"{function_key(fn)}/{variant.name}/{m}/{routine.name}"
+
+
+def macro_choices(variant: Variant) -> list[tuple[tuple[str, int], ...]]:
+    names = list(variant.macros)
+    return [tuple(zip(names, vals)) for vals in product(*(variant.macros[n] for n in names))] or [()]
+
+
+def _value(x: str | int, macros: dict[str, int]) -> int:
+    return x if isinstance(x, int) else macros[x]
+
+
+@dataclass(frozen=True)
+class _ElementArg:
+    name: str
+    mode: str
+    mapping: str
+    kind: str                       # scalar | subvector | tile
+    shape: tuple[int, ...]
+    pad: int
+    registers: int                  # slots per thread when in registers; 0: shared memory
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One routine with macros bound; emits its micro-kernel for any environment."""
+    id: str
+    kind: str                       # load | compute | store
+    nesting: int
+    threads: int                    # per instance (the variant's, the routine may use fewer)
+    shape: tuple[int, int]          # the routine's threads X, Y
+    fn: str                         # C++ template
+    macros: tuple[tuple[str, int], ...]
+    args: tuple[tuple[str, object], ...]    # ("global", (name, type, axis)) | ("scalar", name) | ("element", _ElementArg)
+    source: str                     # path of the routine's .cu file
+    ipbs: tuple[int, ...]           # instances per block to calibrate (unnested)
+    atomic: bool                    # a store accumulating a reduced output into global memory
+
+    # -- environments -------------------------------------------------------------------
+    def environments(self, quick: bool = False) -> list[Env]:
+        loops = ("i", "j") if self.nesting == 2 else ("i",)
+        unrolls = (1, max(UNROLLS)) if quick else UNROLLS
+        if self.uses_shared:
+            unrolls = (1,)          # the builder unrolls only kernels with every element in registers
+        out = []
+        for loop, ipb in product(loops, self.ipbs):
+            out += [Env(loop, u, ipb) for u in unrolls]
+            out.append(Env(loop, 1, ipb, "half"))
+        return out
+
+    @property
+    def uses_shared(self) -> bool:
+        return any(kind == "element" and not a.registers for kind, a in self.args)
+
+    def shared_entries(self) -> int:
+        return sum(_size(a) for kind, a in self.args if kind == "element" and not a.registers)
+
+    # -- CUDA ------------------------------------------------------------------------------
+    def kernel_name(self, env: Env) -> str:
+        return f"kfc_{self.id}_{env.tag}"
+
+    def globals(self) -> list[tuple[str, str, str]]:
+        """(name, type, axis) of each global-memory argument, in order."""
+        return [a for kind, a in self.args if kind == "global"]
+
+    def scalars(self) -> list[str]:
+        return [a for kind, a in self.args if kind == "scalar"]
+
+    def kernel(self, env: Env) -> tuple[str, list[str]]:
+        """(the __global__ function, shared-view struct definitions it needs)."""
+        T, ipb, U, L = self.threads, env.ipb, env.unroll, env.loop
+        X, Y = self.shape
+        nest = self.nesting
+        threads = T * ipb
+        views: dict[str, str] = {}
+        params = []
+        for name, typ, _axis in self.globals():
+            params.append(f"real* __restrict__ {name}_p")
+            params += {"vector": [f"long long {name}_n"], "matrix": [f"long long {name}_rows", f"long long {name}_cols"],
+                       "scalar": []}[typ]
+        params += [f"real s_{s}" for s in self.scalars()]
+        params += ["long long n_i"] + (["long long n_j"] if nest == 2 else [])
+        params += ["int iters", "int kill", "real* __restrict__ sink"]
+        out: list[str] = []
+        w = out.append
+        w(f"// probe {self.id}: {self.fn}" + (f"<{', '.join(str(v) for _, v in self.macros)}>" if self.macros else "")
+          + f" ({self.kind}); loop {L}, unroll {U}, {ipb} instance(s) per block, occupancy {env.occupancy}"
+          + (", barrier every iteration" if env.barrier else ""))
+        w(f'extern "C" __global__ void __launch_bounds__({threads})')
+        w(f"{self.kernel_name(env)}(" + ",\n    ".join(params) + ")")
+        w("{")
+        smem = self.shared_entries() * ipb
+        if smem:
+            w(f"    __shared__ real kf_smem[{smem}];")
+        for name, typ, _axis in self.globals():
+            if typ == "matrix":
+                w(f"    const KfMat g_{name}{{{name}_p, {name}_rows, {name}_cols}};")
+            elif typ == "vector":
+                w(f"    const KfVec g_{name}{{{name}_p, {name}_n}};")
+            else:
+                w(f"    const KfVec g_{name}{{{name}_p, 1}};")
+        if nest == 1:
+            w(f"    const int lt = threadIdx.x % {T};")
+            w(f"    const int inst = threadIdx.x / {T};")
+            w(f"    const long long first_i = (long long)blockIdx.x * iters * {ipb};")
+            w("    KfIx ix{lt, 0, first_i + inst, 0};")
+            first_expr, count = "first_i", "n_i"
+        else:
+            other = "j" if L == "i" else "i"
+            w("    const int lt = threadIdx.x;")
+            w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;")
+            w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
+            w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
+            first_expr, count = f"first_{L}", f"n_{L}"
+        w(f"    const int tx = lt % {X}, ty = lt / {X};")
+        w("    real kf_acc = 0;")
+        offset = 0
+        elems = [a for kind, a in self.args if kind == "element"]
+        for a in elems:
+            if a.registers:
+                for u in range(U):
+                    init = "{}" if self.kind == "load" or a.mode != "r" else ""
+                    w(f"    KfReg<{a.registers}> e_{a.name}_u{u}{init};   // {a.kind} {a.name}: registers")
+                    if self.kind != "load" and a.mode == "r":
+                        w(f"    for (int k = 0; k < {a.registers}; ++k) e_{a.name}_u{u}.v[k] = real(lt % 7 + k + {u});")
+            else:
+                base = f"kf_smem + {offset}" + (f" + inst * {self.shared_entries()}" if ipb > 1 else "")
+                w(f"    real* const sh_{a.name} = {base};   // {a.kind} {a.name}: shared")
+                w(f"    for (int e = lt; e < {_size(a)}; e += {T}) sh_{a.name}[e] = real(e % 5);")
+                offset += _size(a)
+        if smem:
+            w("    __syncthreads();")
+        w(f"    for (int it = 0; it < iters; it += {U}) {{")
+        block_first = f"{first_expr} + (long long)it * {ipb}" if nest == 1 else f"{first_expr} + it"
+        w(f"        if ({block_first} >= {count}) break;")
+        if env.barrier:
+            w("        __syncthreads();   // the barrier probe: one local barrier per iteration")
+        guarded = nest == 1 or U > 1
+        for u in range(U):
+            if nest == 1:
+                w(f"        KfIx ix_u{u} = ix; ix_u{u}.i = {first_expr} + (long long)(it + {u}) * {ipb} + inst;")
+                w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.i < n_i;")
+            else:
+                w(f"        KfIx ix_u{u} = ix; ix_u{u}.{L} = {first_expr} + it + {u};")
+                if U > 1:
+                    w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.{L} < {count};")
+        targs = f"<{', '.join(str(v) for _, v in self.macros)}>" if self.macros else ""
+        for u in range(U):
+            conds = ([f"act_u{u}"] if guarded else []) + ([f"lt < {X * Y}"] if X * Y < T else [])
+            w(f"        if ({' && '.join(conds)}) {{" if conds else "        {")
+            # inputs that must change every iteration
+            if self.kind != "load":
+                step = "kf_acc" if self.kind == "compute" else f"real(it + {u})"
+                for a in elems:
+                    if a.mode != "r":
+                        continue
+                    if a.registers:
+                        w(f"            for (int k = 0; k < {a.registers}; ++k) e_{a.name}_u{u}.v[k] += {step};")
+                    else:
+                        w(f"            sh_{a.name}[lt % {_size(a)}] = {step};")
+            w(f"            const KfIx rix{{tx, ty, ix_u{u}.i, ix_u{u}.j}};")
+            cargs = ["rix"]
+            for kind, a in self.args:
+                if kind == "global":
+                    cargs.append(f"g_{a[0]}")
+                elif kind == "scalar":
+                    cargs.append(f"s_{a}")
+                elif a.registers:
+                    cargs.append(f"e_{a.name}_u{u}")
+                else:
+                    el = Element(a.name, a.kind, a.shape, _pitch(a), None)
+                    vname, vdef = _view_struct(el, a.mapping, X, Y)
+                    views[vname] = vdef
+                    w(f"            {vname} v_{a.name}{{sh_{a.name}, tx, ty}};")
+                    cargs.append(f"v_{a.name}")
+            w(f"            {self.fn}{targs}({', '.join(cargs)});")
+            if self.kind == "compute":
+                for a in elems:
+                    if a.mode == "r":
+                        continue
+                    if a.registers:
+                        w(f"            for (int k = 0; k < {a.registers}; ++k) kf_acc += e_{a.name}_u{u}.v[k];")
+                    else:
+                        w(f"            kf_acc += sh_{a.name}[lt % {_size(a)}];")
+            w("        }")
+        if self.kind == "load":       # fold what the loads brought, after all of them were issued
+            for u in range(U):
+                for a in elems:
+                    if a.registers:
+                        w(f"        for (int k = 0; k < {a.registers}; ++k) kf_acc += e_{a.name}_u{u}.v[k];")
+                    else:
+                        w(f"        kf_acc += sh_{a.name}[lt % {_size(a)}];")
+        w("    }")
+        w("    if (kill) sink[0] = kf_acc;   // never true: keeps every load and compute alive")
+        w("}")
+        return "\n".join(out), list(views.values())
+
+
+def _size(a: _ElementArg) -> int:
+    if a.kind == "tile":
+        return a.shape[0] * _pitch(a)
+    return prod(a.shape) if a.shape else 1
+
+
+def _pitch(a: _ElementArg) -> int:
+    return a.shape[1] + a.pad if a.kind == "tile" else 0
+
+
+def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) -> Probe:
+    m = dict(macros)
+    X, Y = (_value(t, m) for t in r.threads)
+    T = prod(_value(t, m) for t in var.threads)
+    params = {p.name: p for p in fn.params}
+    locals_ = {loc.name: loc for loc in var.locals}
+    args: list[tuple[str, object]] = []
+    for n, a in enumerate(r.args):      # positional names: equal routines give equal kernels
+        if a.kind == "global":
+            p = params[a.name]
+            axis = p.index[0] if p.type == "vector" else ""
+            args.append(("global", (f"g{n}", p.type, axis)))
+        elif a.kind == "scalar":
+            args.append(("scalar", f"a{n}"))
+        else:
+            if a.name in params:
+                p = params[a.name]
+                kind, shape, pad = p.element, lib.element_shape(p.element), p.pad
+            else:
+                loc = locals_[a.name]
+                kind, shape, pad = loc.element, tuple(_value(x, m) for x in loc.shape), loc.pad
+            mp = MAPPINGS[a.mapping]
+            regs = mp.slots(shape, X, Y) if mp.registers and a.mapping != "any" else 0
+            args.append(("element", _ElementArg(f"e{n}", a.mode, a.mapping, kind, shape, pad, regs)))
+    if fn.nesting == 1:
+        allowed = var.instances_per_block
+        ipbs = tuple(p for p in PREFERRED_IPB if p in allowed) or (max(allowed),)
+    else:
+        ipbs = (1,)
+    atomic = r.kind == "store" and bool(params[r.param].reduce)
+    text = repr((r.kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic))
+    h = hashlib.sha256(text.encode() + b"\0" + var.source.read_bytes())
+    return Probe(h.hexdigest()[:12], r.kind, fn.nesting, T, (X, Y), r.fn, macros, tuple(args),
+                 str(var.source), ipbs, atomic)
+
+
+def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
+    """(routine key -> probe id, probe id -> probe) for every routine of every function, variant
+    and macro value of a library."""
+    routines: dict[str, str] = {}
+    probes: dict[str, Probe] = {}
+    for fn in lib.functions:
+        for var in fn.variants:
+            for macros in macro_choices(var):
+                for r in var.routines:
+                    p = _probe(lib, fn, var, macros, r)
+                    probes.setdefault(p.id, p)
+                    routines[routine_key(fn, var, macros, r)] = p.id
+    return routines, probes
+
+
+def barrier_probes(probes: dict[str, Probe]) -> list[tuple[int, int, Probe, Env]]:
+    """(nesting, threads per block, probe, environment) the barrier cost is measured with: per
+    nesting depth and block size, a load probe with every element in registers (a barrier costs
+    what it takes from the loads' overlap, which depends on the block size)."""
+    out: dict[tuple[int, int], tuple[Probe, Env]] = {}
+    for p in sorted(probes.values(), key=lambda p: p.id):
+        if p.kind != "load" or p.uses_shared:
+            continue
+        for ipb in p.ipbs:
+            out.setdefault((p.nesting, p.threads * ipb), (p, Env("i", 1, ipb)))
+    return [(nest, threads, p, env) for (nest, threads), (p, env) in sorted(out.items())]
+
+
+EMPTY_KERNEL = 'extern "C" __global__ void kfc_empty(int kill, real* sink) { if (kill) sink[0] = real(1); }'
+
+
+def probe_module(lib: Library, dtype: str, kernels: list[tuple[Probe, Env]], title: str = "",
+                 empty: bool = False) -> str:
+    """A complete CUDA module holding the micro-kernels of (probe, environment) pairs."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    parts = [
+        "// Generated by kfuse calibrate -- routine micro-kernels.",
+        *(f"// {line}" for line in title.splitlines()),
+        f"// library {lib.name} v{lib.version} ({lib.digest}), element type {dtype}",
+        f"typedef {DTYPES[dtype]} real;",
+        f"#define KF_SUB {lib.subvector}",
+        f"#define KF_TR {lib.tile[0]}",
+        f"#define KF_TC {lib.tile[1]}",
+        PRELUDE.read_text(),
+    ]
+    for src in dict.fromkeys(p.source for p, _ in kernels):
+        parts += [f"// ---- library routines: {src}", open(src).read()]
+    bodies, views = [], {}
+    for p, env in kernels:
+        body, vs = p.kernel(env)
+        bodies.append(body)
+        views.update(dict.fromkeys(vs))
+    parts += list(views)
+    if empty:
+        parts.append(EMPTY_KERNEL)
+    parts += ["", *bodies]
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,130 @@
+"""``kfuse report``: how well the ranking model predicts, per example sequence (the paper's
+Tables 4 and 5).
+
+For each sequence: compile it (timed: the first implementation, on the CPU, without NVRTC), emit
+the CUDA text of every implementation of every fusion (timed: all implementations), then measure
+the top K plans in predicted order with the empirical search's machinery (``tuning_run``; timed,
+NVRTC included).  Table 4 gives the number of implementations, the rank of the measured best in
+predicted order, and the first choice and the worst of the K relative to the best; Table 5 the
+three times.  A third table sets predictions against measurements.
+"""
+from __future__ import annotations
+
+import itertools
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..codegen.module import module_source
+
+
+@dataclass
+class SequenceResult:
+    name: str
+    plans: int                      # plans of the whole sequence (implementations)
+    fusion_impls: int               # implementations of fusions of two or more calls
+    measured: list[tuple[int, float, float]] = field(default_factory=list)   # (rank, predicted us, measured us)
+    wrong: int = 0                  # plans that gave a wrong result (skipped)
+    first_s: float = 0.0            # compile: first implementation (CPU, no NVRTC)
+    all_s: float = 0.0              # first + CUDA text of every implementation
+    search_s: float = 0.0           # empirical search over the top K (NVRTC included)
+    compile_s: float = 0.0          # the NVRTC part of it
+
+    @property
+    def best(self) -> tuple[int, float, float] | None:
+        return min(self.measured, key=lambda m: m[2]) if self.measured else None
+
+    def first_over_best(self) -> float | None:
+        first = next((m for m in self.measured if m[0] == 1), None)
+        return first[2] / self.best[2] if first and self.best else None
+
+    def worst_over_best(self) -> float | None:
+        return max(m[2] for m in self.measured) / self.best[2] if self.measured else None
+
+
+def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int, log) -> SequenceResult:
+    import kfuse
+    from ..bench.harness import sequence_dims
+    from ..bench.records import display_name
+    from ..tuning_run import measure_plans
+    probe = kfuse.compile(path, dtype=dtype, tuned=False)          # for the script's size names
+    dims = sequence_dims(probe.program, n, N)
+    sizes = {d.name: dims[d.id] for d in probe.program.dims}
+    t0 = time.perf_counter()
+    compiled = kfuse.compile(path, dtype=dtype, sizes=sizes, tuned=False)
+    first_s = time.perf_counter() - t0
+    search = compiled.search
+    codes = [code for impls in search.space.impls.values() for _, code in impls]
+    module_source(codes, compiled.library, dtype)
+    all_s = time.perf_counter() - t0
+    res = SequenceResult(display_name(path.stem), search.count_plans(), search.count_implementations(),
+                         first_s=first_s, all_s=all_s)
+    t1 = time.perf_counter()
+    plans = list(itertools.islice(search.plans(), top))
+    results, res.compile_s = measure_plans(compiled, plans, search.dims, reps=reps, log=log, label="report")
+    res.search_s = time.perf_counter() - t1
+    res.measured = sorted((k + 1, plans[k].predicted * 1e6, t) for t, k, _ in results)
+    res.wrong = len(plans) - len(results)
+    return res
+
+
+def _f(x: float | None, fmt: str = "{:.3f}") -> str:
+    return "–" if x is None else fmt.format(x)
+
+
+def markdown(results: list[SequenceResult], header: dict) -> str:
+    lines = [f"# Prediction report: {header.get('gpu', '?')}, {header.get('dtype', '?')}", "",
+             f"Ranking model: {header.get('model', '?')}.  Sizes: n = {header.get('n')} (scripts with a "
+             f"matrix), N = {header.get('N')} (vector scripts).  The top {header.get('top')} plans in "
+             f"predicted order were checked and timed (median of {header.get('reps')} CUDA-event timings).",
+             "", "## Table 4: ranking", "",
+             "| sequence | implementations (plans) | fusion implementations | measured | rank of the measured best "
+             "| first choice / best | worst / best |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        best = r.best
+        lines.append(f"| {r.name} | {r.plans} | {r.fusion_impls} | {len(r.measured)}"
+                     + (f" ({r.wrong} wrong)" if r.wrong else "")
+                     + f" | {best[0] if best else '–'} | {_f(r.first_over_best())} | {_f(r.worst_over_best())} |")
+    within = [r for r in results if r.first_over_best() is not None and r.first_over_best() <= 1.05]
+    lines += ["", f"First choice within 5% of the measured best: {len(within)} of {len(results)} sequences.",
+              "", "## Table 5: times", "",
+              "| sequence | first implementation s (CPU, no NVRTC) | all implementations s | empirical search s "
+              "(NVRTC s) |", "| --- | ---: | ---: | ---: |"]
+    for r in results:
+        lines.append(f"| {r.name} | {r.first_s:.3f} | {r.all_s:.3f} | {r.search_s:.1f} ({r.compile_s:.1f}) |")
+    lines += ["", "\"All implementations\" is the compile (which builds every implementation of every fusion "
+              "to rank it) plus the CUDA text of all of them.", "",
+              "## Prediction against measurement", "",
+              "| sequence | first: predicted / measured us | best: predicted / measured us (rank) "
+              "| median predicted/measured | range |", "| --- | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        if not r.measured:
+            lines.append(f"| {r.name} | – | – | – | – |")
+            continue
+        first = next((m for m in r.measured if m[0] == 1), None)
+        best = r.best
+        ratios = [p / m for _, p, m in r.measured if m > 0]
+        lines.append(f"| {r.name} | {f'{first[1]:.1f} / {first[2]:.1f}' if first else '–'} | "
+                     f"{best[1]:.1f} / {best[2]:.1f} ({best[0]}) | {statistics.median(ratios):.2f} | "
+                     f"{min(ratios):.2f} – {max(ratios):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int = 2**26, top: int = 20,
+               reps: int = 20, log=None, checkpoint=None) -> tuple[list[SequenceResult], dict]:
+    import kfuse
+    from ..tuning import gpu_name
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    model = kfuse.compile(paths[0], dtype=dtype, tuned=False).search.model if paths else None
+    header = {"gpu": gpu_name() or "no GPU", "dtype": dtype, "n": n, "N": N, "top": top, "reps": reps,
+              "model": getattr(model, "name", "?")}
+    results = []
+    for k, path in enumerate(paths):
+        log(f"report [{k + 1}/{len(paths)}] {Path(path).stem}")
+        results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log))
+        if checkpoint:
+            checkpoint(results, header)
+    return results, header

@@ -1,0 +1,223 @@
+"""Calibration files: per GPU, library digest and dtype, the measured cost of every routine.
+
+A calibration file is JSON::
+
+    {"format": "kfuse-calibration", "version": 1, "entries": [ENTRY, ...]}
+
+and an entry is one calibration run::
+
+    {"gpu": "NVIDIA H100 80GB HBM3", "library": "<digest>", "dtype": "float32",
+     "device": {"sms": 132, "max_threads_per_sm": 2048, ...},
+     "launch_ns": ..., "clear_ns": ..., "barrier_ns": {"1": {"256": ...}, "2": {"256": ...}},
+     "routines": {"gemv(A,x)/shfl/BY=8/load_A": "<probe id>", ...},
+     "probes": {"<probe id>": {"kind": "load", "atomic": false, "nesting": 2, "points": [
+         {"loop": "i", "unroll": 1, "ipb": 1, "occupancy": "full", "resident": 1.0, "ns": 0.93}, ...]}},
+     "written": "...", "kfuse": "0.1.0", "quick": false, "sizes": {...}, "sha256": "..."}
+
+``ns`` is the time of one execution of the routine (one instance) at the throughput of a full
+GPU, launch overhead excluded.  Every entry carries a SHA-256 of its own content: an entry that
+does not match, does not parse or lacks a field is reported and ignored, and so is a file that
+is not a calibration file -- nothing in it is trusted.
+
+Files searched, first match wins: ``$KFUSE_CALIBRATION`` (a file; ``off`` disables calibrated
+prediction), the user file (``$KFUSE_CACHE_DIR`` or ``~/.cache/kfuse``, ``calibration.json``,
+written by ``kfuse calibrate``), then the calibrations shipped in ``kfuse/calibration/shipped``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CalibrationError
+
+FORMAT = {"format": "kfuse-calibration", "version": 1}
+SHIPPED = Path(__file__).with_name("shipped")
+KINDS = ("load", "compute", "store")
+
+
+def user_path() -> Path:
+    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kfuse")
+    return Path(root) / "calibration.json"
+
+
+def search_paths() -> list[Path]:
+    """Calibration files in lookup order (the user's first, then the shipped ones)."""
+    env = os.environ.get("KFUSE_CALIBRATION")
+    if env and env.lower() in ("off", "none", "0"):
+        return []
+    paths = [Path(env)] if env else []
+    paths.append(user_path())
+    paths += sorted(SHIPPED.glob("*.json")) if SHIPPED.is_dir() else []
+    return paths
+
+
+@dataclass
+class Calibration:
+    gpu: str
+    library: str
+    dtype: str
+    device: dict
+    launch_ns: float
+    clear_ns: float
+    barrier_ns: dict[int, dict[int, float]]     # nesting -> threads per block -> ns per instance
+    routines: dict[str, str]
+    probes: dict[str, dict]
+    meta: dict = field(default_factory=dict)       # written, kfuse, quick, sizes, reps
+    source: str = ""                                # the file it was read from
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.gpu, self.library, self.dtype)
+
+    def describe(self) -> str:
+        return f"{self.gpu}/{self.library} ({self.dtype})"
+
+    def to_json(self) -> dict:
+        rec = {"gpu": self.gpu, "library": self.library, "dtype": self.dtype, "device": self.device,
+               "launch_ns": self.launch_ns, "clear_ns": self.clear_ns,
+               "barrier_ns": {str(k): {str(t): v for t, v in sorted(b.items())}
+                              for k, b in sorted(self.barrier_ns.items())},
+               "routines": dict(sorted(self.routines.items())), "probes": dict(sorted(self.probes.items())),
+               **self.meta}
+        rec["sha256"] = _digest(rec)
+        return rec
+
+    @classmethod
+    def from_json(cls, rec: dict, source: str = "") -> "Calibration":
+        """Validate and read an entry; raises CalibrationError saying what is wrong."""
+        if not isinstance(rec, dict):
+            raise CalibrationError("an entry is not a JSON object")
+        if rec.get("sha256") != _digest(rec):
+            raise CalibrationError("checksum mismatch (edited or corrupt)")
+        try:
+            gpu, lib, dtype = str(rec["gpu"]), str(rec["library"]), str(rec["dtype"])
+            device = {k: int(v) for k, v in rec["device"].items()}
+            for k in ("sms", "max_threads_per_sm", "max_blocks_per_sm", "smem_per_sm", "smem_reserved"):
+                if device.get(k, 0) < (0 if k == "smem_reserved" else 1):
+                    raise CalibrationError(f"device.{k} missing or not positive")
+            launch, clear = float(rec["launch_ns"]), float(rec["clear_ns"])
+            barrier = {int(k): {int(t): float(v) for t, v in b.items()} for k, b in rec["barrier_ns"].items()}
+            routines = {str(k): str(v) for k, v in rec["routines"].items()}
+            probes = {}
+            for pid, p in rec["probes"].items():
+                if p["kind"] not in KINDS:
+                    raise CalibrationError(f"probe {pid}: kind {p['kind']!r}")
+                points = []
+                for pt in p["points"]:
+                    q = {"loop": str(pt["loop"]), "unroll": int(pt["unroll"]), "ipb": int(pt["ipb"]),
+                         "occupancy": str(pt["occupancy"]), "resident": float(pt["resident"]),
+                         "ns": float(pt["ns"])}
+                    if not (q["ns"] >= 0 and 0 < q["resident"] <= 1):
+                        raise CalibrationError(f"probe {pid}: point {pt} out of range")
+                    points.append(q)
+                if not any(q["occupancy"] == "full" for q in points):
+                    raise CalibrationError(f"probe {pid}: no point at full occupancy")
+                probes[str(pid)] = {"kind": p["kind"], "atomic": bool(p.get("atomic", False)),
+                                    "nesting": int(p["nesting"]), "points": points}
+            missing = sorted({v for v in routines.values()} - set(probes))
+            if missing:
+                raise CalibrationError(f"routines refer to unmeasured probe(s) {', '.join(missing[:3])}")
+            if not (launch >= 0 and clear >= 0 and all(v >= 0 for b in barrier.values() for v in b.values())):
+                raise CalibrationError("negative launch, clear or barrier cost")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CalibrationError(f"malformed entry ({e!r})") from None
+        meta = {k: rec[k] for k in ("written", "kfuse", "quick", "sizes", "reps") if k in rec}
+        return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source)
+
+
+def _digest(rec: dict) -> str:
+    body = {k: v for k, v in rec.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+_read_cache: dict[tuple, list[Calibration]] = {}
+
+
+def read_file(path: Path, warn=None) -> list[Calibration]:
+    """Every valid entry of a calibration file; problems reported through ``warn``, never trusted.
+    (Valid files are read once per process while they do not change.)"""
+    warn = warn or _warn
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key in _read_cache:
+        return list(_read_cache[key])
+    out = _read(path, warn)
+    if out:
+        _read_cache[key] = list(out)
+    return out
+
+
+def _read(path: Path, warn) -> list[Calibration]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        warn(f"{path}: not a readable kfuse calibration file ({e.__class__.__name__}): ignored")
+        return []
+    if not isinstance(data, dict) or {k: data.get(k) for k in FORMAT} != FORMAT \
+            or not isinstance(data.get("entries"), list):
+        warn(f"{path}: not a kfuse calibration file (or another version of it): ignored")
+        return []
+    out = []
+    for n, rec in enumerate(data["entries"]):
+        try:
+            out.append(Calibration.from_json(rec, str(path)))
+        except CalibrationError as e:
+            what = "/".join(str(rec.get(k, "?")) for k in ("gpu", "library", "dtype")) if isinstance(rec, dict) else "?"
+            warn(f"{path}: entry {n} ({what}) ignored: {e}")
+    return out
+
+
+def write_entry(path: Path, cal: Calibration, warn=None) -> None:
+    """Add (or replace: same GPU, library and dtype) an entry; the file is replaced atomically.
+    A file that exists but is not a calibration file is never overwritten."""
+    path = Path(path)
+    entries = []
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+            ok = isinstance(data, dict) and {k: data.get(k) for k in FORMAT} == FORMAT
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            ok = False
+        if not ok:
+            raise CalibrationError(f"{path} is not a kfuse calibration file; refusing to overwrite it")
+        entries = [c for c in read_file(path, warn) if c.key != cal.key]
+    entries.append(cal)
+    body = dict(FORMAT, entries=[c.to_json() for c in entries])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(body, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _warn(msg: str) -> None:
+    print(f"kfuse: {msg}", file=sys.stderr)
+
+
+def find(gpu: str | None, library: str, dtype: str, paths: list[Path] | None = None,
+         warn=None) -> tuple[Calibration | None, Calibration | None]:
+    """(exact match for this GPU, fallback for another GPU) for a library digest and dtype.
+
+    The fallback prefers a shipped calibration of an H100, then any other entry."""
+    exact, others = None, []
+    for path in search_paths() if paths is None else paths:
+        for cal in read_file(path, warn):
+            if cal.library != library or cal.dtype != dtype:
+                continue
+            if gpu is not None and cal.gpu == gpu and exact is None:
+                exact = cal
+            others.append(cal)
+    others.sort(key=lambda c: (Path(c.source).parent != SHIPPED, "H100" not in c.gpu))
+    return exact, (others[0] if others else None)

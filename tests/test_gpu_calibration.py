@@ -1,0 +1,50 @@
+"""Calibration on the GPU: one function end to end, and the report (run with -m gpu)."""
+from dataclasses import replace
+
+import pytest
+
+import kfuse
+from kfuse.calibration.predict import CalibratedModel
+from kfuse.calibration.probes import function_key
+from kfuse.calibration.store import read_file, write_entry
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.gpu
+
+GEMV = "matrix A[n, n]; vector x[n], y[n]; input A, x; y = gemv(A, x); return y;"
+
+
+def test_calibrate_one_function_end_to_end(tmp_path, lib):
+    from kfuse.calibration.measure import calibrate
+    from kfuse.tuning_run import measure_plans
+    sub = replace(lib, functions=tuple(f for f in lib.functions if function_key(f) == "gemv(A,x)"))
+    lines = []
+    cal = calibrate(sub, "float32", quick=True, log=lines.append)
+    assert any("done in" in m for m in lines)
+    path = tmp_path / "cal.json"
+    write_entry(path, cal)
+    [back] = read_file(path)
+    assert back.key == cal.key and back.routines == cal.routines
+    assert all(k.startswith("gemv(A,x)/") for k in back.routines) and len(back.routines) == 4 * 4 + 2 * 5
+    assert 0 < back.launch_ns < 50_000
+    for pid, data in back.probes.items():
+        assert data["points"] and all(p["ns"] >= 0 for p in data["points"])
+    loads = [p["ns"] for d in back.probes.values() if d["kind"] == "load" for p in d["points"]
+             if p["occupancy"] == "full"]
+    assert max(loads) > 0.05                    # a 4 KB tile takes more than 50 ps at any bandwidth
+    prog = kfuse.compile(GEMV, calibration=CalibratedModel(back), sizes={"n": 4096}, tuned=False)
+    results, _ = measure_plans(prog, [prog.plan], prog.search.dims, reps=30, log=lines.append)
+    [(measured_us, _, _)] = results
+    predicted_us = prog.plan.predicted * 1e6
+    assert 0.5 < predicted_us / measured_us < 2.0, (predicted_us, measured_us)
+
+
+def test_report_on_one_sequence(tmp_path):
+    from kfuse.calibration.report import markdown, run_report
+    results, header = run_report([ROOT / "examples" / "sscal.kf"], n=1024, N=2**22, top=3, reps=5,
+                                 log=lambda m: None)
+    [r] = results
+    assert len(r.measured) == 3 and r.best is not None and r.first_over_best() >= 1.0
+    text = markdown(results, header)
+    assert "| SSCAL |" in text and "Table 4" in text and "Table 5" in text
