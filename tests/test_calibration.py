@@ -353,7 +353,8 @@ def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_pat
     assert again.probes == back.probes
     assert {n.split("_")[1] for n, *_ in cp.launches if n != "kfc_empty"} == {
         p.id for _, _, p, _ in barrier_probes(probes)}
-    assert set(again.barrier_ns) == {1, 2} and len(again.barrier_ns[2]) == 4
+    assert set(again.barrier_ns) == {1, 2}
+    assert set(again.barrier_ns[2]) == {t for n, t, _, _ in barrier_probes(probes) if n == 2}
 
 
 def test_a_calibration_equivalent_to_the_transfer_model_predicts_what_it_predicts(lib):
@@ -398,10 +399,11 @@ def test_report_measures_the_top_plans_in_predicted_order(monkeypatch):
                                  log=lambda m: None, checkpoint=lambda r, h: checkpoints.append(len(r)))
     [r] = results
     assert seen["n"] == 5 and sorted(seen["dims"].values()) == [4096, 4096]
-    assert r.plans == 820 and r.wrong == 1 and [m[0] for m in r.measured] == [1, 3, 4, 5]
+    assert r.plans == kfuse.compile(ROOT / "examples" / "bicgk.kf", tuned=False).search.count_plans()
+    assert r.wrong == 1 and [m[0] for m in r.measured] == [1, 3, 4, 5]
     assert r.best[0] == 3 and r.first_over_best() == pytest.approx(1.1)
     assert r.worst_over_best() == pytest.approx(1.24)
     assert 0 < r.first_s <= r.all_s and r.compile_s == 0.5 and checkpoints == [1]
     assert header["model"].startswith("transfer model") and header["top"] == 5
     text = markdown(results, header)
-    assert "| BiCGK | 820 | 36 | 4 (1 wrong) | 3 | 1.100 | 1.240 |" in text
+    assert f"| BiCGK | {r.plans} | {r.fusion_impls} | 4 (1 wrong) | 3 | 1.100 | 1.240 |" in text

@@ -59,13 +59,9 @@ def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
             X, Y = s.kc.shape(s.routine)
             # a span's instances sum an output that does not follow the axis across the loop
             # on chip and store it once
-            per = code.launch.span if code.launch.nesting == 2 and _across(code) not in p.index else 1
+            per = code.launch.span if s.once_per_span else 1
             total += -(-instances // per) * max(1, (X * Y) // 32)
     return total
-
-
-def _across(code: KernelCode) -> str:
-    return "j" if code.launch.loop == "i" else "i"
 
 
 def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:

@@ -7,6 +7,7 @@ dimensions and every constraint is checked.
 """
 from __future__ import annotations
 
+from functools import cached_property
 from dataclasses import dataclass, field
 
 from .library.schema import Function
@@ -49,7 +50,11 @@ class Call:
         return f"c{self.index}_{self.function.name}"
 
     def bindings(self) -> dict[str, Value | ScalarArg]:
-        """Parameter name -> argument (inputs) or value (outputs)."""
+        """Parameter name -> argument (inputs) or value (outputs); a fresh dict each time."""
+        return dict(self._bindings)
+
+    @cached_property
+    def _bindings(self) -> dict[str, Value | ScalarArg]:
         out: dict[str, Value | ScalarArg] = {p.name: a for p, a in zip(self.function.inputs, self.args)}
         out.update({p.name: v for p, v in zip(self.function.outputs, self.outputs)})
         return out

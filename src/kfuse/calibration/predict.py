@@ -99,7 +99,9 @@ class CalibratedModel:
         bar = self.cal.barrier_ns.get(spec.nesting, {})
         bar_ns = _along_ipb([{"ipb": t, "ns": v} for t, v in bar.items()], L.threads) if bar else 0.0
         for s in code.steps:
-            runs = instances if s.phase == "loop" else slots
+            runs = instances if s.phase == "loop" else slots * L.span
+            if s.once_per_span:     # once for the block's span of instances across the loop
+                runs = -(-runs // L.span)
             if s.barrier:
                 barrier += bar_ns * runs
             if s.routine is None:

@@ -20,6 +20,8 @@ and runs only in the threads it needs (whole warps), with its own thread indices
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Callable
 from math import prod
 
 from ..errors import FusionError
@@ -108,6 +110,7 @@ class Step:
     accesses: list[Access]
     element: str | None = None      # for clears
     barrier: bool = False
+    once_per_span: bool = False     # runs once for the block's span of instances, not per instance
 
 
 @dataclass
@@ -179,12 +182,25 @@ class LaunchInfo:
 @dataclass(frozen=True)
 class KernelCode:
     spec: KernelSpec
-    source: str                     # the __global__ function
-    views: tuple[str, ...]          # shared-view struct definitions it needs
+    render: Callable[[], tuple[str, tuple[str, ...]]] = field(repr=False, compare=False)
     sources: tuple[str, ...]        # library .cu files it needs (paths)
     launch: LaunchInfo
     placement: Placement
     steps: tuple[Step, ...]
+
+    @cached_property
+    def _text(self) -> tuple[str, tuple[str, ...]]:
+        return self.render()
+
+    @property
+    def source(self) -> str:
+        """The __global__ function."""
+        return self._text[0]
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        """Shared-view struct definitions it needs."""
+        return self._text[1]
 
     @property
     def barriers(self) -> int:
@@ -462,6 +478,8 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
     per_slot = {key for key, el in b.elements.items() if V == 1 or other in el.axes}
     if V > 1:
         _check_span(b, per_slot)
+        for s in b.steps:
+            s.once_per_span = not _step_per_slot(s, per_slot)
     slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
                 for key, n in pl.registers.items()) if (U > 1 or V > 1) else 0
     if slots > MAX_REGISTER_SLOTS:
@@ -519,211 +537,215 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
              for ax, d, e in zip("ij", axis_dims, extents)]
     args.append(GlobalArg("iters", "iters"))
 
-    params_c = []
-    for g in args:
-        if g.kind == "array":
-            v = g.value
-            params_c.append(f"real* __restrict__ {g.name}_p")
-            params_c += [f"long long {g.name}_{n}" for n in
-                         {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": ()}[v.type]]
-        elif g.kind == "scalar":
-            params_c.append(f"real s_{g.name}")
-        elif g.kind == "count":
-            params_c.append(f"long long {g.name}")
-        else:
-            params_c.append("int iters")
-
-    out: list[str] = []
-    views: dict[str, str] = {}
-    w = out.append
-    for kc in spec.calls:
-        w(f"// kernel {spec.name}: {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})"
-          if kc is first else f"//     + {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})")
-    w(f"// {'2-level nested' if nest == 2 else 'unnested'}; {T} threads per instance, "
-      f"{spec.ipb} instance(s) per block; serial loop along {L}, {spec.iters or 'auto'} iteration(s)"
-      + (f", unrolled by {U}" if U > 1 else "") + f"; {smem} shared entries, "
-      f"{len(pl.registers)} element(s) in registers")
-    w(f'extern "C" __global__ void __launch_bounds__({threads})')
-    w(f"{spec.name}(" + ",\n    ".join(params_c) + ")")
-    w("{")
-    if smem:
-        w(f"    __shared__ real kf_smem[{smem}];")
-    for g in args:
-        if g.kind != "array":
-            continue
-        v = g.value
-        if v.type == "matrix":
-            w(f"    const KfMat g_{g.name}{{{g.name}_p, {g.name}_rows, {g.name}_cols}};")
-        elif v.type == "vector":
-            w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
-        else:
-            w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
-    if nest == 1:
-        w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
-        w(f"    const int inst = threadIdx.x / {T};          // instance slot in the block")
-        w(f"    const long long first_i = (long long)blockIdx.x * iters * {spec.ipb};")
-        w("    KfIx ix{lt, 0, first_i + inst, 0};")
-        first_expr, count = "first_i", "n_i"
-    else:
-        w("    const int lt = threadIdx.x;                  // thread in the instance")
-        if V == 1:
-            w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;  // loop axis {L}")
-            w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
-        else:
-            w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
-              f"{V} instances each")
-            w(f"    const long long first_{L} = (long long)(blockIdx.x / nb_{other}) * iters;  // loop axis {L}")
-            w(f"    const long long blk_{other} = (long long)(blockIdx.x % nb_{other}) * {V};")
-        w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
-        first_expr, count = f"first_{L}", f"n_{L}"
-    for X, Y in shapes:
-        w(f"    const int tx_{X}x{Y} = lt % {X}, ty_{X}x{Y} = lt / {X};")
-    for key, el in b.elements.items():
-        desc = f"{el.kind} {'x'.join(map(str, el.shape))}" + (f" ({el.value.name})" if el.value else "")
-        if key in pl.registers:
-            for u in range(1 if key in outside else U):
-                for v in range(V if key in per_slot else 1):
-                    w(f"    KfReg<{pl.registers[key]}> {ename(key, u, v)};   // {desc}: registers")
-        elif key in pl.shared:
-            base = f"kf_smem + {pl.shared[key]}" + (f" + inst * {pl.shared_size}" if spec.ipb > 1 else "")
-            w(f"    real* const sh_{key} = {base};   // {desc}: shared")
-    if V > 1:
-        for v in range(V):
-            w(f"    KfIx ix_v{v} = ix; ix_v{v}.{other} = blk_{other} + {v};   // span slot {v}")
-            w(f"    const bool act_v{v} = ix_v{v}.{other} < n_{other};")
-    w("")
-
-    def routine_call(s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
-        kc, r = s.kc, s.routine
-        X, Y = kc.shape(r)
-        conds = []
-        if u is not None and (nest == 1 or U > 1 or V > 1):
-            conds.append(f"act{slot(u, v)}")
-        elif V > 1 and v > 0:
-            conds.append(f"act_v{v}")
-        if X * Y < T:
-            conds.append(f"lt < {X * Y}")
-        inner = indent + "    "
-        head = f"{indent}// {kc.call.name}: {kc.call.text()} -- {r.name}"
-        if X * Y < T:
-            head += f" ({X}x{Y} threads, the rest idle)"
-        if U > 1 and u is not None:
-            head += f" [iteration +{u}]"
-        if V > 1:
-            head += f" [span slot {v}]" if _step_per_slot(s, per_slot) else " [once for the span]"
-        lines = [head, f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{"]
-        ixv = "ix" if u is None and V == 1 else f"ix{slot(u, v)}"
-        lines.append(f"{inner}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, {ixv}.i, {ixv}.j}};")
-        cargs = ["rix"]
-        binds = kc.call.bindings()
-        for a, acc in zip(r.args, _accesses_in_order(s)):
-            if a.kind == "global":
-                cargs.append(f"g_{binds[a.name].label}")
-            elif a.kind == "scalar":
-                cargs.append(_scalar_expr(binds[a.name]))
+    def render() -> tuple[str, tuple[str, ...]]:
+        """The CUDA text (built only when asked for: ranking needs none of it)."""
+        params_c = []
+        for g in args:
+            if g.kind == "array":
+                v = g.value
+                params_c.append(f"real* __restrict__ {g.name}_p")
+                params_c += [f"long long {g.name}_{n}" for n in
+                             {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": ()}[v.type]]
+            elif g.kind == "scalar":
+                params_c.append(f"real s_{g.name}")
+            elif g.kind == "count":
+                params_c.append(f"long long {g.name}")
             else:
-                key = acc.element
-                if key in pl.registers:
-                    cargs.append(ename(key, u or 0, v))
-                else:
-                    vname, vdef = _view_struct(b.elements[key], acc.mapping, X, Y)
-                    views[vname] = vdef
-                    lines.append(f"{inner}{vname} v_{key}{{sh_{key}, tx_{X}x{Y}, ty_{X}x{Y}}};")
-                    cargs.append(f"v_{key}")
-        targs = f"<{', '.join(str(v) for _, v in kc.macros)}>" if kc.macros else ""
-        lines.append(f"{inner}{r.fn}{targs}({', '.join(cargs)});")
-        lines.append(f"{indent}}}")
-        return lines
+                params_c.append("int iters")
 
-    def clear(s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
-        acc = s.accesses[0]
-        el = b.elements[acc.element]
-        X, Y = acc.threads
-        ident = f"real({el.identity})"
-        lines = [f"{indent}// {s.kc.call.name}: clear {el.key} (reduction identity)"]
-        if acc.element in pl.registers:
-            lines.append(f"{indent}#pragma unroll")
-            lines.append(f"{indent}for (int k = 0; k < {pl.registers[acc.element]}; ++k) "
-                         f"{ename(acc.element, u or 0, v)}.v[k] = {ident};")
-        elif acc.mapping == "any":
-            lines.append(f"{indent}for (int e = lt; e < {el.size}; e += {T}) sh_{el.key}[e] = {ident};")
-        else:
-            vname, vdef = _view_struct(el, acc.mapping, X, Y)
-            views[vname] = vdef
-            slots = MAPPINGS[acc.mapping].slots(el.shape, X, Y)
-            guard = f"if (lt < {X * Y}) " if X * Y < T else ""
-            lines.append(f"{indent}{guard}{{ {vname} v{{sh_{el.key}, tx_{X}x{Y}, ty_{X}x{Y}}}; "
-                         f"for (int k = 0; k < {slots}; ++k) v(k) = {ident}; }}")
-        return lines
-
-    def emit(s: Step, indent: str, u: int | None, v: int = 0) -> None:
-        if s.barrier:
-            w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
-        out.extend(clear(s, indent, u, v) if s.kind == "clear" else routine_call(s, indent, u, v))
-
-    def emit_slots(s: Step, indent: str, u: int | None) -> None:
-        """A step outside the serial loop: once per span slot when it touches per-slot data."""
-        for v in range(V if _step_per_slot(s, per_slot) else 1):
-            emit(s, indent, u, v)
-
-    if any(s.phase == "pre" for s in b.steps):
-        w("    // ---- before the serial loop: invariant loads, cleared accumulators")
-        for s in b.steps:
-            if s.phase == "pre":
-                emit_slots(s, "    ", None)
-        w("")
-    w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if nest == 1 else 'block'}"
-      + (f", {U} at a time" if U > 1 else ""))
-    w(f"    for (int it = 0; it < iters; it += {U}) {{")
-    block_first = f"{first_expr} + (long long)it * {spec.ipb}" if nest == 1 else f"{first_expr} + it"
-    w(f"        if ({block_first} >= {count}) break;   // the whole block is past the end")
-    for u in range(U):
+        out: list[str] = []
+        views: dict[str, str] = {}
+        w = out.append
+        for kc in spec.calls:
+            w(f"// kernel {spec.name}: {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})"
+              if kc is first else f"//     + {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})")
+        w(f"// {'2-level nested' if nest == 2 else 'unnested'}; {T} threads per instance, "
+          f"{spec.ipb} instance(s) per block; serial loop along {L}, {spec.iters or 'auto'} iteration(s)"
+          + (f", unrolled by {U}" if U > 1 else "") + f"; {smem} shared entries, "
+          f"{len(pl.registers)} element(s) in registers")
+        w(f'extern "C" __global__ void __launch_bounds__({threads})')
+        w(f"{spec.name}(" + ",\n    ".join(params_c) + ")")
+        w("{")
+        if smem:
+            w(f"    __shared__ real kf_smem[{smem}];")
+        for g in args:
+            if g.kind != "array":
+                continue
+            v = g.value
+            if v.type == "matrix":
+                w(f"    const KfMat g_{g.name}{{{g.name}_p, {g.name}_rows, {g.name}_cols}};")
+            elif v.type == "vector":
+                w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
+            else:
+                w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
         if nest == 1:
-            w(f"        KfIx ix_u{u} = ix; ix_u{u}.i = {first_expr} + (long long)(it + {u}) * {spec.ipb} + inst;")
-            w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.i < n_i;")
-        elif V == 1:
-            w(f"        KfIx ix_u{u} = ix; ix_u{u}.{L} = {first_expr} + it + {u};")
-            if U > 1:
-                w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.{L} < {count};")
+            w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
+            w(f"    const int inst = threadIdx.x / {T};          // instance slot in the block")
+            w(f"    const long long first_i = (long long)blockIdx.x * iters * {spec.ipb};")
+            w("    KfIx ix{lt, 0, first_i + inst, 0};")
+            first_expr, count = "first_i", "n_i"
         else:
+            w("    const int lt = threadIdx.x;                  // thread in the instance")
+            if V == 1:
+                w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;  // loop axis {L}")
+                w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
+            else:
+                w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
+                  f"{V} instances each")
+                w(f"    const long long first_{L} = (long long)(blockIdx.x / nb_{other}) * iters;  // loop axis {L}")
+                w(f"    const long long blk_{other} = (long long)(blockIdx.x % nb_{other}) * {V};")
+            w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
+            first_expr, count = f"first_{L}", f"n_{L}"
+        for X, Y in shapes:
+            w(f"    const int tx_{X}x{Y} = lt % {X}, ty_{X}x{Y} = lt / {X};")
+        for key, el in b.elements.items():
+            desc = f"{el.kind} {'x'.join(map(str, el.shape))}" + (f" ({el.value.name})" if el.value else "")
+            if key in pl.registers:
+                for u in range(1 if key in outside else U):
+                    for v in range(V if key in per_slot else 1):
+                        w(f"    KfReg<{pl.registers[key]}> {ename(key, u, v)};   // {desc}: registers")
+            elif key in pl.shared:
+                base = f"kf_smem + {pl.shared[key]}" + (f" + inst * {pl.shared_size}" if spec.ipb > 1 else "")
+                w(f"    real* const sh_{key} = {base};   // {desc}: shared")
+        if V > 1:
             for v in range(V):
-                w(f"        KfIx ix_u{u}_v{v} = ix_v{v}; ix_u{u}_v{v}.{L} = {first_expr} + it + {u};")
-                w(f"        const bool act_u{u}_v{v} = act_v{v} && it + {u} < iters && ix_u{u}_v{v}.{L} < {count};")
-    loop_steps = [s for s in b.steps if s.phase == "loop"]
+                w(f"    KfIx ix_v{v} = ix; ix_v{v}.{other} = blk_{other} + {v};   // span slot {v}")
+                w(f"    const bool act_v{v} = ix_v{v}.{other} < n_{other};")
+        w("")
 
-    def is_load(s: Step) -> bool:
-        return s.routine is not None and s.routine.kind == "load"
+        def routine_call(s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
+            kc, r = s.kc, s.routine
+            X, Y = kc.shape(r)
+            conds = []
+            if u is not None and (nest == 1 or U > 1 or V > 1):
+                conds.append(f"act{slot(u, v)}")
+            elif V > 1 and v > 0:
+                conds.append(f"act_v{v}")
+            if X * Y < T:
+                conds.append(f"lt < {X * Y}")
+            inner = indent + "    "
+            head = f"{indent}// {kc.call.name}: {kc.call.text()} -- {r.name}"
+            if X * Y < T:
+                head += f" ({X}x{Y} threads, the rest idle)"
+            if U > 1 and u is not None:
+                head += f" [iteration +{u}]"
+            if V > 1:
+                head += f" [span slot {v}]" if _step_per_slot(s, per_slot) else " [once for the span]"
+            lines = [head, f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{"]
+            ixv = "ix" if u is None and V == 1 else f"ix{slot(u, v)}"
+            lines.append(f"{inner}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, {ixv}.i, {ixv}.j}};")
+            cargs = ["rix"]
+            binds = kc.call.bindings()
+            for a, acc in zip(r.args, _accesses_in_order(s)):
+                if a.kind == "global":
+                    cargs.append(f"g_{binds[a.name].label}")
+                elif a.kind == "scalar":
+                    cargs.append(_scalar_expr(binds[a.name]))
+                else:
+                    key = acc.element
+                    if key in pl.registers:
+                        cargs.append(ename(key, u or 0, v))
+                    else:
+                        vname, vdef = _view_struct(b.elements[key], acc.mapping, X, Y)
+                        views[vname] = vdef
+                        lines.append(f"{inner}{vname} v_{key}{{sh_{key}, tx_{X}x{Y}, ty_{X}x{Y}}};")
+                        cargs.append(f"v_{key}")
+            targs = f"<{', '.join(str(v) for _, v in kc.macros)}>" if kc.macros else ""
+            lines.append(f"{inner}{r.fn}{targs}({', '.join(cargs)});")
+            lines.append(f"{indent}}}")
+            return lines
 
-    if U == 1 and V == 1:
-        for s in loop_steps:
-            emit(s, "        ", 0)
-    else:   # loads of every copy first, then the rest copy by copy
+        def clear(s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
+            acc = s.accesses[0]
+            el = b.elements[acc.element]
+            X, Y = acc.threads
+            ident = f"real({el.identity})"
+            lines = [f"{indent}// {s.kc.call.name}: clear {el.key} (reduction identity)"]
+            if acc.element in pl.registers:
+                lines.append(f"{indent}#pragma unroll")
+                lines.append(f"{indent}for (int k = 0; k < {pl.registers[acc.element]}; ++k) "
+                             f"{ename(acc.element, u or 0, v)}.v[k] = {ident};")
+            elif acc.mapping == "any":
+                lines.append(f"{indent}for (int e = lt; e < {el.size}; e += {T}) sh_{el.key}[e] = {ident};")
+            else:
+                vname, vdef = _view_struct(el, acc.mapping, X, Y)
+                views[vname] = vdef
+                slots = MAPPINGS[acc.mapping].slots(el.shape, X, Y)
+                guard = f"if (lt < {X * Y}) " if X * Y < T else ""
+                lines.append(f"{indent}{guard}{{ {vname} v{{sh_{el.key}, tx_{X}x{Y}, ty_{X}x{Y}}}; "
+                             f"for (int k = 0; k < {slots}; ++k) v(k) = {ident}; }}")
+            return lines
+
+        def emit(s: Step, indent: str, u: int | None, v: int = 0) -> None:
+            if s.barrier:
+                w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
+            out.extend(clear(s, indent, u, v) if s.kind == "clear" else routine_call(s, indent, u, v))
+
+        def emit_slots(s: Step, indent: str, u: int | None) -> None:
+            """A step outside the serial loop: once per span slot when it touches per-slot data."""
+            for v in range(V if _step_per_slot(s, per_slot) else 1):
+                emit(s, indent, u, v)
+
+        if any(s.phase == "pre" for s in b.steps):
+            w("    // ---- before the serial loop: invariant loads, cleared accumulators")
+            for s in b.steps:
+                if s.phase == "pre":
+                    emit_slots(s, "    ", None)
+            w("")
+        w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if nest == 1 else 'block'}"
+          + (f", {U} at a time" if U > 1 else ""))
+        w(f"    for (int it = 0; it < iters; it += {U}) {{")
+        block_first = f"{first_expr} + (long long)it * {spec.ipb}" if nest == 1 else f"{first_expr} + it"
+        w(f"        if ({block_first} >= {count}) break;   // the whole block is past the end")
         for u in range(U):
+            if nest == 1:
+                w(f"        KfIx ix_u{u} = ix; ix_u{u}.i = {first_expr} + (long long)(it + {u}) * {spec.ipb} + inst;")
+                w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.i < n_i;")
+            elif V == 1:
+                w(f"        KfIx ix_u{u} = ix; ix_u{u}.{L} = {first_expr} + it + {u};")
+                if U > 1:
+                    w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.{L} < {count};")
+            else:
+                for v in range(V):
+                    w(f"        KfIx ix_u{u}_v{v} = ix_v{v}; ix_u{u}_v{v}.{L} = {first_expr} + it + {u};")
+                    w(f"        const bool act_u{u}_v{v} = act_v{v} && it + {u} < iters && ix_u{u}_v{v}.{L} < {count};")
+        loop_steps = [s for s in b.steps if s.phase == "loop"]
+
+        def is_load(s: Step) -> bool:
+            return s.routine is not None and s.routine.kind == "load"
+
+        if U == 1 and V == 1:
             for s in loop_steps:
-                if is_load(s):
-                    for v in range(V if _step_per_slot(s, per_slot) else 1):
-                        emit(s, "        ", u, v)
-        for u in range(U):
-            rest = [s for s in loop_steps if not is_load(s)]
-            # per-slot steps slot by slot, between the clears and the stores of the elements
-            # the span's slots share (their partial results summed over the slots on chip)
-            for s in rest:
-                if s.kind == "clear" and not _step_per_slot(s, per_slot):
-                    emit(s, "        ", u)
-            for v in range(V):
+                emit(s, "        ", 0)
+        else:   # loads of every copy first, then the rest copy by copy
+            for u in range(U):
+                for s in loop_steps:
+                    if is_load(s):
+                        for v in range(V if _step_per_slot(s, per_slot) else 1):
+                            emit(s, "        ", u, v)
+            for u in range(U):
+                rest = [s for s in loop_steps if not is_load(s)]
+                # per-slot steps slot by slot, between the clears and the stores of the elements
+                # the span's slots share (their partial results summed over the slots on chip)
                 for s in rest:
-                    if _step_per_slot(s, per_slot):
-                        emit(s, "        ", u, v)
-            for s in rest:
-                if s.kind != "clear" and not _step_per_slot(s, per_slot):
-                    emit(s, "        ", u)
-    w("    }")
-    if any(s.phase == "post" for s in b.steps):
-        w("    // ---- after the serial loop: stores of accumulated outputs")
-        for s in b.steps:
-            if s.phase == "post":
-                emit_slots(s, "    ", None)
-    w("}")
+                    if s.kind == "clear" and not _step_per_slot(s, per_slot):
+                        emit(s, "        ", u)
+                for v in range(V):
+                    for s in rest:
+                        if _step_per_slot(s, per_slot):
+                            emit(s, "        ", u, v)
+                for s in rest:
+                    if s.kind != "clear" and not _step_per_slot(s, per_slot):
+                        emit(s, "        ", u)
+        w("    }")
+        if any(s.phase == "post" for s in b.steps):
+            w("    // ---- after the serial loop: stores of accumulated outputs")
+            for s in b.steps:
+                if s.phase == "post":
+                    emit_slots(s, "    ", None)
+        w("}")
+        return "\n".join(out), tuple(views.values())
+
 
     clears = []
     for kc in spec.calls:
@@ -735,7 +757,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                         tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L, V,
                         U, any(s.phase != "loop" for s in b.steps))
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
-    return KernelCode(spec, "\n".join(out), tuple(views.values()), sources, launch, pl, tuple(b.steps))
+    return KernelCode(spec, render, sources, launch, pl, tuple(b.steps))
 
 
 def _accesses_in_order(s: Step) -> list[Access | None]:
