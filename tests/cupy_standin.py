@@ -76,6 +76,9 @@ class CuPyStandIn:
             def getDeviceCount(self):
                 return 1
 
+            def deviceSynchronize(self):
+                return None
+
             def getDeviceProperties(self, i):
                 return {"name": b"Stand-in GPU"}
 

@@ -1,14 +1,18 @@
 """Calibrated prediction: a kernel's time from the measured costs of its routines.
 
 time(kernel) = max(sum of transfer-routine times + barriers, sum of compute-routine times)
-               + launch overhead + clears of reduced outputs
+               + contention of atomic partial stores + launch overhead + clears of reduced outputs
 time(plan)   = sum over its kernels
 
 A routine's time is its measured cost per execution in the kernel's environment times its
 executions: every instance for a routine in the serial loop, every instance slot of every block
 for one before or after it (invariant loads, accumulated stores).  Loads and stores are transfer
 routines; stores of reduced outputs include their atomic adds (they were measured doing them).
-Environments not measured exactly are interpolated:
+A micro-kernel's atomic stores meet few other blocks' stores to the same addresses; in a real
+kernel every block walking the same instances adds to the same outputs at about the same time.
+That contention is the transfer model's fitted term (per warp adding an instance's partial
+inside the serial loop, measured on H100 sweeps of BiCGK and GEMVER implementations), added
+outside the max.  Environments not measured exactly are interpolated:
 
 * instances per block: linearly in log2 between the two nearest measured values (clamped);
 * unroll: linearly between the two nearest measured values (clamped);
@@ -23,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ..codegen.kernel import KernelCode
+from ..model import DEFAULT_MACHINE, atomic_warps
 from ..errors import KfuseError
 from ..library.schema import Library
 from .probes import routine_key
@@ -115,11 +120,13 @@ class CalibratedModel:
             ns[s.routine.kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.cal.launch_ns * 1e-9,
-                "clears": len(L.clears) * self.cal.clear_ns * 1e-9}
+                "clears": len(L.clears) * self.cal.clear_ns * 1e-9,
+                "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         p = self.kernel_parts(code, dims, itemsize)
-        return max(p["transfer"] + p["barrier"], p["compute"]) + p["launch"] + p["clears"]
+        return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]
+                + p["clears"])
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
