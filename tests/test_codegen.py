@@ -183,13 +183,16 @@ def test_mixed_nesting_refused(lib):
 def test_launch_grid_and_auto_iterations():
     k = compiled("bicgk").kernels[0]
     L = k.launch
+    assert L.carried                                         # accumulators: blocks walk many instances
     dims = {0: 8192, 1: 8192}
+    along, across = 256, -(-256 // L.span)                   # tiles along the loop, block groups across
     iters = L.iterations(dims, target_blocks=2112)
-    assert iters == 32 and L.grid(dims, iters) == 256 * 8
+    assert iters == -(-along // max(1, 2112 // across)) and L.grid(dims, iters) == across * -(-along // iters)
     assert L.counts({0: 33, 1: 1}) == (2, 1)                 # partial edge tiles count
     v = compiled("sscal").kernels[0].launch
+    assert not v.carried                                     # a pure map: one instance per slot
     assert v.grid({0: 1}, v.iterations({0: 1}, 2112)) == 1
-    assert v.iterations({0: 2**26}, 2112) == -(-(2**21) // (8 * 2112))
+    assert v.iterations({0: 2**26}, 2112) == 1 and v.grid({0: 2**26}, 1) == 2**21 // v.ipb
 
 
 def test_64bit_offsets():

@@ -14,6 +14,7 @@ from typing import Iterator
 from .codegen.kernel import KernelCall, KernelCode, KernelSpec, build_kernel
 from .fusion.space import Implementation, Space, build_space, stores_of
 from .graph import DependencyGraph
+from .library.mappings import MAPPINGS
 from .library.schema import Library, Variant
 from .model import DEFAULT_MACHINE, Machine
 from .program import Program
@@ -96,14 +97,22 @@ def _load_width(code: KernelCode) -> int:
     return min(widths, default=1)
 
 
+def _tile_access_width(code: KernelCode) -> int:
+    """Consecutive entries per access of the kernel's narrowest tile load (4: 16-byte accesses)."""
+    widths = [MAPPINGS[a.mapping].width for s in code.steps
+              if s.routine is not None and s.routine.kind == "load" for a in s.accesses
+              if MAPPINGS[a.mapping].kind == "tile"]
+    return min(widths, default=1)
+
+
 def _preference(impl: Implementation, code: KernelCode) -> tuple:
     """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
     then choices that measured best on the H100 (benchmarks/sweep.py): for unnested kernels the
     widest accesses (16-byte quad variants), 4 unrolled iterations and 32 instances per block;
-    for nested ones 4 unrolled iterations and BY = 8."""
+    for nested ones 16-byte tile accesses, 4 unrolled iterations, BY = 8 and the smallest span."""
     if code.spec.nesting == 2:
-        return (code.barriers, code.launch.smem_bytes_per_real, abs(impl.unroll - 4),
-                abs((impl.by or DEFAULT_BY) - DEFAULT_BY), sum(impl.variants), impl.order)
+        return (code.barriers, code.launch.smem_bytes_per_real, -_tile_access_width(code), abs(impl.unroll - 4),
+                abs((impl.by or DEFAULT_BY) - DEFAULT_BY), impl.span, sum(impl.variants), impl.order)
     return (code.barriers, code.launch.smem_bytes_per_real, -_load_width(code), abs(impl.unroll - 4),
             abs(impl.ipb - 32), sum(impl.variants), impl.order)
 
@@ -132,9 +141,10 @@ class PlanSearch:
             self.entries[v.id] = n
         self.ranked: dict[frozenset[int], list[tuple[float, Implementation, KernelCode]]] = {}
         for calls, impls in self.space.impls.items():
-            scored = [(self.model.kernel_time(code, self.dims, self.entries, itemsize), impl, code)
-                      for impl, code in impls]
-            scored.sort(key=lambda t: (round(t[0] * 1e9), _preference(t[1], t[2])))
+            # predictions are kept to 0.1 us: closer ones are ties, broken by measured preferences
+            scored = [(round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7,
+                       impl, code) for impl, code in impls]
+            scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
             self.ranked[calls] = scored
         self.partitions = self._partitions()
 

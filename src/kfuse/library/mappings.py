@@ -23,6 +23,7 @@ class MappingDef:
     doc: str
     registers: bool      # may the element live in registers under this mapping
     shared: bool         # may the element live in shared memory under this mapping
+    width: int = 1       # consecutive entries a thread moves per access (4: 16-byte accesses)
 
     def check(self, shape: tuple[int, ...], X: int, Y: int) -> str | None:
         """Reason this mapping cannot be used for this element shape and thread shape."""
@@ -81,11 +82,11 @@ MAPPINGS: dict[str, MappingDef] = {m.name: m for m in (
     MappingDef("lane", "subvector", "thread (tx, ty) owns entries tx + k*X (same in every ty)", True, True),
     MappingDef("split", "subvector", "thread (tx, ty) owns entries ty + k*Y (same in every tx)", True, True),
     MappingDef("quad", "subvector", "thread tx owns the 4 consecutive entries 4 tx + k (16-byte "
-               "accesses); needs X = K / 4", True, True),
+               "accesses); needs X = K / 4", True, True, 4),
     MappingDef("rows", "tile", "thread (tx, ty) owns entries (ty + k*Y, tx); needs X == tile columns",
                True, True),
     MappingDef("qrows", "tile", "thread (tx, ty) owns the 4 consecutive entries (ty + (k/4)*Y, 4 tx + k%4) "
-               "of each of its rows (16-byte accesses); needs X == tile columns / 4", True, True),
+               "of each of its rows (16-byte accesses); needs X == tile columns / 4", True, True, 4),
     MappingDef("qcolpart", "subvector", "thread (tx, ty) holds a partial of the 4 entries 4 tx + k; the "
                "entry is the sum over ty (registers only); needs X = K / 4", True, False),
     MappingDef("rowpart", "subvector", "thread (tx, ty) holds a partial of entries ty + k*Y; the entry is "
