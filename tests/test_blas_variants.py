@@ -95,10 +95,10 @@ def test_quad_dot_kernel_structure(lib):
     assert "quad_load(rix, g_x, e_x);" in loop and "quad_load(rix, g_y, e_y);" in loop
     assert "dot_compute(rix, e_x, e_y, e_out);" in loop
     # the post-loop store runs in every lane (full-mask shuffles inside quad_dot_store)
-    assert "quad_dot_store(rix, e_out, g_out_acc);" in post and "act_u0" not in post
+    assert "quad_dot_store(rix, e_out, g_out);" in post and "act_u0" not in post
     assert "quad_dot_store" not in loop
     assert k.placement.registers == {"x": 4, "y": 4, "out": 1}
-    assert [f.value.name for f in k.launch.finals] == ["out"] and not k.launch.clears
+    assert [v.name for v, _ in k.launch.clears] == ["out"]
 
 
 @pytest.mark.parametrize("ipb,threads", [(4, 32), (8, 64), (16, 128), (32, 256), (64, 512), (128, 1024)])
@@ -135,7 +135,7 @@ def test_fused_unrolled_quad_kernel_compiles(nvcc, tmp_path, lib):
     k = build_kernel(spec, lib)
     pre, loop, post = loop_body(k.source)
     assert loop.index("quad_load(rix, g_v, e_v_u1)") < loop.index("axpy_compute(rix, e_v_u0")
-    assert "quad_dot_store(rix, e_r, g_r_acc);" in post
+    assert "quad_dot_store(rix, e_r, g_r);" in post
     for dtype, vec in (("float32", "v4.f32"), ("float64", "v2.f64")):
         body = ptx_of(nvcc, tmp_path, [k], lib, dtype)["k_fused_u2"]
         ops = gmem_ops(body)
@@ -228,7 +228,7 @@ def test_quad_kernels_use_16_byte_accesses(nvcc, tmp_path, lib, dtype, vec, pack
             assert ops.get(f"st.{scalar}", 0) == 4, (name, ops)
         else:
             assert body.count("shfl.sync.bfly") == 5 * (2 if dtype == "float64" else 1)   # a full warp sum
-            assert len(re.findall(r"\b(?:atom|red)\.global\.add\.f(?:32|64)", body)) == 1
+            assert len(re.findall(r"\b(?:atom|red)\.global", body)) == 1
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -248,7 +248,7 @@ def test_rowsum_store_shuffle_and_atomic_counts(nvcc, tmp_path, lib, dtype):
         S = 32 // by
         shuffles = S - 1 + int(np.log2(32 // S))                # instead of 5 S
         assert body.count("shfl.sync.bfly") == shuffles * (2 if dtype == "float64" else 1), by
-        assert len(re.findall(r"\b(?:atom|red)\.global\.add\.f(?:32|64)", body)) == 1, by
+        assert len(re.findall(r"\b(?:atom|red)\.global", body)) == 1, by
         assert "__local_depot" not in body and ".local" not in body, by   # w[] stays in registers
 
 

@@ -59,9 +59,7 @@ class CompiledScript:
             L = k.launch
             lines.append(f"  {L.kernel}: {L.threads} threads per block, {L.smem_bytes_per_real} shared entries, "
                          f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
-                         + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else "")
-                         + (f"; reduced (finished by the last block per segment): "
-                            f"{', '.join(f.value.name for f in L.finals)}" if L.finals else ""))
+                         + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
         return "\n".join(lines)
 
     def functions(self, device: int) -> list:

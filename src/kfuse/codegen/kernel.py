@@ -131,16 +131,6 @@ class GlobalArg:
 
 
 @dataclass(frozen=True)
-class Final:
-    """A reduced output: blocks add to an accumulator (cleared once, when arguments are bound);
-    the last block to add to a segment copies it to the output and clears it again."""
-    value: Value
-    identity: str                   # the reduction's identity, the accumulator's resting value
-    segment: int                    # entries per segment (the output's element size)
-    axis: str | None                # instance axis the output follows (None: a single segment)
-
-
-@dataclass(frozen=True)
 class LaunchInfo:
     """Host-side launch description of one kernel."""
     kernel: str
@@ -158,7 +148,6 @@ class LaunchInfo:
     span: int = 1                   # instances across the loop axis per block (nested kernels)
     unroll: int = 1
     carried: bool = True            # work before or after the loop (invariant loads, accumulators)
-    finals: tuple["Final", ...] = ()   # reduced outputs finished by their last contributing block
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
         """Instances along each axis (partial edge elements included)."""
@@ -544,20 +533,6 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                 sa = s.kc.call.bindings()[a.name]
                 if sa.value is not None:
                     scalars[sa.value.id] = sa.value
-    # reduced outputs: blocks add their partial results to an accumulator that the runtime clears
-    # once, at bind time; the last block to add to a segment copies it to the output and clears it
-    # again (no clearing launch before each run)
-    finals: list[Final] = []
-    for kc in spec.calls:
-        for p in kc.call.function.outputs:
-            v = kc.call.bindings()[p.name]
-            if p.reduce and v.id in spec.stores:
-                shape = lib.element_shape(p.element)
-                axis = p.index[0] if p.index else None
-                finals.append(Final(v, REDUCE_OPS[p.reduce], prod(shape) if shape else 1, axis))
-    final_ids = {f.value.id for f in finals}
-    for f in finals:
-        args += [GlobalArg("accumulator", f.value.label, f.value), GlobalArg("counters", f.value.label, f.value)]
     args += [GlobalArg("scalar", v.label, v) for v in scalars.values()]
     args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
              for ax, d, e in zip("ij", axis_dims, extents)]
@@ -572,10 +547,6 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                 params_c.append(f"real* __restrict__ {g.name}_p")
                 params_c += [f"long long {g.name}_{n}" for n in
                              {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": ()}[v.type]]
-            elif g.kind == "accumulator":
-                params_c.append(f"real* __restrict__ {g.name}_acc")
-            elif g.kind == "counters":
-                params_c.append(f"unsigned int* __restrict__ {g.name}_cnt")
             elif g.kind == "scalar":
                 params_c.append(f"real s_{g.name}")
             elif g.kind == "count":
@@ -608,9 +579,6 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                 w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
             else:
                 w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
-            if v.id in final_ids:
-                n = f"{g.name}_n" if v.type == "vector" else "1"
-                w(f"    const KfVec g_{g.name}_acc{{{g.name}_acc, {n}}};   // partial results of {v.name} add up here")
         if nest == 1:
             w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
             w(f"    const int inst = threadIdx.x / {T};          // instance slot in the block")
@@ -671,9 +639,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             binds = kc.call.bindings()
             for a, acc in zip(r.args, _accesses_in_order(s)):
                 if a.kind == "global":
-                    gv = binds[a.name]
-                    cargs.append(f"g_{gv.label}_acc" if r.kind == "store" and gv.id in final_ids
-                                 else f"g_{gv.label}")
+                    cargs.append(f"g_{binds[a.name].label}")
                 elif a.kind == "scalar":
                     cargs.append(_scalar_expr(binds[a.name]))
                 else:
@@ -778,35 +744,19 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             for s in b.steps:
                 if s.phase == "post":
                     emit_slots(s, "    ", None)
-        if finals:
-            w("    // ---- reduced outputs: the last block to add to a segment copies it out and clears it")
-            w("    __shared__ int kf_last;")
-            w("    __threadfence();                              // this block's additions before its counts")
-            for f in finals:
-                name = f.value.label
-                args_c = (f"g_{name}_acc, g_{name}, {name}_cnt, {{seg}}, {f.segment}, {{target}}, "
-                          f"real({f.identity}), &kf_last")
-                if nest == 2 and f.axis == L:
-                    other_blocks = f"nb_{other}" if V > 1 else f"n_{other}"
-                    w(f"    for (int it = 0; it < iters && {first_expr} + it < {count}; ++it)   "
-                      f"// {f.value.name}: segments this block's trips added to")
-                    w("        kf_finish_segment(" + args_c.format(seg=f"{first_expr} + it",
-                                                                  target=f"(unsigned int){other_blocks}") + ");")
-                elif nest == 2 and f.axis == other:
-                    w(f"    for (int v = 0; v < {V} && blk_{other} + v < n_{other}; ++v)   "
-                      f"// {f.value.name}: segments of this block's instances")
-                    w("        kf_finish_segment(" + args_c.format(
-                        seg=f"blk_{other} + v", target=f"(unsigned int)(({count} + iters - 1) / iters)") + ");")
-                else:
-                    w("    kf_finish_segment(" + args_c.format(seg="0", target="gridDim.x")
-                      + f");   // {f.value.name}: every block adds to it")
         w("}")
         return "\n".join(out), tuple(views.values())
 
 
+    clears = []
+    for kc in spec.calls:
+        for p in kc.call.function.outputs:
+            v = kc.call.bindings()[p.name]
+            if p.reduce and v.id in spec.stores:
+                clears.append((v, REDUCE_OPS[p.reduce]))
     launch = LaunchInfo(spec.name, threads, nest, spec.iters, spec.ipb, tuple(axis_dims), tuple(extents),
-                        tuple(args), (), smem, tuple(kc.call.index for kc in spec.calls), L, V,
-                        U, any(s.phase != "loop" for s in b.steps), tuple(finals))
+                        tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L, V,
+                        U, any(s.phase != "loop" for s in b.steps))
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
     return KernelCode(spec, render, sources, launch, pl, tuple(b.steps))
 

@@ -130,26 +130,3 @@ KF_DEVICE real kf_lanes_sum(real v) {
     for (int o = W / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-
-// Reduced outputs.  Every block adds its partial results to an accumulator (resting at the
-// reduction's identity), then counts itself on each segment it added to.  The last of the
-// `target` blocks that add to segment `seg` copies the segment to the output and returns the
-// accumulator and the counter to rest, so the next launch needs no clearing.  Every thread of the
-// block calls it (it has barriers); the caller fenced its additions first.
-KF_DEVICE void kf_finish_segment(const KfVec& acc, const KfVec& out, unsigned int* cnt, long long seg,
-                                 int len, unsigned int target, real identity, int* last) {
-    __syncthreads();
-    if (threadIdx.x == 0) *last = atomicAdd(cnt + seg, 1u) == target - 1;
-    __syncthreads();
-    if (*last) {
-        __threadfence();
-        for (int e = threadIdx.x; e < len; e += blockDim.x) {
-            const long long k = seg * len + e;
-            if (k < out.n) {
-                out.p[k] = __ldcg(acc.p + k);
-                acc.p[k] = identity;
-            }
-        }
-        if (threadIdx.x == 0) cnt[seg] = 0u;
-    }
-}

@@ -52,9 +52,8 @@ def target_blocks(threads: int, device: int) -> int:
 class BoundCall:
     """A program bound to its arguments: everything checked and allocated, launches prepared.
 
-    Calling it launches the kernels (no checks, no allocation), returning the outputs; the same
-    output arrays are reused by every call.  Reduced outputs are summed in accumulators that the
-    kernels leave cleared, so one bound call must not run on two streams at once.
+    Calling it clears the reduced outputs and launches the kernels (no checks, no allocation),
+    returning the outputs; the same output arrays are reused by every call.
     """
 
     def __init__(self, compiled, inputs: dict, out: dict | None = None):
@@ -112,13 +111,6 @@ class BoundCall:
         for code, function in zip(compiled.kernels, compiled.functions(device)):
             L = code.launch
             clears = [(arrays[v.id], float(identity)) for v, identity in L.clears]
-            # reduced outputs: an accumulator resting at the identity and one counter per segment,
-            # cleared here once; each run's last contributing blocks leave them cleared again
-            accumulators, counters = {}, {}
-            for f in L.finals:
-                out_arr = arrays[f.value.id]
-                accumulators[f.value.id] = cp.full(out_arr.shape, float(f.identity), dtype=dtype)
-                counters[f.value.id] = cp.zeros(max(1, -(-out_arr.size // f.segment)), dtype=np.uint32)
             args = []
             for g in L.args:
                 if g.kind == "array":
@@ -126,10 +118,6 @@ class BoundCall:
                     args.append(arr)
                     if g.value.type != "scalar":
                         args.extend(np.int64(s) for s in arr.shape)
-                elif g.kind == "accumulator":
-                    args.append(accumulators[g.value.id])
-                elif g.kind == "counters":
-                    args.append(counters[g.value.id])
                 elif g.kind == "scalar":
                     args.append(scalars[g.value.id])
                 elif g.kind == "count":
