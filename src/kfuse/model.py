@@ -1,6 +1,6 @@
 """The transfer model: ranks kernels and plans when no calibration is at hand (calibration/).
 
-time(kernel) = bytes it moves / bandwidth + launch overhead + clears of reduced outputs
+time(kernel) = bytes it moves / bandwidth + launch overhead + a memset when it has reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
                + local barriers executed every serial iteration
 time(plan)   = sum over its kernels
@@ -23,7 +23,7 @@ class Machine:
     name: str = "transfer model (H100 defaults)"
     bandwidth: float = 3.0e12       # bytes/s, device-to-device copy (read + write)
     launch: float = 2.5e-6          # s per kernel launch
-    clear: float = 1.5e-6           # s per reduced output cleared before a launch
+    clear: float = 1.5e-6           # s for the memset clearing a kernel's reduced outputs
     atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
     barrier: float = 0.05e-9        # s per local barrier executed by an instance
 
@@ -75,5 +75,5 @@ def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:
 def kernel_time(code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int,
                 machine: Machine = DEFAULT_MACHINE) -> float:
     return (kernel_bytes(code, entries, itemsize) / machine.bandwidth + machine.launch
-            + len(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
+            + bool(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
             + loop_barriers(code, dims) * machine.barrier)

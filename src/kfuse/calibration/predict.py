@@ -120,7 +120,7 @@ class CalibratedModel:
             ns[s.routine.kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.cal.launch_ns * 1e-9,
-                "clears": len(L.clears) * self.cal.clear_ns * 1e-9,
+                "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
                 "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:

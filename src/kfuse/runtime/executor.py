@@ -87,9 +87,9 @@ class BoundCall:
         dims = bind_sizes(prog, {v.name: tuple(arrays[v.id].shape) for v in prog.inputs if v.type != "scalar"})
 
         returned = {v.id for v in prog.outputs}
-        # reduced outputs that kfuse allocates and clears to zero before a kernel share one buffer,
-        # each kernel's side by side, so that one memset per kernel clears them (a memset costs
-        # about as much as a launch: BiCGK's two took 4.7 us of 98 on the H100)
+        # reduced outputs that kfuse allocates and clears to zero share one buffer, cleared by one
+        # memset before the first kernel (no kernel reads an output of a later one); a memset
+        # costs about as much as a launch: BiCGK's two took 4.7 us of 98 on the H100
         user = {v.id for v in prog.outputs if v.name in out}
         by_id = {v.id: v for v in prog.values}
         offsets: dict[int, tuple[int, int]] = {}
@@ -129,10 +129,9 @@ class BoundCall:
         self.launches: list[tuple] = []       # (function, grid, threads, args, clears, name)
         for code, function in zip(compiled.kernels, compiled.functions(device)):
             L = code.launch
-            pooled = [offsets[v.id] for v, identity in L.clears if v.id in offsets]
             clears = [(arrays[v.id], float(identity)) for v, identity in L.clears if v.id not in offsets]
-            if pooled:      # one memset over this kernel's outputs in the shared buffer
-                clears.insert(0, (pool[min(o for o, _ in pooled):max(o + n for o, n in pooled)], 0.0))
+            if pool is not None and not self.launches:      # the shared buffer, before the first kernel
+                clears.insert(0, (pool, 0.0))
             args = []
             for g in L.args:
                 if g.kind == "array":
