@@ -119,15 +119,16 @@ class CompiledScript:
         return run(self, inputs, out=out, sync=sync)
 
     def tune(self, top: int = 20, sizes: dict[str, int] | None = None, reps: int = 30, store=True,
-             log=None) -> "CompiledScript":
+             log=None, iterations: bool = True) -> "CompiledScript":
         """Empirical search: compile the ``top`` plans ranked first by the model (one NVRTC
         compile for all of them), check each against the float64 reference on random inputs of
         ``sizes`` (script size name -> value; default the model's), time each with CUDA events,
-        and return the program with the fastest.  The winner is remembered in the tuning store
+        and return the program with the fastest; then (``iterations``) try explicit serial-iteration
+        counts for each of its kernels against the launch-time choice.  The winner is remembered in the tuning store
         (``store=False``: not; a path or TuningStore: that one), and later compiles for the same
         GPU, script, library, dtype and size class use it at once."""
         from .tuning_run import tune
-        return tune(self, top=top, sizes=sizes, reps=reps, store=store, log=log)
+        return tune(self, top=top, sizes=sizes, reps=reps, store=store, log=log, iterations=iterations)
 
     def bind(self, out: dict | None = None, **inputs):
         """Check and bind arguments once; the returned callable only launches (for repeated runs

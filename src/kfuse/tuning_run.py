@@ -16,6 +16,7 @@ from .runtime.timing import median_us
 from .tuning import TuningStore, gpu_name, store_key
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
+ITERS = (1, 2, 4, 8, 16, 32)    # serial iterations tried for each kernel of the best plan
 
 
 def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=None, label: str = "tune"):
@@ -67,7 +68,44 @@ def search_dims(compiled, sizes=None) -> dict[int, int]:
     return dims
 
 
-def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None):
+def _tune_iterations(compiled, plan, best_us: float, dims, reps: int, log):
+    """Serial iterations of the best plan, kernel by kernel (kernels run one after another, so their
+    times add): each kernel's launch-time choice against explicit counts; the combination of the
+    fastest is measured again and kept only when it beats the plan as it was."""
+    prog = compiled.program
+    variants, owner = [], []
+    for k, spec in enumerate(plan.kernels):
+        if spec.iters:
+            continue
+        for it in ITERS:
+            variants.append(replace(plan, kernels=tuple(replace(s, iters=it) if m == k else s
+                                                          for m, s in enumerate(plan.kernels))))
+            owner.append((k, it))
+    if not variants:
+        return plan, best_us
+    results, _ = measure_plans(compiled, variants, dims, reps=reps, log=lambda m: None, label="iterations")
+    chosen = {}
+    for t, n, _ in sorted(results, key=lambda r: r[0]):
+        k, it = owner[n]
+        if t < best_us and k not in chosen:
+            chosen[k] = it
+    if not chosen:
+        log(f"tune {prog.name}: serial iterations chosen at launch stay (no explicit count was faster)")
+        return plan, best_us
+    combined = replace(plan, kernels=tuple(replace(s, iters=chosen.get(k, s.iters))
+                                           for k, s in enumerate(plan.kernels)))
+    again, _ = measure_plans(compiled, [combined], dims, reps=reps, log=lambda m: None, label="iterations")
+    t = again[0][0] if again else float("inf")
+    if t >= best_us:
+        log(f"tune {prog.name}: serial iterations chosen at launch stay ({t:.1f} us with "
+            f"{chosen}, {best_us:.1f} without)")
+        return plan, best_us
+    log(f"tune {prog.name}: serial iterations " + ", ".join(f"kernel {k}: {it}" for k, it in sorted(chosen.items()))
+        + f": {t:.1f} us (was {best_us:.1f})")
+    return combined, t
+
+
+def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None, iterations: bool = True):
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     search = compiled.search
     if search is None:
@@ -84,6 +122,8 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
     log(f"tune {prog.name}: best is plan {n + 1} at {t:.1f} us (first choice {first:.1f} us, "
         f"{100 * t / first:.1f}%); search took {time.perf_counter() - t0:.1f} s")
     plan = replace(best.plan, kernels=tuple(replace(k, name=k.name.rsplit("_t", 1)[0]) for k in best.plan.kernels))
+    if iterations:
+        plan, t = _tune_iterations(compiled, plan, t, dims, reps, log)
     if store is not False:
         st = store if isinstance(store, TuningStore) else TuningStore(None if store is True else store)
         gpu = gpu_name() or "unknown GPU"
