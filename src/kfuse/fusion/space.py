@@ -146,22 +146,37 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
                 by_choices = sorted(set.union(*bys))
             ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
             ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
-            for by, loop, unroll, ipb, span in product(by_choices, loops, UNROLLS, ipb_choices, spans):
-                impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span)
-                try:
-                    code = build_kernel(impl.spec(program, "k", stores), lib)
-                except FusionError:
-                    pruned["refused by the builder"] += 1
-                    continue
-                # same choices in another call order: keep the one needing less shared memory
-                key = (tuple(sorted(zip(order, variants))), by, loop, unroll, ipb, span)
-                old = built.get(key)
-                if old is not None:
-                    pruned["dominated in on-chip memory"] += 1
-                    if old[1].launch.smem_bytes_per_real <= code.launch.smem_bytes_per_real:
+            copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
+            for by, loop, ipb in product(by_choices, loops, ipb_choices):
+                for unroll, span in copies:
+                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span)
+                    try:
+                        code = build_kernel(impl.spec(program, "k", stores), lib)
+                    except FusionError:
+                        pruned["refused by the builder"] += 1
+                        if (unroll, span) == (1, 1):
+                            # unrolled or spanned copies only add constraints: refused as well
+                            pruned["refused by the builder"] += len(copies) - 1
+                            break
                         continue
-                built[key] = (impl, code)
+                    if (unroll, span) == (1, 1) and code.placement.shared and len(copies) > 1:
+                        # copies need every element in registers: refused without building them
+                        pruned["refused by the builder"] += len(copies) - 1
+                        _keep(built, pruned, impl, code, order, variants)
+                        break
+                    _keep(built, pruned, impl, code, order, variants)
     return list(built.values()), pruned
+
+
+def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants) -> None:
+    """Same choices in another call order: keep the one needing less shared memory."""
+    key = (tuple(sorted(zip(order, variants))), impl.by, impl.loop, impl.unroll, impl.ipb, impl.span)
+    old = built.get(key)
+    if old is not None:
+        pruned["dominated in on-chip memory"] += 1
+        if old[1].launch.smem_bytes_per_real <= code.launch.smem_bytes_per_real:
+            return
+    built[key] = (impl, code)
 
 
 def build_space(program: Program, lib: Library) -> Space:
