@@ -55,6 +55,7 @@ class CalibratedModel:
         self.cal = cal
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
         self._memo: dict[tuple, float] = {}
+        self._keys: dict[tuple, str] = {}      # routine identity -> calibration key (memo)
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -111,7 +112,10 @@ class CalibratedModel:
                 barrier += bar_ns * runs
             if s.routine is None:
                 continue            # clears of on-chip accumulators: a register or shared write
-            key = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
+            ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine))
+            key = self._keys.get(ident)
+            if key is None:
+                key = self._keys[ident] = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
             pid = self.cal.routines.get(key)
             if pid is None:
                 raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "

@@ -19,6 +19,7 @@ and runs only in the threads it needs (whole warps), with its own thread indices
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable
@@ -214,12 +215,46 @@ def build_kernel(spec: KernelSpec, lib: Library) -> KernelCode:
     return _Builder(spec, lib).build()
 
 
+def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | FusionError]:
+    """The kernel of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
+    its barriers once (none of which depends on them), emitted per copy.  Each entry is the
+    kernel or the FusionError that refused it."""
+    base = _Builder(replace(spec, unroll=1, span=1), lib)
+    base.schedule()
+    pl = base.place()
+    base.barriers(pl)
+    out: list[KernelCode | FusionError] = []
+    for unroll, span in copies:
+        if (unroll, span) != (1, 1) and pl.shared:
+            out.append(FusionError(f"{spec.name}: unrolled or spanned copies need every element in registers "
+                                   f"({', '.join(pl.shared)} in shared memory)"))
+            continue
+        if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
+            out.append(out[0])          # copies only add constraints to the refused single one
+            continue
+        try:
+            b = copy.copy(base)
+            b.spec = replace(spec, unroll=unroll, span=span)
+            b.check_spec()
+            # emitting a span marks steps run once per span: those copies get steps of their own
+            b.steps = ([Step(s.phase, s.kind, s.kc, s.routine, s.accesses, s.element, s.barrier)
+                        for s in base.steps] if span > 1 else base.steps)
+            out.append(_emit(b, pl))
+        except FusionError as e:
+            out.append(e)
+    return out
+
+
 class _Builder:
     def __init__(self, spec: KernelSpec, lib: Library):
         self.spec, self.lib = spec, lib
         self.elements: dict[str, Element] = {}
         self.call_elem: dict[tuple[int, str], str] = {}     # (call index, param/local) -> element
         self.steps: list[Step] = []
+        self.check_spec()
+
+    def check_spec(self) -> None:
+        spec = self.spec
         nest = {kc.call.function.nesting for kc in spec.calls}
         if len(nest) != 1:
             raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")

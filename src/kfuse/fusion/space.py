@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations, product
 
-from ..codegen.kernel import KernelCall, KernelCode, KernelSpec, build_kernel
+from ..codegen.kernel import KernelCall, KernelCode, KernelSpec, build_copies
 from ..errors import FusionError
 from ..graph import DependencyGraph
 from ..library.schema import AXES, Library
@@ -148,22 +148,17 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
             ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
             copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
             for by, loop, ipb in product(by_choices, loops, ipb_choices):
-                for unroll, span in copies:
-                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span)
-                    try:
-                        code = build_kernel(impl.spec(program, "k", stores), lib)
-                    except FusionError:
+                base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1)
+                try:
+                    codes = build_copies(base.spec(program, "k", stores), lib, copies)
+                except FusionError:
+                    pruned["refused by the builder"] += len(copies)
+                    continue
+                for (unroll, span), code in zip(copies, codes):
+                    if isinstance(code, FusionError):
                         pruned["refused by the builder"] += 1
-                        if (unroll, span) == (1, 1):
-                            # unrolled or spanned copies only add constraints: refused as well
-                            pruned["refused by the builder"] += len(copies) - 1
-                            break
                         continue
-                    if (unroll, span) == (1, 1) and code.placement.shared and len(copies) > 1:
-                        # copies need every element in registers: refused without building them
-                        pruned["refused by the builder"] += len(copies) - 1
-                        _keep(built, pruned, impl, code, order, variants)
-                        break
+                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span)
                     _keep(built, pruned, impl, code, order, variants)
     return list(built.values()), pruned
 
