@@ -42,7 +42,11 @@ class KernelCall:
     macros: tuple[tuple[str, int], ...] = ()
 
     def macro(self, name: str) -> int:
-        return dict(self.macros)[name]
+        return self._macro_map[name]
+
+    @cached_property
+    def _macro_map(self) -> dict[str, int]:
+        return dict(self.macros)
 
     def value_of(self, x: str | int) -> int:
         return x if isinstance(x, int) else self.macro(x)
