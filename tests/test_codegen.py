@@ -199,3 +199,77 @@ def test_64bit_offsets():
     src = compiled("madd").cuda_source
     assert "long long rows, cols" in src and "long long first_i" in src
     assert re.search(r"long long n_i", src)
+
+
+# ---- spans: a block covers several instances across the loop axis ---------------------------
+def fused_spec(name, variant, by, loop, span, unroll=1):
+    """The spec fusing every call of an example, each call in the named variant."""
+    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", tuned=False, calibration=False)
+    calls = []
+    for call in prog.program.calls:
+        var = next(v for v in call.function.variants if v.name in variant)
+        calls.append(KernelCall(call, var, tuple((m, by) for m in var.macros)))
+    stores = frozenset(v.id for v in prog.program.outputs)
+    return KernelSpec(f"k_{name}", tuple(calls), stores=stores, loop=loop, unroll=unroll, span=span)
+
+
+def test_span_shares_vectors_along_the_loop_and_sums_partials_on_chip(lib):
+    # BiCGK walking i with a span of 2 tile columns: A, p (along j) and s (along j) have a copy per
+    # slot; r (along i) is loaded once for the span; q (along i) is summed over the slots on chip
+    # and stored once per iteration
+    k = build_kernel(fused_spec("bicgk", ("quad",), 4, "i", 2), lib)
+    pre, loop, post = loop_body(k.source)
+    assert "KfReg<32> e_A_v0;" in k.source and "KfReg<32> e_A_v1;" in k.source
+    assert "KfReg<8> e_r;" in k.source and "e_r_v1" not in k.source
+    assert "KfReg<8> e_q;" in k.source and "e_q_v1" not in k.source
+    assert "const long long nb_j = (n_j + 1) / 2;" in k.source
+    assert "const bool act_v1 = ix_v1.j < n_j;" in k.source
+    assert loop.count("qtile_load<4>") == 2 and loop.count("rowvec_load<4>") == 1
+    assert loop.count("qrowsum_store<4>(rix, e_q, g_q);") == 1 and "[once for the span]" in loop
+    assert loop.index("gemv_qcompute<4>(rix, e_A_v1") < loop.index("qrowsum_store")
+    assert post.count("qcolsum_store<4>") == 2                # s: one store per slot, after the loop
+    steps = {(s.routine.name if s.routine else "clear", s.kc.call.name): s.once_per_span for s in k.steps}
+    assert steps[("store_out", "c0_gemv")] and not steps[("store_out", "c1_gemtv")]
+
+
+def test_span_halves_the_modelled_atomics(lib):
+    from kfuse.model import atomic_warps
+    dims = {0: 8192, 1: 8192}
+    one = build_kernel(fused_spec("bicgk", ("quad",), 4, "i", 1), lib)
+    two = build_kernel(fused_spec("bicgk", ("quad",), 4, "i", 2), lib)
+    assert atomic_warps(two, dims) * 2 == atomic_warps(one, dims) > 0
+    assert two.launch.grid(dims, 8) * 2 == one.launch.grid(dims, 8)
+
+
+def test_span_refusals(lib):
+    with pytest.raises(FusionError, match="span of 2 instances across the loop needs every element in registers"):
+        build_kernel(fused_spec("bicgk", ("smem",), 4, "j", 2), lib)
+    # GESUMMV walking i: t (along i) would be shared by the slots, but y's call reads it as partial
+    # sums inside the iteration, before every slot has added to it
+    with pytest.raises(FusionError, match="reads t, which the span's instances share"):
+        build_kernel(fused_spec("gesummv", ("quad",), 8, "i", 2), lib)
+    with pytest.raises(FusionError, match="register entries per thread"):
+        build_kernel(fused_spec("bicgk", ("shfl", "colsum"), 2, "j", 4, unroll=4), lib)
+    with pytest.raises(FusionError, match="needs a nested kernel"):
+        build_kernel(fused_spec("vadd", ("quad",), 8, "i", 2), lib)
+
+
+def test_copies_built_together_equal_kernels_built_alone(lib):
+    from dataclasses import replace
+    from kfuse.codegen.kernel import build_copies
+    copies = [(1, 1), (2, 1), (1, 2), (4, 2), (1, 4), (4, 4)]
+    for name, variant, by, loop in (("bicgk", ("quad",), 4, "i"), ("bicgk", ("shfl", "smem"), 4, "j"),
+                                    ("gemver", ("rows", "colsum", "shfl"), 8, "i")):
+        base = fused_spec(name, variant, by, loop, 1)
+        if name == "gemver":        # the first three calls: ger, ger, gemtv
+            base = replace(base, calls=base.calls[:3])
+        together = build_copies(base, lib, copies)
+        for (unroll, span), got in zip(copies, together):
+            try:
+                alone = build_kernel(replace(base, unroll=unroll, span=span), lib)
+            except FusionError:
+                assert isinstance(got, FusionError), (name, unroll, span)
+                continue
+            assert not isinstance(got, FusionError), (name, unroll, span, got)
+            assert got.source == alone.source and got.launch == alone.launch
+            assert [s.once_per_span for s in got.steps] == [s.once_per_span for s in alone.steps]
