@@ -240,6 +240,7 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
             b = copy.copy(base)
             b.spec = replace(spec, unroll=unroll, span=span)
             b.check_spec()
+            _check_register_entries(b, pl, unroll, span)     # before emitting anything
             # emitting a span marks steps run once per span: those copies get steps of their own
             b.steps = ([Step(s.phase, s.kind, s.kc, s.routine, s.accesses, s.element, s.barrier)
                         for s in base.steps] if span > 1 else base.steps)
@@ -520,11 +521,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         _check_span(b, per_slot)
         for s in b.steps:
             s.once_per_span = not _step_per_slot(s, per_slot)
-    slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
-                for key, n in pl.registers.items()) if (U > 1 or V > 1) else 0
-    if slots > MAX_REGISTER_SLOTS:
-        raise FusionError(f"{spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
-                          f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
+    _check_register_entries(b, pl, U, V)
     shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
                     | {a.threads for s in b.steps for a in s.accesses})
     T = max(X * Y for X, Y in shapes)
@@ -804,6 +801,19 @@ def _accesses_in_order(s: Step) -> list[Access | None]:
     """Align the routine's args with its element accesses (None for non-element args)."""
     it = iter(s.accesses)
     return [next(it) if a.kind == "element" else None for a in s.routine.args]
+
+
+def _check_register_entries(b: "_Builder", pl: Placement, U: int, V: int) -> None:
+    """Unrolled and spanned copies of the elements in registers must not spill."""
+    if U == 1 and V == 1:
+        return
+    outside = {a.element for s in b.steps if s.phase != "loop" for a in s.accesses}
+    other = "j" if b.spec.loop == "i" else "i"
+    slots = sum(n * (1 if key in outside else U) * (V if V > 1 and other in b.elements[key].axes else 1)
+                for key, n in pl.registers.items())
+    if slots > MAX_REGISTER_SLOTS:
+        raise FusionError(f"{b.spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
+                          f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
 
 
 def _step_per_slot(s: Step, per_slot: set[str]) -> bool:
