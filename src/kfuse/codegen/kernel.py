@@ -229,10 +229,6 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
     base.barriers(pl)
     out: list[KernelCode | FusionError] = []
     for unroll, span in copies:
-        if (unroll, span) != (1, 1) and pl.shared:
-            out.append(FusionError(f"{spec.name}: unrolled or spanned copies need every element in registers "
-                                   f"({', '.join(pl.shared)} in shared memory)"))
-            continue
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
             continue
@@ -240,7 +236,8 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
             b = copy.copy(base)
             b.spec = replace(spec, unroll=unroll, span=span)
             b.check_spec()
-            _check_register_entries(b, pl, unroll, span)     # before emitting anything
+            _check_copies_in_registers(b.spec, pl)       # before emitting anything
+            _check_register_entries(b, pl)
             # emitting a span marks steps run once per span: those copies get steps of their own
             b.steps = ([Step(s.phase, s.kind, s.kc, s.routine, s.accesses, s.element, s.barrier)
                         for s in base.steps] if span > 1 else base.steps)
@@ -503,25 +500,15 @@ def _scalar_expr(a: ScalarArg) -> str:
 def _emit(b: _Builder, pl: Placement) -> KernelCode:
     spec, lib = b.spec, b.lib
     nest, U, L = spec.nesting, spec.unroll, spec.loop
-    # elements used only inside the loop get one copy per unrolled iteration
-    outside = {a.element for s in b.steps if s.phase != "loop" for a in s.accesses}
     V = spec.span
     other = ("j" if L == "i" else "i") if nest == 2 else None
-    if U > 1 and pl.shared:
-        raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
-                          f"({', '.join(pl.shared)} in shared memory)")
-    if V > 1 and pl.shared:
-        raise FusionError(f"{spec.name}: a span of {V} instances across the loop needs every element in "
-                          f"registers ({', '.join(pl.shared)} in shared memory)")
-    # with a span, an element that follows the axis across the loop has one copy per span slot;
-    # the others (vectors along the loop axis) are shared by the slots: loaded once, or summed
-    # over the slots and stored once
-    per_slot = {key for key, el in b.elements.items() if V == 1 or other in el.axes}
+    _check_copies_in_registers(spec, pl)
+    outside, per_slot = _copy_sets(b)
     if V > 1:
         _check_span(b, per_slot)
-        for s in b.steps:
-            s.once_per_span = not _step_per_slot(s, per_slot)
-    _check_register_entries(b, pl, U, V)
+    for s in b.steps:
+        s.once_per_span = V > 1 and not _step_per_slot(s, per_slot)
+    _check_register_entries(b, pl)
     shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
                     | {a.threads for s in b.steps for a in s.accesses})
     T = max(X * Y for X, Y in shapes)
@@ -667,7 +654,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             if U > 1 and u is not None:
                 head += f" [iteration +{u}]"
             if V > 1:
-                head += f" [span slot {v}]" if _step_per_slot(s, per_slot) else " [once for the span]"
+                head += " [once for the span]" if s.once_per_span else f" [span slot {v}]"
             lines = [head, f"{indent}if ({' && '.join(conds)}) {{" if conds else f"{indent}{{"]
             ixv = "ix" if u is None and V == 1 else f"ix{slot(u, v)}"
             lines.append(f"{inner}const KfIx rix{{tx_{X}x{Y}, ty_{X}x{Y}, {ixv}.i, {ixv}.j}};")
@@ -719,8 +706,8 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             out.extend(clear(s, indent, u, v) if s.kind == "clear" else routine_call(s, indent, u, v))
 
         def emit_slots(s: Step, indent: str, u: int | None) -> None:
-            """A step outside the serial loop: once per span slot when it touches per-slot data."""
-            for v in range(V if _step_per_slot(s, per_slot) else 1):
+            """A step once per span slot when it touches per-slot data, else once."""
+            for v in range(1 if s.once_per_span else V):
                 emit(s, indent, u, v)
 
         if any(s.phase == "pre" for s in b.steps):
@@ -758,21 +745,20 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             for u in range(U):
                 for s in loop_steps:
                     if is_load(s):
-                        for v in range(V if _step_per_slot(s, per_slot) else 1):
-                            emit(s, "        ", u, v)
+                        emit_slots(s, "        ", u)
+            rest = [s for s in loop_steps if not is_load(s)]
             for u in range(U):
-                rest = [s for s in loop_steps if not is_load(s)]
                 # per-slot steps slot by slot, between the clears and the stores of the elements
                 # the span's slots share (their partial results summed over the slots on chip)
                 for s in rest:
-                    if s.kind == "clear" and not _step_per_slot(s, per_slot):
+                    if s.kind == "clear" and s.once_per_span:
                         emit(s, "        ", u)
                 for v in range(V):
                     for s in rest:
-                        if _step_per_slot(s, per_slot):
+                        if not s.once_per_span:
                             emit(s, "        ", u, v)
                 for s in rest:
-                    if s.kind != "clear" and not _step_per_slot(s, per_slot):
+                    if s.kind != "clear" and s.once_per_span:
                         emit(s, "        ", u)
         w("    }")
         if any(s.phase == "post" for s in b.steps):
@@ -803,13 +789,34 @@ def _accesses_in_order(s: Step) -> list[Access | None]:
     return [next(it) if a.kind == "element" else None for a in s.routine.args]
 
 
-def _check_register_entries(b: "_Builder", pl: Placement, U: int, V: int) -> None:
-    """Unrolled and spanned copies of the elements in registers must not spill."""
-    if U == 1 and V == 1:
-        return
+def _copy_sets(b: "_Builder") -> tuple[set[str], set[str]]:
+    """(elements used outside the serial loop, elements with one copy per span slot).  Elements
+    used only inside the loop get one copy per unrolled iteration; with a span, an element that
+    follows the axis across the loop has one copy per slot, and the others (vectors along the
+    loop axis) are shared by the slots: loaded once, or summed over the slots and stored once."""
     outside = {a.element for s in b.steps if s.phase != "loop" for a in s.accesses}
     other = "j" if b.spec.loop == "i" else "i"
-    slots = sum(n * (1 if key in outside else U) * (V if V > 1 and other in b.elements[key].axes else 1)
+    per_slot = {key for key, el in b.elements.items() if b.spec.span == 1 or other in el.axes}
+    return outside, per_slot
+
+
+def _check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
+    """Unrolled and spanned copies exist only for elements in registers."""
+    if spec.unroll > 1 and pl.shared:
+        raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
+                          f"({', '.join(pl.shared)} in shared memory)")
+    if spec.span > 1 and pl.shared:
+        raise FusionError(f"{spec.name}: a span of {spec.span} instances across the loop needs every element "
+                          f"in registers ({', '.join(pl.shared)} in shared memory)")
+
+
+def _check_register_entries(b: "_Builder", pl: Placement) -> None:
+    """Unrolled and spanned copies of the elements in registers must not spill."""
+    U, V = b.spec.unroll, b.spec.span
+    if U == 1 and V == 1:
+        return
+    outside, per_slot = _copy_sets(b)
+    slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
                 for key, n in pl.registers.items())
     if slots > MAX_REGISTER_SLOTS:
         raise FusionError(f"{b.spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
