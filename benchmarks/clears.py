@@ -6,11 +6,8 @@ timed as it runs, and again with the memsets left out (the results are then wron
 import sys
 from pathlib import Path
 
-import cupy as cp
-import numpy as np
-
 import kfuse
-from kfuse.reference import random_inputs
+from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,8 +19,7 @@ def main(names):
         p = prog.program
         size = 8192 if any(v.type == "matrix" for v in p.values) else 2**26
         dims = {d.id: size for d in p.dims}
-        host = random_inputs(p, dims, 0)
-        dev = {k: (cp.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
+        dev, _, _ = device_case(p, dims, "float32", 0)
         bound = prog.bind(**dev)
         t = median_us(bound, reps=50)
         clears = sum(len(c) for *_, c, _ in bound.launches)

@@ -12,7 +12,7 @@ import numpy as np
 
 import kfuse
 from kfuse.codegen.module import module_source
-from kfuse.reference import random_inputs
+from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +30,7 @@ def main(names):
         p = base.program
         size = 8192 if any(v.type == "matrix" for v in p.values) else 2**26
         dims = {d.id: size for d in p.dims}
-        host = random_inputs(p, dims, 0)
-        dev = {k: (cp.asarray(v, dtype=np.float32) if isinstance(v, np.ndarray) else v) for k, v in host.items()}
-        outs = {v.name: cp.empty(tuple(dims[d] for d in v.dims), np.float32) for v in p.outputs}
+        dev, _, outs = device_case(p, dims, "float32", 0)
         best_plan = s.best()
         want = {frozenset(kc.call.index for kc in k.calls) for k in best_plan.kernels}
         blocks = next(b for b in s.partitions if set(b) == want)
