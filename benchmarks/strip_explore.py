@@ -1,0 +1,344 @@
+"""Hand-written row-strip kernels for BiCGK, SGEMV and GEMVER's first kernel, beside kfuse's.
+
+An exploration (not part of kfuse): what a strip of R rows x C columns per block, 16-byte
+loads, several rows in flight per warp, reaches on the GPU, and what programmatic dependent
+launch (a clear kernel that lets the main kernel start at once, the main kernel waiting for
+it only before its first atomic) saves against a memset before the kernel.
+
+    python benchmarks/strip_explore.py
+"""
+import ctypes
+import itertools
+import statistics
+import sys
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+import kfuse
+from kfuse.reference import device_case
+from kfuse.runtime.timing import median_us
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SRC = r"""
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+__device__ __forceinline__ void axpy4(float4& acc, float4 a, float r) {
+    acc.x += a.x * r; acc.y += a.y * r; acc.z += a.z * r; acc.w += a.w * r;
+}
+
+extern "C" __global__ void clear_pdl(float* a, long long n) {
+    asm volatile("griddepcontrol.launch_dependents;");
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        a[i] = 0.f;
+}
+
+// q = A p (DO_Q), s = A^T r (DO_S) on a strip of R rows x 128 K columns per block, W warps;
+// each warp takes RU rows at a time.  WAIT: 0 no griddepcontrol.wait, 1 before the loop, 2 before
+// the first atomic of s (q atomics then come before it: only valid without a q clear).
+template <int K, int W, int RU, bool DO_Q, bool DO_S, int WAIT>
+__global__ void __launch_bounds__(32 * W) strip(const float* __restrict__ A, const float* __restrict__ p,
+    const float* __restrict__ r, float* __restrict__ q, float* __restrict__ s, int n, int R)
+{
+    __shared__ float red[DO_S ? W : 1][DO_S ? 128 * K : 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long c0 = (long long)blockIdx.x * (128 * K) + 4 * lane;
+    const int r0 = blockIdx.y * R, r1 = min(n, r0 + R);
+    float4 pv[K], sa[K];
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+        if (DO_Q) pv[m] = *reinterpret_cast<const float4*>(p + c0 + 128 * m);
+        sa[m] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (WAIT == 1) asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int row = r0 + warp * RU; row < r1; row += W * RU) {
+        float4 a[RU][K];
+        float rv[RU];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            if (DO_S) rv[u] = r[row + u];
+#pragma unroll
+            for (int m = 0; m < K; ++m)
+                a[u][m] = *reinterpret_cast<const float4*>(A + (long long)(row + u) * n + c0 + 128 * m);
+        }
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            if (DO_Q) {
+                float t = 0.f;
+#pragma unroll
+                for (int m = 0; m < K; ++m) t += dot4(a[u][m], pv[m]);
+                t = warp_sum(t);
+                if (lane == 0) {
+                    if (gridDim.x == 1) q[row + u] = t; else atomicAdd(q + row + u, t);
+                }
+            }
+            if (DO_S) {
+#pragma unroll
+                for (int m = 0; m < K; ++m) axpy4(sa[m], a[u][m], rv[u]);
+            }
+        }
+    }
+    if (WAIT == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (DO_S) {
+#pragma unroll
+        for (int m = 0; m < K; ++m)
+            *reinterpret_cast<float4*>(&red[warp][128 * m + 4 * lane]) = sa[m];
+        __syncthreads();
+        for (int c = threadIdx.x; c < 128 * K; c += 32 * W) {
+            float t = 0.f;
+#pragma unroll
+            for (int w = 0; w < W; ++w) t += red[w][c];
+            atomicAdd(s + (long long)blockIdx.x * 128 * K + c, t);
+        }
+    }
+}
+
+// GEMVER's first kernel: B = A + u1 v1^T + u2 v2^T, x = b B^T y + z (x cleared first)
+template <int K, int W, int RU, bool CS>
+__global__ void __launch_bounds__(32 * W) gemver0(const float* __restrict__ A, const float* __restrict__ u1,
+    const float* __restrict__ v1, const float* __restrict__ u2, const float* __restrict__ v2,
+    const float* __restrict__ y, const float* __restrict__ z, float b, float* __restrict__ B,
+    float* __restrict__ x, int n, int R)
+{
+    __shared__ float red[W][128 * K];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long c0 = (long long)blockIdx.x * (128 * K) + 4 * lane;
+    const int r0 = blockIdx.y * R, r1 = min(n, r0 + R);
+    float4 w1[K], w2[K], xa[K];
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+        w1[m] = *reinterpret_cast<const float4*>(v1 + c0 + 128 * m);
+        w2[m] = *reinterpret_cast<const float4*>(v2 + c0 + 128 * m);
+        xa[m] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int row = r0 + warp * RU; row < r1; row += W * RU) {
+        float4 a[RU][K];
+        float a1[RU], a2[RU], yy[RU];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            a1[u] = u1[row + u]; a2[u] = u2[row + u]; yy[u] = y[row + u];
+#pragma unroll
+            for (int m = 0; m < K; ++m)
+                a[u][m] = *reinterpret_cast<const float4*>(A + (long long)(row + u) * n + c0 + 128 * m);
+        }
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+#pragma unroll
+            for (int m = 0; m < K; ++m) {
+                float4 v = a[u][m];
+                v.x += a1[u] * w1[m].x + a2[u] * w2[m].x;
+                v.y += a1[u] * w1[m].y + a2[u] * w2[m].y;
+                v.z += a1[u] * w1[m].z + a2[u] * w2[m].z;
+                v.w += a1[u] * w1[m].w + a2[u] * w2[m].w;
+                float* dst = B + (long long)(row + u) * n + c0 + 128 * m;
+                if (CS) asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+                else asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+                axpy4(xa[m], v, yy[u]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+        *reinterpret_cast<float4*>(&red[warp][128 * m + 4 * lane]) = xa[m];
+    __syncthreads();
+    for (int c = threadIdx.x; c < 128 * K; c += 32 * W) {
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) t += red[w][c];
+        const long long e = (long long)blockIdx.x * 128 * K + c;
+        atomicAdd(x + e, b * t + (blockIdx.y == 0 ? z[e] : 0.f));
+    }
+}
+"""
+
+STRIP = [(K, W, RU) for K in (1, 2, 4) for W in (4, 8) for RU in (1, 2, 4) if K * RU <= 8]
+NAMES = ([f"strip<{K},{W},{RU},true,true,0>" for K, W, RU in STRIP]
+         + [f"strip<{K},{W},{RU},true,true,1>" for K, W, RU in STRIP]
+         + [f"strip<{K},{W},{RU},false,true,2>" for K, W, RU in STRIP]
+         + [f"strip<{K},{W},{RU},true,false,0>" for K, W, RU in STRIP]
+         + [f"gemver0<{K},{W},{RU},{cs}>" for K, W, RU in STRIP for cs in ("false", "true")])
+
+
+class _AttrValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_void_p), ("flag", ctypes.c_int)]
+
+
+class _Attr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint),
+                ("bx", ctypes.c_uint), ("by", ctypes.c_uint), ("bz", ctypes.c_uint),
+                ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_Attr)), ("nattrs", ctypes.c_uint)]
+
+
+LIBCUDA = ctypes.CDLL("libcuda.so.1")
+LIBCUDA.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                     ctypes.c_void_p]
+
+
+def launch_ex(fn, grid, block, args, pdl):
+    """cuLaunchKernelEx with programmatic stream serialization (PDL) when pdl."""
+    holders = []
+    for a in args:
+        if isinstance(a, cp.ndarray):
+            holders.append(ctypes.c_void_p(a.data.ptr))
+        elif isinstance(a, np.int64):
+            holders.append(ctypes.c_longlong(int(a)))
+        elif isinstance(a, np.int32):
+            holders.append(ctypes.c_int(int(a)))
+        elif isinstance(a, np.float32):
+            holders.append(ctypes.c_float(float(a)))
+        else:
+            raise TypeError(type(a))
+    params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
+    attr = _Attr()
+    attr.id = 6                                      # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.flag = 1
+    g = grid + (1,) * (3 - len(grid))
+    cfg = _Config(g[0], g[1], g[2], block, 1, 1, 0, cp.cuda.get_current_stream().ptr,
+                  ctypes.pointer(attr) if pdl else None, 1 if pdl else 0)
+    rc = LIBCUDA.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr),
+                                  params, None)
+    if rc != 0:
+        raise RuntimeError(f"cuLaunchKernelEx failed: {rc}")
+
+
+def rel(a, ref):
+    a = cp.asnumpy(a).astype(np.float64)
+    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
+
+
+def main():
+    n = 8192
+    src = cp.empty(2**28, dtype=np.float32)
+    dst = cp.empty_like(src)
+    t = median_us(lambda: cp.copyto(dst, src), reps=20)
+    bw = 2 * src.nbytes / (t * 1e-6) / 1e9
+    print(f"copy bandwidth: {bw:.0f} GB/s; read of one 8192^2 float32 matrix at it: {n * n * 4 / bw / 1e3:.1f} us",
+          flush=True)
+    del src, dst
+    mod = cp.RawModule(code=SRC, options=("-std=c++17",), name_expressions=NAMES)
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n)).astype(np.float32)
+    p, r = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    A64 = A.astype(np.float64)
+    q_ref, s_ref = A64 @ p, A64.T @ r
+    dA, dp, dr = cp.asarray(A), cp.asarray(p), cp.asarray(r)
+    qs = cp.empty(2 * n, dtype=np.float32)
+    q, s = qs[:n], qs[n:]
+    clear = mod.get_function("clear_pdl")
+
+    # kfuse's BiCGK, its first 10 plans: whole call and kernel alone
+    base = kfuse.compile(ROOT / "examples" / "bicgk.kf", tuned=False)
+    prog = base.program
+    dims = {d.id: n for d in prog.dims}
+    dev, _, outs = device_case(prog, dims, "float32", 0)
+    print("kfuse BiCGK plans (call with its memset | kernel alone):")
+    for i, plan in enumerate(itertools.islice(base.search.plans(), 10)):
+        c = base.with_plan(plan)
+        bound = c.bind(**dev)
+        fn, grid, threads, args, clears, name = bound.launches[0]
+        t_all = median_us(bound, reps=50)
+        t_k = median_us(lambda: fn((grid,), (threads,), args), reps=50)
+        k = plan.kernels[0]
+        print(f"  plan {i}: {t_all:6.1f} | {t_k:6.1f} us  {k.loop} U{k.unroll} S{k.span} "
+              + " ".join(f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls), flush=True)
+    t_memset = median_us(lambda: qs.data.memset_async(0, qs.nbytes), reps=50)
+    t_clear = median_us(lambda: clear((64,), (256,), (qs, np.int64(2 * n))), reps=50)
+    print(f"memset of 64 KB alone: {t_memset:.1f} us; clear kernel alone: {t_clear:.1f} us", flush=True)
+
+    results = []
+    for K, W, RU in STRIP:
+        for R in (64, 128, 256, 512, 1024):
+            if R % (W * RU):
+                continue
+            grid = (n // (128 * K), n // R)
+            args = (dA, dp, dr, q, s, np.int32(n), np.int32(R))
+            f0 = mod.get_function(f"strip<{K},{W},{RU},true,true,0>")
+            f1 = mod.get_function(f"strip<{K},{W},{RU},true,true,1>")
+            qs[:] = np.nan
+            qs.data.memset_async(0, qs.nbytes)
+            f0(grid, (32 * W,), args)
+            eq, es = rel(q, q_ref), rel(s, s_ref)
+            t_k = median_us(lambda: f0(grid, (32 * W,), args), reps=30)
+            t_m = median_us(lambda: (qs.data.memset_async(0, qs.nbytes), f0(grid, (32 * W,), args)), reps=30)
+
+            def pdl_call():
+                clear((64,), (256,), (qs, np.int64(2 * n)))
+                launch_ex(f1, grid, 32 * W, args, True)
+            qs[:] = np.nan
+            pdl_call()
+            ep, es2 = rel(q, q_ref), rel(s, s_ref)
+            t_p = median_us(pdl_call, reps=30)
+            results.append((t_m, t_k, t_p, K, W, RU, R, max(eq, es, ep, es2)))
+    results.sort()
+    print("BiCGK strips, best 25 by (memset + kernel): memset+kernel | kernel | PDL clear+kernel us; K W RU R; error")
+    for t_m, t_k, t_p, K, W, RU, R, err in results[:25]:
+        print(f"  {t_m:6.1f} | {t_k:6.1f} | {t_p:6.1f}   K{K} W{W} RU{RU} R{R}  err {err:.1e}")
+    best_pdl = min(results, key=lambda x: x[2])
+    print(f"  best PDL: {best_pdl[2]:.1f} us K{best_pdl[3]} W{best_pdl[4]} RU{best_pdl[5]} R{best_pdl[6]}", flush=True)
+
+    # SGEMV alone (q only, no atomics when one block spans the row is impossible here: atomics on q)
+    res = []
+    for K, W, RU in STRIP:
+        for R in (32, 64, 128, 256):
+            if R % (W * RU):
+                continue
+            grid = (n // (128 * K), n // R)
+            f = mod.get_function(f"strip<{K},{W},{RU},true,false,0>")
+            args = (dA, dp, dr, q, s, np.int32(n), np.int32(R))
+            q[:] = 0
+            f(grid, (32 * W,), args)
+            err = rel(q, q_ref)
+            res.append((median_us(lambda: f(grid, (32 * W,), args), reps=30), K, W, RU, R, err))
+    res.sort()
+    print("SGEMV strips (kernel alone, q atomics), best 8:")
+    for t_k, K, W, RU, R, err in res[:8]:
+        print(f"  {t_k:6.1f}   K{K} W{W} RU{RU} R{R}  err {err:.1e}")
+
+    # GEMVER kernel 0 by hand, against kfuse's kernel 0
+    base = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
+    prog = base.program
+    dev, _, outs = device_case(prog, {d.id: n for d in prog.dims}, "float32", 0)
+    bound = base.bind(**dev)
+    for fn, grid, threads, args, clears, name in bound.launches:
+        t_k = median_us(lambda: fn((grid,), (threads,), args), reps=30)
+        print(f"kfuse GEMVER {name}: {t_k:.1f} us alone (grid {grid}, {threads} threads)", flush=True)
+    print(f"kfuse GEMVER whole: {median_us(bound, reps=30):.1f} us")
+    u1, v1, u2, v2, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(6))
+    bs = np.float32(0.7)
+    B_ref = A64 + np.outer(u1, v1) + np.outer(u2, v2)
+    x_ref = 0.7 * (B_ref.T @ y) + z
+    d = [cp.asarray(v) for v in (u1, v1, u2, v2, y, z)]
+    dB = cp.empty_like(dA)
+    x = cp.empty(n, dtype=np.float32)
+    res = []
+    for K, W, RU in STRIP:
+        for R in (64, 128, 256, 512):
+            if R % (W * RU):
+                continue
+            for cs in ("false", "true"):
+                f = mod.get_function(f"gemver0<{K},{W},{RU},{cs}>")
+                grid = (n // (128 * K), n // R)
+                args = (dA, *d, bs, dB, x, np.int32(n), np.int32(R))
+                x[:] = 0
+                f(grid, (32 * W,), args)
+                err = max(rel(x, x_ref), rel(dB[::97], B_ref[::97]))
+                res.append((median_us(lambda: f(grid, (32 * W,), args), reps=20), K, W, RU, R, cs, err))
+    res.sort()
+    print("GEMVER kernel 0 strips (kernel alone), best 10:")
+    for t_k, K, W, RU, R, cs, err in res[:10]:
+        print(f"  {t_k:6.1f}   K{K} W{W} RU{RU} R{R} cs={cs}  err {err:.1e}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
