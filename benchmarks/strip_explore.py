@@ -99,6 +99,60 @@ __global__ void __launch_bounds__(32 * W) strip(const float* __restrict__ A, con
     }
 }
 
+// The layout kfuse would generate with P instances side by side (interleaved by 8 lanes) and
+// a span S walked by the same threads: rows (w + 8 k) of each 32-row tile (RS = 8), q summed
+// over QG lanes (8: one atomic per 8-lane group, i.e. per instance; 32: per warp).
+template <int K, int RS, int QG>
+__global__ void __launch_bounds__(256) strip8(const float* __restrict__ A, const float* __restrict__ p,
+    const float* __restrict__ r, float* __restrict__ q, float* __restrict__ s, int n, int R)
+{
+    constexpr int W = 8, RU = 4;
+    __shared__ float red[W][128 * K];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long c0 = (long long)blockIdx.x * (128 * K) + 4 * lane;
+    const int r0 = blockIdx.y * R, r1 = min(n, r0 + R);
+    float4 pv[K], sa[K];
+#pragma unroll
+    for (int m = 0; m < K; ++m) {
+        pv[m] = *reinterpret_cast<const float4*>(p + c0 + 128 * m);
+        sa[m] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int base = r0; base < r1; base += W * RU) {        // one 32-row tile row per step
+        float4 a[RU][K];
+        float rv[RU];
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            const int row = base + (RS == 8 ? warp + 8 * u : warp * RU + u);
+            rv[u] = r[row];
+#pragma unroll
+            for (int m = 0; m < K; ++m)
+                a[u][m] = *reinterpret_cast<const float4*>(A + (long long)row * n + c0 + 128 * m);
+        }
+#pragma unroll
+        for (int u = 0; u < RU; ++u) {
+            const int row = base + (RS == 8 ? warp + 8 * u : warp * RU + u);
+            float t = 0.f;
+#pragma unroll
+            for (int m = 0; m < K; ++m) t += dot4(a[u][m], pv[m]);
+#pragma unroll
+            for (int o = QG / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+            if (lane % QG == 0) atomicAdd(q + row, t);
+#pragma unroll
+            for (int m = 0; m < K; ++m) axpy4(sa[m], a[u][m], rv[u]);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+        *reinterpret_cast<float4*>(&red[warp][128 * m + 4 * lane]) = sa[m];
+    __syncthreads();
+    for (int c = threadIdx.x; c < 128 * K; c += 32 * W) {
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) t += red[w][c];
+        atomicAdd(s + (long long)blockIdx.x * 128 * K + c, t);
+    }
+}
+
 // GEMVER's first kernel: B = A + u1 v1^T + u2 v2^T, x = b B^T y + z (x cleared first)
 template <int K, int W, int RU, bool CS>
 __global__ void __launch_bounds__(32 * W) gemver0(const float* __restrict__ A, const float* __restrict__ u1,
@@ -162,7 +216,8 @@ NAMES = ([f"strip<{K},{W},{RU},true,true,0>" for K, W, RU in STRIP]
          + [f"strip<{K},{W},{RU},true,true,1>" for K, W, RU in STRIP]
          + [f"strip<{K},{W},{RU},false,true,2>" for K, W, RU in STRIP]
          + [f"strip<{K},{W},{RU},true,false,0>" for K, W, RU in STRIP]
-         + [f"gemver0<{K},{W},{RU},{cs}>" for K, W, RU in STRIP for cs in ("false", "true")])
+         + [f"gemver0<{K},{W},{RU},{cs}>" for K, W, RU in STRIP for cs in ("false", "true")]
+         + [f"strip8<{K},{RS},{QG}>" for K in (1, 2, 4) for RS in (1, 8) for QG in (8, 32)])
 
 
 class _AttrValue(ctypes.Union):
@@ -217,6 +272,43 @@ def rel(a, ref):
     return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
 
 
+def layout_only():
+    """Only the layout experiment (strip8) beside the best strip, BiCGK, memset + kernel."""
+    n = 8192
+    mod = cp.RawModule(code=SRC, options=("-std=c++17",),
+                       name_expressions=[f"strip8<{K},{RS},{QG}>" for K in (1, 2, 4) for RS in (1, 8) for QG in (8, 32)]
+                       + ["strip<4,8,2,true,true,0>"])
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n)).astype(np.float32)
+    p, r = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    A64 = A.astype(np.float64)
+    q_ref, s_ref = A64 @ p, A64.T @ r
+    dA, dp, dr = cp.asarray(A), cp.asarray(p), cp.asarray(r)
+    qs = cp.empty(2 * n, dtype=np.float32)
+    q, s = qs[:n], qs[n:]
+    print("strip8 layouts (memset + kernel us): K RS QG R")
+    rows = []
+    for K in (1, 2, 4):
+        for RS in (1, 8):
+            for QG in (8, 32):
+                for R in (32, 64, 128, 256):
+                    f = mod.get_function(f"strip8<{K},{RS},{QG}>")
+                    grid = (n // (128 * K), n // R)
+                    args = (dA, dp, dr, q, s, np.int32(n), np.int32(R))
+                    qs[:] = np.nan
+                    qs.data.memset_async(0, qs.nbytes)
+                    f(grid, (256,), args)
+                    err = max(rel(q, q_ref), rel(s, s_ref))
+                    t = median_us(lambda: (qs.data.memset_async(0, qs.nbytes), f(grid, (256,), args)), reps=30)
+                    rows.append((t, K, RS, QG, R, err))
+    f = mod.get_function("strip<4,8,2,true,true,0>")
+    args = (dA, dp, dr, q, s, np.int32(n), np.int32(64))
+    t = median_us(lambda: (qs.data.memset_async(0, qs.nbytes), f((16, 128), (256,), args)), reps=30)
+    print(f"  reference strip K4 W8 RU2 R64: {t:.1f}")
+    for t, K, RS, QG, R, err in sorted(rows):
+        print(f"  {t:6.1f}  K{K} RS{RS} QG{QG} R{R}  err {err:.1e}", flush=True)
+
+
 def main():
     n = 8192
     src = cp.empty(2**28, dtype=np.float32)
@@ -246,9 +338,9 @@ def main():
     for i, plan in enumerate(itertools.islice(base.search.plans(), 10)):
         c = base.with_plan(plan)
         bound = c.bind(**dev)
-        fn, grid, threads, args, clears, name = bound.launches[0]
+        L = bound.launches[0]
         t_all = median_us(bound, reps=50)
-        t_k = median_us(lambda: fn((grid,), (threads,), args), reps=50)
+        t_k = median_us(lambda: L.function((L.grid,), (L.threads,), L.args), reps=50)
         k = plan.kernels[0]
         print(f"  plan {i}: {t_all:6.1f} | {t_k:6.1f} us  {k.loop} U{k.unroll} S{k.span} "
               + " ".join(f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls), flush=True)
@@ -310,9 +402,9 @@ def main():
     prog = base.program
     dev, _, outs = device_case(prog, {d.id: n for d in prog.dims}, "float32", 0)
     bound = base.bind(**dev)
-    for fn, grid, threads, args, clears, name in bound.launches:
-        t_k = median_us(lambda: fn((grid,), (threads,), args), reps=30)
-        print(f"kfuse GEMVER {name}: {t_k:.1f} us alone (grid {grid}, {threads} threads)", flush=True)
+    for L in bound.launches:
+        t_k = median_us(lambda: L.function((L.grid,), (L.threads,), L.args), reps=30)
+        print(f"kfuse GEMVER {L.name}: {t_k:.1f} us alone (grid {L.grid}, {L.threads} threads)", flush=True)
     print(f"kfuse GEMVER whole: {median_us(bound, reps=30):.1f} us")
     u1, v1, u2, v2, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(6))
     bs = np.float32(0.7)
@@ -341,4 +433,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(layout_only() if "--layout" in sys.argv else main())

@@ -29,7 +29,7 @@ def loop_body(src):
 def test_unfused_plan_has_one_kernel_per_call(path):
     prog = kfuse.compile(path, fuse=False)
     assert len(prog.kernels) == len(prog.program.calls)
-    assert prog.cuda_source.count('extern "C" __global__') == len(prog.program.calls)
+    assert prog.cuda_source.count('extern "C" __global__ void __launch_bounds__') == len(prog.program.calls)
     for k in prog.kernels:
         assert f"// kernel {k.launch.kernel}:" in k.source
 
@@ -273,3 +273,23 @@ def test_copies_built_together_equal_kernels_built_alone(lib):
             assert not isinstance(got, FusionError), (name, unroll, span, got)
             assert got.source == alone.source and got.launch == alone.launch
             assert [s.once_per_span for s in got.steps] == [s.once_per_span for s in alone.steps]
+
+
+@pytest.mark.parametrize("name, phase", [("bicgk", "loop"), ("gemver", "post"), ("sscal", None)])
+def test_wait_for_the_clear_before_the_first_cleared_output(name, phase):
+    """A kernel launched while the fill clearing its reduced outputs still runs waits for it
+    (kf_wait_prior) once, at the start of the first phase that touches a cleared output: before
+    the serial loop when the loop stores one (BiCGK's q), before the stores after the loop when
+    only they do (GEMVER's x); a kernel with nothing cleared never waits."""
+    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", tuned=False)
+    k = prog.kernels[0]
+    body = k.source
+    assert bool(k.launch.clears) == (phase is not None)
+    assert body.count("kf_wait_prior();") == (phase is not None) == k.launch.waits
+    if phase == "loop":
+        assert re.search(r"kf_wait_prior\(\);[^\n]*\n\s*// ---- serial loop", body)
+    elif phase == "post":
+        assert re.search(r"kf_wait_prior\(\);[^\n]*\n\s*// ---- after the serial loop", body)
+        loop = body[body.index("// ---- serial loop"):body.index("kf_wait_prior();")]
+        assert "g_x" not in loop                  # x is not touched before the wait
+    assert 'extern "C" __global__ void kf_fill(' in prog.cuda_source

@@ -106,17 +106,26 @@ def test_bound_call_repeats_on_new_data(name, size, dtype):
             assert err < TOL[dtype], (seed, v.name, err)
 
 
+@pytest.mark.parametrize("pdl", ["1", "0"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", ["bicgk", "gemver", "atax", "sgemvt", "gesummv", "axpydot"])
-def test_own_outputs_bound_and_repeated(name, dtype):
-    """Without out=, reduced outputs live side by side in one buffer cleared by one memset before
-    the first kernel: a bound call run repeatedly on fresh data is right every time."""
+def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
+    """Without out=, reduced outputs live side by side in one buffer cleared by one fill before
+    the first kernel, which starts while the fill runs (PDL, on compute capability 9.0 and later,
+    unless KFUSE_PDL=0): a bound call run repeatedly on fresh data is right every time."""
     import cupy as cp
+    monkeypatch.setenv("KFUSE_PDL", pdl)
     prog = compiled(EXAMPLES[0].parent / f"{name}.kf", dtype)
     p = prog.program
     dims = {d.id: (1000 if has_matrix(prog) else 100_003) for d in p.dims}
     dev, host0, _ = device_case(p, dims, dtype, 0)
     bound = prog.bind(**dev)
+    dependent = [L.packed is not None for L in bound.launches]
+    if pdl == "0" or int(cp.cuda.Device().compute_capability) < 90:
+        assert not any(dependent)
+    else:      # exactly the kernels launched right after a fill
+        assert dependent == [bool(L.fills) and k.launch.waits for L, k in zip(bound.launches, prog.kernels)]
+        assert dependent[0]
     got = bound.result if isinstance(bound.result, tuple) else (bound.result,)
     for seed in range(1, 4):
         fresh, host, _ = device_case(p, dims, dtype, seed)

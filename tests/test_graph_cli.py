@@ -40,9 +40,9 @@ def test_cli_compile_to_file(tmp_path, capsys):
     out = tmp_path / "g.cu"
     assert main(["compile", str(ROOT / "examples" / "gemver.kf"), "-o", str(out), "--dtype", "float64"]) == 0
     text = out.read_text()
-    assert "typedef double real;" in text and text.count('extern "C" __global__') == 2   # fused plan
+    assert "typedef double real;" in text and text.count('extern "C" __global__ void __launch_bounds__') == 2   # fused plan
     assert main(["compile", str(ROOT / "examples" / "gemver.kf"), "-o", str(out), "--unfused"]) == 0
-    assert out.read_text().count('extern "C" __global__') == 4
+    assert out.read_text().count('extern "C" __global__ void __launch_bounds__') == 4
 
 
 def test_cli_plan_and_graph(capsys):

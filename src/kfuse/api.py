@@ -71,6 +71,14 @@ class CompiledScript:
             cache[device] = [module.get_function(k.launch.kernel) for k in self.kernels]
         return cache[device]
 
+    def fill_function(self, device: int):
+        """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
+        cache = self.__dict__.setdefault("_fill", {})
+        if device not in cache:
+            from .runtime.compiler import load_module
+            cache[device] = load_module(self.cuda_source).get_function("kf_fill")
+        return cache[device]
+
     def entries(self, dims: dict[int, int]) -> dict[int, int]:
         """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
         out = {}

@@ -153,6 +153,7 @@ class LaunchInfo:
     span: int = 1                   # instances across the loop axis per block (nested kernels)
     unroll: int = 1
     carried: bool = True            # work before or after the loop (invariant loads, accumulators)
+    waits: bool = False             # calls kf_wait_prior before touching a cleared output (PDL)
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
         """Instances along each axis (partial edge elements included)."""
@@ -561,6 +562,21 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
              for ax, d, e in zip("ij", axis_dims, extents)]
     args.append(GlobalArg("iters", "iters"))
 
+    # reduced outputs cleared to their identity before the launch; the kernel waits for the
+    # clear (kf_wait_prior) at the start of the first phase that touches one of them
+    clears = []
+    for kc in spec.calls:
+        for p in kc.call.function.outputs:
+            v = kc.call.bindings()[p.name]
+            if p.reduce and v.id in spec.stores:
+                clears.append((v, REDUCE_OPS[p.reduce]))
+    cleared = {v.id for v, _ in clears}
+    wait_phase = next((ph for ph in ("pre", "loop", "post")
+                       if any(s.phase == ph and s.routine is not None
+                              and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in cleared
+                                      for a in s.routine.args)
+                              for s in b.steps)), None)
+
     def render() -> tuple[str, tuple[str, ...]]:
         """The CUDA text (built only when asked for: ranking needs none of it)."""
         params_c = []
@@ -710,12 +726,18 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
             for v in range(1 if s.once_per_span else V):
                 emit(s, indent, u, v)
 
+        def wait(phase: str) -> None:
+            if phase == wait_phase:
+                w("    kf_wait_prior();   // the clear of the reduced outputs has finished (launched early)")
+
+        wait("pre")
         if any(s.phase == "pre" for s in b.steps):
             w("    // ---- before the serial loop: invariant loads, cleared accumulators")
             for s in b.steps:
                 if s.phase == "pre":
                     emit_slots(s, "    ", None)
             w("")
+        wait("loop")
         w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if nest == 1 else 'block'}"
           + (f", {U} at a time" if U > 1 else ""))
         w(f"    for (int it = 0; it < iters; it += {U}) {{")
@@ -761,6 +783,7 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
                     if s.kind != "clear" and s.once_per_span:
                         emit(s, "        ", u)
         w("    }")
+        wait("post")
         if any(s.phase == "post" for s in b.steps):
             w("    // ---- after the serial loop: stores of accumulated outputs")
             for s in b.steps:
@@ -770,15 +793,9 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
         return "\n".join(out), tuple(views.values())
 
 
-    clears = []
-    for kc in spec.calls:
-        for p in kc.call.function.outputs:
-            v = kc.call.bindings()[p.name]
-            if p.reduce and v.id in spec.stores:
-                clears.append((v, REDUCE_OPS[p.reduce]))
     launch = LaunchInfo(spec.name, threads, nest, spec.iters, spec.ipb, tuple(axis_dims), tuple(extents),
                         tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L, V,
-                        U, any(s.phase != "loop" for s in b.steps))
+                        U, any(s.phase != "loop" for s in b.steps), wait_phase is not None)
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
     return KernelCode(spec, render, sources, launch, pl, tuple(b.steps))
 

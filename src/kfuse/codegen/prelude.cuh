@@ -130,3 +130,22 @@ KF_DEVICE real kf_lanes_sum(real v) {
     for (int o = W / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+
+// Programmatic dependent launch (sm_90 and later).  A kernel whose reduced outputs are cleared
+// first is launched while the clear (kf_fill) still runs; it calls kf_wait_prior() before it
+// first touches an output the clear writes, which waits for the clear to finish and its writes
+// to be visible.  Launched the ordinary way, or built for an older GPU, both are no-ops.
+KF_DEVICE void kf_wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).
+extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
+        p[e] = value;
+}

@@ -1,15 +1,31 @@
 """Run a compiled program: check arguments, bind sizes, allocate, clear, launch."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import LaunchError
 from ..program import Program
 from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
 from .gpu import cupy
+from .launch import PackedArgs, launch_dependent, pdl_available
 
 AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
 MAX_GRID = 2**31 - 1
+FILL_THREADS, FILL_BLOCKS = 256, 1024       # kf_fill: grid-stride loop over the cleared entries
+
+
+@dataclass
+class Launch:
+    """One kernel of a bound call, with the fills that clear its reduced outputs first."""
+    function: object
+    grid: int
+    threads: int
+    args: tuple
+    fills: list            # (array, entries, value) for kf_fill, launched before the kernel
+    name: str
+    packed: PackedArgs | None = None     # set: launched dependent on the last fill (PDL)
 
 
 def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
@@ -88,8 +104,8 @@ class BoundCall:
 
         returned = {v.id for v in prog.outputs}
         # reduced outputs that kfuse allocates and clears to zero share one buffer, cleared by one
-        # memset before the first kernel (no kernel reads an output of a later one); a memset
-        # costs about as much as a launch: BiCGK's two took 4.7 us of 98 on the H100
+        # fill before the first kernel (no kernel reads an output of a later one); a clear costs
+        # about as much as a launch: BiCGK's two memsets took 4.7 us of 98 on the H100
         user = {v.id for v in prog.outputs if v.name in out}
         by_id = {v.id: v for v in prog.values}
         offsets: dict[int, tuple[int, int]] = {}
@@ -126,12 +142,15 @@ class BoundCall:
         check_no_overlap(named, {k for k in named if k.startswith("out[")})
 
         self.dims = dims
-        self.launches: list[tuple] = []       # (function, grid, threads, args, clears, name)
+        self.launches: list[Launch] = []
+        pdl = pdl_available(device)
+        fill = compiled.fill_function(device) if any(code.launch.clears for code in compiled.kernels) else None
         for code, function in zip(compiled.kernels, compiled.functions(device)):
             L = code.launch
             clears = [(arrays[v.id], float(identity)) for v, identity in L.clears if v.id not in offsets]
             if pool is not None and not self.launches:      # the shared buffer, before the first kernel
-                clears.insert(0, (pool, 0.0))
+                clears.insert(0, (pool.view(dtype), 0.0))
+            fills = [(arr, np.int64(arr.size), dtype.type(identity)) for arr, identity in clears]
             args = []
             for g in L.args:
                 if g.kind == "array":
@@ -148,29 +167,34 @@ class BoundCall:
             grid = L.grid(dims, iters)
             if grid > MAX_GRID:
                 raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
-            self.launches.append((function, grid, L.threads, tuple(args), clears, L.kernel))
+            args = tuple(args)
+            # after a fill the kernel starts at once, and waits for it where it first touches a
+            # cleared output; a kernel with no wait of its own (the shared buffer's fill clearing
+            # only later kernels' outputs) starts after the fill as usual
+            packed = PackedArgs(args) if pdl and fills and L.waits else None
+            self.launches.append(Launch(function, grid, L.threads, args, fills, L.kernel, packed))
+        self.fill = fill
         result = tuple(arrays[v.id] for v in prog.outputs)
         self.result = result[0] if len(result) == 1 else result
         self.arrays = arrays
 
     @property
     def launch_count(self) -> int:
-        """Launches per call: kernels plus fills of reduced outputs whose identity is not zero
-        (zero clears are asynchronous memsets)."""
-        return len(self.launches) + sum(1 for *_, clears, _ in self.launches for _, ident in clears if ident)
+        """Launches per call: the kernels and the fills clearing their reduced outputs."""
+        return sum(1 + len(L.fills) for L in self.launches)
 
     def __call__(self, sync: bool = False):
         cp = cupy()
-        for function, grid, threads, args, clears, name in self.launches:
-            for arr, identity in clears:
-                if identity == 0.0:
-                    arr.data.memset_async(0, arr.nbytes)
-                else:
-                    arr.fill(identity)
+        for L in self.launches:
             try:
-                function((grid,), (threads,), args)
+                for arr, n, value in L.fills:
+                    self.fill((min(-(-int(n) // FILL_THREADS), FILL_BLOCKS),), (FILL_THREADS,), (arr, n, value))
+                if L.packed is not None:
+                    launch_dependent(L.function, L.grid, L.threads, L.packed, L.name)
+                else:
+                    L.function((L.grid,), (L.threads,), L.args)
             except cp.cuda.driver.CUDADriverError as e:
-                raise LaunchError(f"launch of {name} (grid {grid}, block {threads}) failed: {e}") from None
+                raise LaunchError(f"launch of {L.name} (grid {L.grid}, block {L.threads}) failed: {e}") from None
         if sync:
             try:
                 cp.cuda.get_current_stream().synchronize()
