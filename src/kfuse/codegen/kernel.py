@@ -243,7 +243,7 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
                         for s in base.steps] if span > 1 else base.steps)
             out.append(_emit(b, pl))
         except FusionError as e:
-            out.append(e)
+            out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
     return out
 
 
