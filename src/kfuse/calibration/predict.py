@@ -30,8 +30,7 @@ from ..codegen.kernel import KernelCode
 from ..model import DEFAULT_MACHINE, atomic_warps
 from ..errors import KfuseError
 from ..library.schema import Library
-from .probes import routine_key
-from .store import SHIPPED, Calibration, find
+from .store import SHIPPED, Calibration, find, routine_key
 
 
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
