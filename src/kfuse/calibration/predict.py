@@ -30,8 +30,7 @@ from ..codegen.kernel import KernelCode
 from ..model import DEFAULT_MACHINE, atomic_warps
 from ..errors import KfuseError
 from ..library.schema import Library
-from .probes import routine_key
-from .store import SHIPPED, Calibration, find
+from .store import SHIPPED, Calibration, find, routine_key
 
 
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
@@ -56,6 +55,7 @@ class CalibratedModel:
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
         self._memo: dict[tuple, float] = {}
         self._keys: dict[tuple, str] = {}      # routine identity -> calibration key (memo)
+        self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -91,6 +91,14 @@ class CalibratedModel:
         slope = (ns_half / ns_full - 1) / (f_full / f_half - 1)
         return base * max(1.0, 1 + slope * (f_full / resident - 1))
 
+    def barrier_ns(self, nesting: int, threads: int) -> float:
+        """Nanoseconds of a local barrier per instance in blocks of ``threads`` (interpolated)."""
+        key = (nesting, threads)
+        if key not in self._barrier:
+            bar = self.cal.barrier_ns.get(nesting, {})
+            self._barrier[key] = _along_ipb([{"ipb": t, "ns": v} for t, v in bar.items()], threads) if bar else 0.0
+        return self._barrier[key]
+
     # -- one kernel ----------------------------------------------------------------------------
     def kernel_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> dict[str, float]:
         """Seconds of each term: transfer, compute, barrier, launch, clears."""
@@ -102,8 +110,7 @@ class CalibratedModel:
         loop = spec.loop if spec.nesting == 2 else "i"
         ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
-        bar = self.cal.barrier_ns.get(spec.nesting, {})
-        bar_ns = _along_ipb([{"ipb": t, "ns": v} for t, v in bar.items()], L.threads) if bar else 0.0
+        bar_ns = self.barrier_ns(spec.nesting, L.threads)
         for s in code.steps:
             runs = instances if s.phase == "loop" else slots * L.span
             if s.once_per_span:     # once for the block's span of instances across the loop

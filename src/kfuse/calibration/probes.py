@@ -34,6 +34,7 @@ from ..codegen.module import DTYPES, PRELUDE
 from ..fusion.space import PREFERRED_IPB, UNROLLS
 from ..library.mappings import MAPPINGS
 from ..library.schema import Function, Library, Routine, Variant
+from .store import function_key, routine_key  # noqa: F401 - function_key: imported from here too
 
 OCCUPANCIES = ("full", "half")      # natural occupancy, and half the resident blocks
 
@@ -53,16 +54,6 @@ class Env:
 
     def to_json(self) -> dict:
         return {"loop": self.loop, "unroll": self.unroll, "ipb": self.ipb, "occupancy": self.occupancy}
-
-
-def function_key(fn: Function) -> str:
-    """Overloads share a name: the key names the inputs too, e.g. ``gemv(alpha,A,x)``."""
-    return f"{fn.name}({','.join(p.name for p in fn.inputs)})"
-
-
-def routine_key(fn: Function, variant: Variant, macros: tuple[tuple[str, int], ...], routine: Routine) -> str:
-    m = ",".join(f"{k}={v}" for k, v in macros) or "-"
-    return f"{function_key(fn)}/{variant.name}/{m}/{routine.name}"
 
 
 def macro_choices(variant: Variant) -> list[tuple[tuple[str, int], ...]]:

@@ -29,11 +29,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import CalibrationError
+from ..library.schema import Function, Routine, Variant
 
 FORMAT = {"format": "kfuse-calibration", "version": 1}
 SHIPPED = Path(__file__).with_name("shipped")
@@ -131,6 +131,17 @@ class Calibration:
         return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source)
 
 
+def function_key(fn: Function) -> str:
+    """Overloads share a name: the key names the inputs too, e.g. ``gemv(alpha,A,x)``."""
+    return f"{fn.name}({','.join(p.name for p in fn.inputs)})"
+
+
+def routine_key(fn: Function, variant: Variant, macros: tuple[tuple[str, int], ...], routine: Routine) -> str:
+    """The key of a routine in an entry's ``routines``, e.g. ``gemv(A,x)/shfl/BY=8/load_A``."""
+    m = ",".join(f"{k}={v}" for k, v in macros) or "-"
+    return f"{function_key(fn)}/{variant.name}/{m}/{routine.name}"
+
+
 def _digest(rec: dict) -> str:
     body = {k: v for k, v in rec.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -139,25 +150,27 @@ def _digest(rec: dict) -> str:
 _read_cache: dict[tuple, list[Calibration]] = {}
 
 
-def read_file(path: Path, warn=None) -> list[Calibration]:
+def read_file(path: Path, warn=None, only: tuple[str, str] | None = None) -> list[Calibration]:
     """Every valid entry of a calibration file; problems reported through ``warn``, never trusted.
-    (Valid files are read once per process while they do not change.)"""
+    ``only`` = (library digest, dtype): just the entries that say they are for these, the others
+    are neither checked nor returned.  (Valid files are read once per process while they do not
+    change.)"""
     warn = warn or _warn
     path = Path(path)
     try:
         st = path.stat()
     except OSError:
         return []
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size, only)
     if key in _read_cache:
         return list(_read_cache[key])
-    out = _read(path, warn)
+    out = _read(path, warn, only)
     if out:
         _read_cache[key] = list(out)
     return out
 
 
-def _read(path: Path, warn) -> list[Calibration]:
+def _read(path: Path, warn, only: tuple[str, str] | None = None) -> list[Calibration]:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -169,6 +182,8 @@ def _read(path: Path, warn) -> list[Calibration]:
         return []
     out = []
     for n, rec in enumerate(data["entries"]):
+        if only is not None and isinstance(rec, dict) and (rec.get("library"), rec.get("dtype")) != only:
+            continue
         try:
             out.append(Calibration.from_json(rec, str(path)))
         except CalibrationError as e:
@@ -194,6 +209,7 @@ def write_entry(path: Path, cal: Calibration, warn=None) -> None:
     entries.append(cal)
     body = dict(FORMAT, entries=[c.to_json() for c in entries])
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
     fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         json.dump(body, f, indent=1, sort_keys=True)
@@ -213,7 +229,7 @@ def find(gpu: str | None, library: str, dtype: str, paths: list[Path] | None = N
     The fallback prefers a shipped calibration of an H100, then any other entry."""
     exact, others = None, []
     for path in search_paths() if paths is None else paths:
-        for cal in read_file(path, warn):
+        for cal in read_file(path, warn, only=(library, dtype)):
             if cal.library != library or cal.dtype != dtype:
                 continue
             if gpu is not None and cal.gpu == gpu and exact is None:

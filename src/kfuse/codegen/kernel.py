@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Callable
+from typing import Callable, NamedTuple
 from math import prod
 
 from ..errors import FusionError
@@ -229,22 +229,25 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
     pl = base.place()
     base.barriers(pl)
     out: list[KernelCode | FusionError] = []
+    frame = None
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
             continue
         try:
+            copy_spec = base.spec if (unroll, span) == (1, 1) else replace(spec, unroll=unroll, span=span)
+            _check_copies_in_registers(copy_spec, pl)   # before copying or emitting anything
             b = copy.copy(base)
-            b.spec = replace(spec, unroll=unroll, span=span)
+            b.spec = copy_spec
             b.check_spec()
-            _check_copies_in_registers(b.spec, pl)       # before emitting anything
             _check_register_entries(b, pl)
             # emitting a span marks steps run once per span: those copies get steps of their own
             b.steps = ([Step(s.phase, s.kind, s.kc, s.routine, s.accesses, s.element, s.barrier)
                         for s in base.steps] if span > 1 else base.steps)
-            out.append(_emit(b, pl))
+            frame = frame or _frame(b, pl)         # the same for every copy
+            out.append(_emit(b, pl, frame))
         except FusionError as e:
-            out.append(e)
+            out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
     return out
 
 
@@ -498,7 +501,7 @@ def _scalar_expr(a: ScalarArg) -> str:
     return f"{'-' if a.negate else ''}s_{a.value.label}"
 
 
-def _emit(b: _Builder, pl: Placement) -> KernelCode:
+def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode:
     spec, lib = b.spec, b.lib
     nest, U, L = spec.nesting, spec.unroll, spec.loop
     V = spec.span
@@ -510,27 +513,8 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
     for s in b.steps:
         s.once_per_span = V > 1 and not _step_per_slot(s, per_slot)
     _check_register_entries(b, pl)
-    shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
-                    | {a.threads for s in b.steps for a in s.accesses})
-    T = max(X * Y for X, Y in shapes)
-    threads = T * spec.ipb
-    if threads > 1024:
-        raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
-    if threads % 32:
-        raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
-                          f"({T} per instance: use more instances per block)")
-    if T < 32 and any(X * Y != T for X, Y in shapes):
-        raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
-    smem = pl.shared_size * spec.ipb
-    if smem * 8 > 48 * 1024:
-        raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
+    shapes, T, threads, smem, extents, axis_dims, args, clears, sources, wait_phase = frame or _frame(b, pl)
     first = spec.calls[0]
-    extents = (lib.tile if nest == 2 else (lib.subvector,))
-    axis_dims = first.call.axes
-    for kc in spec.calls[1:]:
-        if kc.call.axes != axis_dims:
-            raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
-                              f"{first.call.text()}")
 
     def ename(key: str, u: int, v: int = 0) -> str:
         name = f"e_{key}" if U == 1 or key in outside else f"e_{key}_u{u}"
@@ -539,43 +523,6 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
     def slot(u: int | None, v: int) -> str:
         """Suffix of the instance index (and activity flag) of unrolled copy u, span slot v."""
         return ("" if u is None else f"_u{u}") + (f"_v{v}" if V > 1 else "")
-
-    # kernel arguments: arrays first (in order of first use), then scalars, counts, iterations
-    args: list[GlobalArg] = []
-    seen_vals: set[int] = set()
-    scalars: dict[int, Value] = {}
-    for s in b.steps:
-        if s.routine is None:
-            continue
-        for a in s.routine.args:
-            if a.kind == "global":
-                v = s.kc.call.bindings()[a.name]
-                if v.id not in seen_vals:
-                    seen_vals.add(v.id)
-                    args.append(GlobalArg("array", v.label, v))
-            elif a.kind == "scalar":
-                sa = s.kc.call.bindings()[a.name]
-                if sa.value is not None:
-                    scalars[sa.value.id] = sa.value
-    args += [GlobalArg("scalar", v.label, v) for v in scalars.values()]
-    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
-             for ax, d, e in zip("ij", axis_dims, extents)]
-    args.append(GlobalArg("iters", "iters"))
-
-    # reduced outputs cleared to their identity before the launch; the kernel waits for the
-    # clear (kf_wait_prior) at the start of the first phase that touches one of them
-    clears = []
-    for kc in spec.calls:
-        for p in kc.call.function.outputs:
-            v = kc.call.bindings()[p.name]
-            if p.reduce and v.id in spec.stores:
-                clears.append((v, REDUCE_OPS[p.reduce]))
-    cleared = {v.id for v, _ in clears}
-    wait_phase = next((ph for ph in ("pre", "loop", "post")
-                       if any(s.phase == ph and s.routine is not None
-                              and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in cleared
-                                      for a in s.routine.args)
-                              for s in b.steps)), None)
 
     def render() -> tuple[str, tuple[str, ...]]:
         """The CUDA text (built only when asked for: ranking needs none of it)."""
@@ -796,8 +743,88 @@ def _emit(b: _Builder, pl: Placement) -> KernelCode:
     launch = LaunchInfo(spec.name, threads, nest, spec.iters, spec.ipb, tuple(axis_dims), tuple(extents),
                         tuple(args), tuple(clears), smem, tuple(kc.call.index for kc in spec.calls), L, V,
                         U, any(s.phase != "loop" for s in b.steps), wait_phase is not None)
-    sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
     return KernelCode(spec, render, sources, launch, pl, tuple(b.steps))
+
+
+class _Frame(NamedTuple):
+    """What emission derives from the calls, the placement and the instances per block -- the
+    same for every (unroll, span) copy of a kernel."""
+    shapes: list[tuple[int, int]]       # thread shapes of the routines and accesses
+    T: int                              # threads per instance
+    threads: int                        # per block
+    smem: int                           # shared entries per block
+    extents: tuple[int, ...]
+    axis_dims: tuple[int, ...]
+    args: tuple[GlobalArg, ...]
+    clears: tuple[tuple[Value, str], ...]
+    sources: tuple[str, ...]
+    wait_phase: str | None              # "pre", "loop", "post": where kf_wait_prior goes; None: none
+
+
+def _frame(b: _Builder, pl: Placement) -> _Frame:
+    """The copy-independent part of emission, with its checks (raises FusionError)."""
+    spec, lib = b.spec, b.lib
+    nest = spec.nesting
+    shapes = sorted({s.kc.shape(s.routine) for s in b.steps if s.routine is not None}
+                    | {a.threads for s in b.steps for a in s.accesses})
+    T = max(X * Y for X, Y in shapes)
+    threads = T * spec.ipb
+    if threads > 1024:
+        raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
+    if threads % 32:
+        raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
+                          f"({T} per instance: use more instances per block)")
+    if T < 32 and any(X * Y != T for X, Y in shapes):
+        raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
+    smem = pl.shared_size * spec.ipb
+    if smem * 8 > 48 * 1024:
+        raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
+    first = spec.calls[0]
+    extents = (lib.tile if nest == 2 else (lib.subvector,))
+    axis_dims = first.call.axes
+    for kc in spec.calls[1:]:
+        if kc.call.axes != axis_dims:
+            raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
+                              f"{first.call.text()}")
+
+    # kernel arguments: arrays first (in order of first use), then scalars, counts, iterations
+    args: list[GlobalArg] = []
+    seen_vals: set[int] = set()
+    scalars: dict[int, Value] = {}
+    for s in b.steps:
+        if s.routine is None:
+            continue
+        for a in s.routine.args:
+            if a.kind == "global":
+                v = s.kc.call.bindings()[a.name]
+                if v.id not in seen_vals:
+                    seen_vals.add(v.id)
+                    args.append(GlobalArg("array", v.label, v))
+            elif a.kind == "scalar":
+                sa = s.kc.call.bindings()[a.name]
+                if sa.value is not None:
+                    scalars[sa.value.id] = sa.value
+    args += [GlobalArg("scalar", v.label, v) for v in scalars.values()]
+    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
+             for ax, d, e in zip("ij", axis_dims, extents)]
+    args.append(GlobalArg("iters", "iters"))
+    clears = []
+    for kc in spec.calls:
+        for p in kc.call.function.outputs:
+            v = kc.call.bindings()[p.name]
+            if p.reduce and v.id in spec.stores:
+                clears.append((v, REDUCE_OPS[p.reduce]))
+    # a kernel launched while the clear of its reduced outputs still runs waits for it
+    # (kf_wait_prior) at the start of the first phase that touches one of them
+    cleared = {v.id for v, _ in clears}
+    wait_phase = next((ph for ph in ("pre", "loop", "post")
+                       if any(s.phase == ph and s.routine is not None
+                              and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in cleared
+                                      for a in s.routine.args)
+                              for s in b.steps)), None)
+    sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
+    return _Frame(shapes, T, threads, smem, tuple(extents), tuple(axis_dims), tuple(args), tuple(clears), sources,
+                  wait_phase)
 
 
 def _accesses_in_order(s: Step) -> list[Access | None]:
