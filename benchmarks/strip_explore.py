@@ -7,9 +7,7 @@ it only before its first atomic) saves against a memset before the kernel.
 
     python benchmarks/strip_explore.py
 """
-import ctypes
 import itertools
-import statistics
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import numpy as np
 
 import kfuse
 from kfuse.reference import device_case
+from kfuse.runtime.launch import PackedArgs, launch_dependent
 from kfuse.runtime.timing import median_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +32,24 @@ __device__ __forceinline__ void axpy4(float4& acc, float4 a, float r) {
     acc.x += a.x * r; acc.y += a.y * r; acc.z += a.z * r; acc.w += a.w * r;
 }
 
+// The block's column partials (K float4 per lane, one set per warp) summed over its W warps
+// through shared memory, then added once per column to out[base ..]
+template <int K, int W>
+__device__ __forceinline__ void block_colsum_add(float (&red)[W][128 * K], const float4 (&part)[K],
+                                                 float* __restrict__ out, long long base) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int m = 0; m < K; ++m)
+        *reinterpret_cast<float4*>(&red[warp][128 * m + 4 * lane]) = part[m];
+    __syncthreads();
+    for (int c = threadIdx.x; c < 128 * K; c += 32 * W) {
+        float t = 0.f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) t += red[w][c];
+        atomicAdd(out + base + c, t);
+    }
+}
+
 extern "C" __global__ void clear_pdl(float* a, long long n) {
     asm volatile("griddepcontrol.launch_dependents;");
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
@@ -46,7 +63,7 @@ template <int K, int W, int RU, bool DO_Q, bool DO_S, int WAIT>
 __global__ void __launch_bounds__(32 * W) strip(const float* __restrict__ A, const float* __restrict__ p,
     const float* __restrict__ r, float* __restrict__ q, float* __restrict__ s, int n, int R)
 {
-    __shared__ float red[DO_S ? W : 1][DO_S ? 128 * K : 1];
+    __shared__ float red[W][DO_S ? 128 * K : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const long long c0 = (long long)blockIdx.x * (128 * K) + 4 * lane;
     const int r0 = blockIdx.y * R, r1 = min(n, r0 + R);
@@ -85,18 +102,7 @@ __global__ void __launch_bounds__(32 * W) strip(const float* __restrict__ A, con
         }
     }
     if (WAIT == 2) asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (DO_S) {
-#pragma unroll
-        for (int m = 0; m < K; ++m)
-            *reinterpret_cast<float4*>(&red[warp][128 * m + 4 * lane]) = sa[m];
-        __syncthreads();
-        for (int c = threadIdx.x; c < 128 * K; c += 32 * W) {
-            float t = 0.f;
-#pragma unroll
-            for (int w = 0; w < W; ++w) t += red[w][c];
-            atomicAdd(s + (long long)blockIdx.x * 128 * K + c, t);
-        }
-    }
+    if constexpr (DO_S) block_colsum_add<K, W>(red, sa, s, (long long)blockIdx.x * 128 * K);
 }
 
 // The layout kfuse would generate with P instances side by side (interleaved by 8 lanes) and
@@ -141,16 +147,7 @@ __global__ void __launch_bounds__(256) strip8(const float* __restrict__ A, const
             for (int m = 0; m < K; ++m) axpy4(sa[m], a[u][m], rv[u]);
         }
     }
-#pragma unroll
-    for (int m = 0; m < K; ++m)
-        *reinterpret_cast<float4*>(&red[warp][128 * m + 4 * lane]) = sa[m];
-    __syncthreads();
-    for (int c = threadIdx.x; c < 128 * K; c += 32 * W) {
-        float t = 0.f;
-#pragma unroll
-        for (int w = 0; w < W; ++w) t += red[w][c];
-        atomicAdd(s + (long long)blockIdx.x * 128 * K + c, t);
-    }
+    block_colsum_add<K, W>(red, sa, s, (long long)blockIdx.x * 128 * K);
 }
 
 // GEMVER's first kernel: B = A + u1 v1^T + u2 v2^T, x = b B^T y + z (x cleared first)
@@ -220,53 +217,6 @@ NAMES = ([f"strip<{K},{W},{RU},true,true,0>" for K, W, RU in STRIP]
          + [f"strip8<{K},{RS},{QG}>" for K in (1, 2, 4) for RS in (1, 8) for QG in (8, 32)])
 
 
-class _AttrValue(ctypes.Union):
-    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_void_p), ("flag", ctypes.c_int)]
-
-
-class _Attr(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
-
-
-class _Config(ctypes.Structure):
-    _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint),
-                ("bx", ctypes.c_uint), ("by", ctypes.c_uint), ("bz", ctypes.c_uint),
-                ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(_Attr)), ("nattrs", ctypes.c_uint)]
-
-
-LIBCUDA = ctypes.CDLL("libcuda.so.1")
-LIBCUDA.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                     ctypes.c_void_p]
-
-
-def launch_ex(fn, grid, block, args, pdl):
-    """cuLaunchKernelEx with programmatic stream serialization (PDL) when pdl."""
-    holders = []
-    for a in args:
-        if isinstance(a, cp.ndarray):
-            holders.append(ctypes.c_void_p(a.data.ptr))
-        elif isinstance(a, np.int64):
-            holders.append(ctypes.c_longlong(int(a)))
-        elif isinstance(a, np.int32):
-            holders.append(ctypes.c_int(int(a)))
-        elif isinstance(a, np.float32):
-            holders.append(ctypes.c_float(float(a)))
-        else:
-            raise TypeError(type(a))
-    params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
-    attr = _Attr()
-    attr.id = 6                                      # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.flag = 1
-    g = grid + (1,) * (3 - len(grid))
-    cfg = _Config(g[0], g[1], g[2], block, 1, 1, 0, cp.cuda.get_current_stream().ptr,
-                  ctypes.pointer(attr) if pdl else None, 1 if pdl else 0)
-    rc = LIBCUDA.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.kernel.ptr if hasattr(fn, "kernel") else fn.ptr),
-                                  params, None)
-    if rc != 0:
-        raise RuntimeError(f"cuLaunchKernelEx failed: {rc}")
-
-
 def rel(a, ref):
     a = cp.asnumpy(a).astype(np.float64)
     return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
@@ -334,7 +284,7 @@ def main():
     prog = base.program
     dims = {d.id: n for d in prog.dims}
     dev, _, outs = device_case(prog, dims, "float32", 0)
-    print("kfuse BiCGK plans (call with its memset | kernel alone):")
+    print("kfuse BiCGK plans (call: its clear, the kernel launched dependent on it | kernel alone):")
     for i, plan in enumerate(itertools.islice(base.search.plans(), 10)):
         c = base.with_plan(plan)
         bound = c.bind(**dev)
@@ -364,9 +314,11 @@ def main():
             t_k = median_us(lambda: f0(grid, (32 * W,), args), reps=30)
             t_m = median_us(lambda: (qs.data.memset_async(0, qs.nbytes), f0(grid, (32 * W,), args)), reps=30)
 
+            packed = PackedArgs(args)
+
             def pdl_call():
                 clear((64,), (256,), (qs, np.int64(2 * n)))
-                launch_ex(f1, grid, 32 * W, args, True)
+                launch_dependent(f1, grid, 32 * W, packed, "strip")
             qs[:] = np.nan
             pdl_call()
             ep, es2 = rel(q, q_ref), rel(s, s_ref)

@@ -90,15 +90,17 @@ class PackedArgs:
             *[ctypes.addressof(v) for v in self.values])
 
 
-def launch_dependent(function, grid: int, threads: int, packed: PackedArgs, name: str) -> None:
-    """Launch a kernel that may start before the previous kernel in the stream has finished
-    (it must call kf_wait_prior before using what that kernel writes)."""
+def launch_dependent(function, grid: int | tuple[int, ...], threads: int, packed: PackedArgs, name: str) -> None:
+    """Launch a kernel (grid: blocks, or blocks along x, y, z) that may start before the previous
+    kernel in the stream has finished (it must call kf_wait_prior before using what that kernel
+    writes)."""
     cp = cupy()
     lib = _libcuda()
     attr = _Attr()
     attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.flag = 1
-    cfg = _Config(grid, 1, 1, threads, 1, 1, 0, cp.cuda.get_current_stream().ptr, ctypes.pointer(attr), 1)
+    g = ((grid,) if isinstance(grid, int) else tuple(grid)) + (1, 1)
+    cfg = _Config(g[0], g[1], g[2], threads, 1, 1, 0, cp.cuda.get_current_stream().ptr, ctypes.pointer(attr), 1)
     handle = function.kernel.ptr if hasattr(function, "kernel") else function.ptr
     rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(handle), packed.pointers, None)
     if rc != 0:
