@@ -15,6 +15,7 @@ import cupy as cp
 import numpy as np
 
 import kfuse
+from kfuse.bench.harness import copy_bandwidth, device_timer
 from kfuse.reference import device_case
 from kfuse.runtime.launch import PackedArgs, launch_dependent
 from kfuse.runtime.timing import median_us
@@ -222,6 +223,16 @@ def rel(a, ref):
     return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
 
 
+def bicgk_case(n, rng):
+    """BiCGK's data: A (float64 copy kept for references), p and r on the device, q and s side by
+    side in one buffer (one clear covers both), and the float64 references of q = A p, s = A^T r."""
+    A = rng.standard_normal((n, n)).astype(np.float32)
+    p, r = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    A64 = A.astype(np.float64)
+    return (A64, cp.asarray(A), cp.asarray(p), cp.asarray(r), cp.empty(2 * n, dtype=np.float32),
+            A64 @ p, A64.T @ r)
+
+
 def layout_only():
     """Only the layout experiment (strip8) beside the best strip, BiCGK, memset + kernel."""
     n = 8192
@@ -229,12 +240,7 @@ def layout_only():
                        name_expressions=[f"strip8<{K},{RS},{QG}>" for K in (1, 2, 4) for RS in (1, 8) for QG in (8, 32)]
                        + ["strip<4,8,2,true,true,0>"])
     rng = np.random.default_rng(0)
-    A = rng.standard_normal((n, n)).astype(np.float32)
-    p, r = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-    A64 = A.astype(np.float64)
-    q_ref, s_ref = A64 @ p, A64.T @ r
-    dA, dp, dr = cp.asarray(A), cp.asarray(p), cp.asarray(r)
-    qs = cp.empty(2 * n, dtype=np.float32)
+    _, dA, dp, dr, qs, q_ref, s_ref = bicgk_case(n, rng)
     q, s = qs[:n], qs[n:]
     print("strip8 layouts (memset + kernel us): K RS QG R")
     rows = []
@@ -261,21 +267,12 @@ def layout_only():
 
 def main():
     n = 8192
-    src = cp.empty(2**28, dtype=np.float32)
-    dst = cp.empty_like(src)
-    t = median_us(lambda: cp.copyto(dst, src), reps=20)
-    bw = 2 * src.nbytes / (t * 1e-6) / 1e9
+    bw = copy_bandwidth(2**30, device_timer(reps=20, warmup=5))
     print(f"copy bandwidth: {bw:.0f} GB/s; read of one 8192^2 float32 matrix at it: {n * n * 4 / bw / 1e3:.1f} us",
           flush=True)
-    del src, dst
     mod = cp.RawModule(code=SRC, options=("-std=c++17",), name_expressions=NAMES)
     rng = np.random.default_rng(0)
-    A = rng.standard_normal((n, n)).astype(np.float32)
-    p, r = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-    A64 = A.astype(np.float64)
-    q_ref, s_ref = A64 @ p, A64.T @ r
-    dA, dp, dr = cp.asarray(A), cp.asarray(p), cp.asarray(r)
-    qs = cp.empty(2 * n, dtype=np.float32)
+    A64, dA, dp, dr, qs, q_ref, s_ref = bicgk_case(n, rng)
     q, s = qs[:n], qs[n:]
     clear = mod.get_function("clear_pdl")
 
