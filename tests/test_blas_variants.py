@@ -74,7 +74,7 @@ def test_quad_map_kernel_structure(lib, name):
     src = k.source
     assert "__launch_bounds__(256)" in src and k.launch.threads == 256
     assert "const int lt = threadIdx.x % 8;" in src and "const int inst = threadIdx.x / 8;" in src
-    assert "const long long first_i = (long long)blockIdx.x * iters * 32;" in src
+    assert "const long long first_i = kf_b * iters * 32;" in src
     pre, loop, post = loop_body(src)
     loads = re.findall(r"quad_load\(rix, g_(\w+), e_(\w+)\);", loop)
     assert loads and all(g == e for g, e in loads)

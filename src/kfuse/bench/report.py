@@ -170,7 +170,8 @@ def markdown(run: BenchRun) -> str:
     lines.append(f"- Sizes: n = {fmt_size(run.n)} (matrices), N = {fmt_size(run.N)} (vectors); every dimension "
                  "of a script with a matrix is n, of one without is N.")
     lines.append(f"- Times: median of {run.reps} CUDA-event timings after {run.warmup} warm-up calls, in "
-                 "microseconds; every result checked against a float64 NumPy reference before timing.")
+                 "microseconds, every call after a read of 4 x L2 outside the timing (no call finds the one "
+                 "before it in L2); every result checked against a float64 NumPy reference before timing.")
     lines.append("- " + _l2_note(run))
     for name, why in run.peer_notes.items():
         lines.append(f"- {name}: not available: {why}.")

@@ -538,7 +538,7 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
             elif g.kind == "count":
                 params_c.append(f"long long {g.name}")
             else:
-                params_c.append("int iters")
+                params_c += ["int iters", "int order"]
 
         out: list[str] = []
         views: dict[str, str] = {}
@@ -565,22 +565,28 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
                 w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
             else:
                 w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
+        # the block order is chosen at launch (runtime/order.py): bit 0 walks the blocks from the
+        # last, so that a kernel starts on the data the kernel before it touched last (still in
+        # L2); bit 1 (nested kernels) numbers the blocks across the loop axis first
+        w("    const long long kf_b = (order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;"
+          "   // block order")
         if nest == 1:
             w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
             w(f"    const int inst = threadIdx.x / {T};          // instance slot in the block")
-            w(f"    const long long first_i = (long long)blockIdx.x * iters * {spec.ipb};")
+            w(f"    const long long first_i = kf_b * iters * {spec.ipb};")
             w("    KfIx ix{lt, 0, first_i + inst, 0};")
             first_expr, count = "first_i", "n_i"
         else:
             w("    const int lt = threadIdx.x;                  // thread in the instance")
-            if V == 1:
-                w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;  // loop axis {L}")
-                w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
-            else:
+            nb = f"n_{other}"
+            if V > 1:
+                nb = f"nb_{other}"
                 w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
                   f"{V} instances each")
-                w(f"    const long long first_{L} = (long long)(blockIdx.x / nb_{other}) * iters;  // loop axis {L}")
-                w(f"    const long long blk_{other} = (long long)(blockIdx.x % nb_{other}) * {V};")
+            w(f"    const long long kf_groups = gridDim.x / {nb};   // block groups along the loop")
+            w(f"    const long long first_{L} = ((order & 2) ? kf_b % kf_groups : kf_b / {nb}) * iters;  // loop axis {L}")
+            w(f"    const long long blk_{other} = ((order & 2) ? kf_b / kf_groups : kf_b % {nb})"
+              + (f" * {V};" if V > 1 else ";"))
             w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
             first_expr, count = f"first_{L}", f"n_{L}"
         for X, Y in shapes:

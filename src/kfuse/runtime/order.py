@@ -1,0 +1,180 @@
+"""The order in which a kernel walks its blocks, chosen at launch so that it starts on the data the
+kernel before it touched last, while that data is still in L2.
+
+Every generated kernel takes an ``order`` argument (codegen/kernel.py):
+  bit 0  the blocks are walked from the last one (block b does the work of block G-1-b);
+  bit 1  (2-level nested kernels) consecutive blocks follow the loop axis: block groups across
+         the loop axis are numbered first, the groups along it second.
+The GPU starts blocks roughly in index order, so the order decides which part of each array a
+kernel reads early and which part it touches last.  A consumer whose first reads are the
+producer's last touches finds them in L2: GEMVER's w = a B x can read the rows of B that the
+kernel before it wrote last; ATAX's y = A^T t the part of A that t = A x read last.
+
+Bit 1 follows from the kernel (``band_bit``); bit 0 is chosen by a small model, not a measurement: each kernel's instances are given a time (block
+start, a wave of resident blocks at a time, plus the serial iteration), every global array is cut
+into the regions instances touch (a tile, a subvector), and an LRU cache of ``capacity`` bytes is
+assumed.  A region the producer touched last is still there when the consumer reaches it if the
+producer's more recent bytes plus the consumer's bytes before it fit the capacity.  The
+direction with the more such bytes wins; a tie walks forward.
+``KFUSE_ORDER=o0,o1,...`` forces the orders (one per kernel; for experiments).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+ORDERS_NESTED = (0, 1, 2, 3)
+ORDERS_UNNESTED = (0, 1)
+L2_SHARE = 0.5          # of the device's L2 assumed to hold the producer's most recent data
+
+
+@dataclass
+class _Touches:
+    """Regions of a kernel's global arrays, with a time per region (first or last touch)."""
+    keys: np.ndarray        # int64: value id << 40 | region index
+    times: np.ndarray       # float64
+    nbytes: np.ndarray      # float64: bytes of each region
+
+
+def _instances(L, dims: dict[int, int], iters: int, order: int, resident: int):
+    """Instance coordinates (i, j) and their times for kernel launch L walked in ``order``."""
+    counts = L.counts(dims)
+    if L.nesting == 1:
+        n = counts[0]
+        per_block = iters * L.ipb
+        i = np.arange(n, dtype=np.int64)
+        b = i // per_block
+        it = (i % per_block) // L.ipb
+        grid = -(-n // per_block)
+        if order & 1:
+            b = grid - 1 - b
+        return (i,), b * (iters / resident) + it
+    along_n, across_n = (counts[0], counts[1]) if L.loop == "i" else (counts[1], counts[0])
+    a = np.repeat(np.arange(along_n, dtype=np.int64), across_n)
+    c = np.tile(np.arange(across_n, dtype=np.int64), along_n)
+    groups_along = -(-along_n // iters)
+    groups_across = -(-across_n // L.span)
+    ag, it, cg = a // iters, a % iters, c // L.span
+    b = cg * groups_along + ag if order & 2 else ag * groups_across + cg
+    if order & 1:
+        b = groups_along * groups_across - 1 - b
+    t = b * (iters / resident) + it
+    return ((a, c) if L.loop == "i" else (c, a)), t
+
+
+def _global_params(code) -> list[tuple[object, tuple[str, ...]]]:
+    """(value, instance axes it follows) of every array the kernel reads or writes in global
+    memory (arrays kept on chip are not kernel arguments)."""
+    in_global = {g.value.id for g in code.launch.args
+                 if g.kind == "array" and g.value is not None and g.value.type != "scalar"}
+    seen: dict[int, tuple[object, tuple[str, ...]]] = {}
+    for kc in code.spec.calls:
+        binds = kc.call.bindings()
+        for p in (*kc.call.function.inputs, *kc.call.function.outputs):
+            v = binds.get(p.name)
+            if getattr(v, "id", None) in in_global and v.id not in seen:
+                seen[v.id] = (v, tuple(p.index))
+    return list(seen.values())
+
+
+def _touches(code, dims, iters, order, resident, itemsize, last: bool) -> _Touches:
+    coords, t = _instances(code.launch, dims, iters, order, resident)
+    axis = {"i": 0, "j": 1}
+    counts = code.launch.counts(dims)
+    keys, times, nbytes = [], [], []
+    for v, index in _global_params(code):
+        if not index or any(x not in axis or axis[x] >= len(coords) for x in index):
+            continue
+        shape = [counts[axis[x]] for x in index]
+        region = np.zeros_like(coords[0])
+        for x, n in zip(index, shape):
+            region = region * n + coords[axis[x]]
+        size = int(np.prod(shape))
+        total = itemsize * float(np.prod([dims[d] for d in v.dims]))
+        per = np.full(size, -np.inf if last else np.inf)
+        (np.maximum if last else np.minimum).at(per, region, t)
+        keys.append((np.int64(v.id) << 40) | np.arange(size, dtype=np.int64))
+        times.append(per)
+        nbytes.append(np.full(size, total / size))
+    if not keys:
+        return _Touches(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+    return _Touches(np.concatenate(keys), np.concatenate(times), np.concatenate(nbytes))
+
+
+def reuse_bytes(producer: _Touches, consumer: _Touches, capacity: float) -> float:
+    """Bytes the consumer finds in an LRU cache of ``capacity`` bytes left by the producer."""
+    p = np.argsort(-producer.times, kind="stable")
+    depth = np.cumsum(producer.nbytes[p])          # bytes at least as recent, the region included
+    keep = depth <= capacity
+    if not keep.any() or not len(consumer.keys):
+        return 0.0
+    rkeys, rdepth = producer.keys[p][keep], depth[keep]
+    s = np.argsort(rkeys)
+    rkeys, rdepth = rkeys[s], rdepth[s]
+    c = np.argsort(consumer.times, kind="stable")
+    ckeys, cbytes = consumer.keys[c], consumer.nbytes[c]
+    before = np.cumsum(cbytes) - cbytes            # the consumer's bytes before it reaches each
+    pos = np.minimum(np.searchsorted(rkeys, ckeys), len(rkeys) - 1)
+    hit = (rkeys[pos] == ckeys) & (rdepth[pos] + before <= capacity)
+    return float(cbytes[hit].sum())
+
+
+def band_bit(code) -> int:
+    """Bit 1 of a nested kernel's order: set when its loop walks the contiguous axis of its
+    largest matrix (the last axis the matrix follows), so that consecutive blocks, which the GPU
+    runs together, always cover whole rows of it.  Measured on the H100 (benchmarks/block_order.py,
+    n = 8192): row bands are as fast or faster in every kernel alone (ATAX's t = A x 183.6 us
+    against 185.8), and numbering a column-sum kernel's blocks the other way costs 4-8 us."""
+    if code.launch.nesting != 2:
+        return 0
+    mats = [(v, index) for v, index in _global_params(code) if v.type == "matrix" and len(index) == 2]
+    if not mats:
+        return 0
+    _, index = mats[0]
+    return 2 if code.launch.loop == index[-1] else 0
+
+
+def choose_orders(kernels, dims: dict[int, int], iters: list[int], resident: list[int], itemsize: int,
+                  capacity: float) -> list[int]:
+    """Order per kernel: row bands (``band_bit``) always; the first kernel walks forward, each
+    later one backward when that finds more of the previous kernel's last touches in the cache."""
+    orders = [band_bit(kernels[0])]
+    for k in range(1, len(kernels)):
+        prev, code = kernels[k - 1], kernels[k]
+        band = band_bit(code)
+        shared = {v.id for v, _ in _global_params(prev)} & {v.id for v, _ in _global_params(code)}
+        if not shared:
+            orders.append(band)
+            continue
+        left = _touches(prev, dims, iters[k - 1], orders[-1], resident[k - 1], itemsize, last=True)
+        got = [reuse_bytes(left, _touches(code, dims, iters[k], band | rev, resident[k], itemsize, last=False),
+                           capacity) for rev in (0, 1)]
+        orders.append(band | (1 if got[1] > got[0] * 1.01 + 1.0 else 0))
+    return orders
+
+
+def forced_orders(count: int) -> list[int] | None:
+    text = os.environ.get("KFUSE_ORDER", "").strip()
+    if not text:
+        return None
+    orders = [int(x) for x in text.split(",")]
+    if len(orders) != count or any(o not in ORDERS_NESTED for o in orders):
+        raise ValueError(f"KFUSE_ORDER={text!r}: give {count} order(s), each 0 to 3")
+    return orders
+
+
+def block_orders(kernels, dims: dict[int, int], itemsize: int, device: int) -> list[int]:
+    """The order argument of each kernel of a bound call (see the module's docstring)."""
+    forced = forced_orders(len(kernels))
+    if forced is not None:
+        return forced
+    if len(kernels) < 2:
+        return [0] * len(kernels)
+    from .executor import target_blocks
+    from .gpu import cupy
+    resident = [max(1, target_blocks(code.launch.threads, device) // 2) for code in kernels]
+    iters = [code.launch.iterations(dims, 2 * r) for code, r in zip(kernels, resident)]
+    l2 = int(cupy().cuda.Device(device).attributes["L2CacheSize"])
+    return choose_orders(kernels, dims, iters, resident, itemsize, L2_SHARE * l2)

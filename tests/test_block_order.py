@@ -1,0 +1,113 @@
+"""Block orders (runtime/order.py): the model's choices on the CPU, every order on the GPU."""
+import itertools
+
+import numpy as np
+import pytest
+
+import kfuse
+from kfuse.runtime.order import _Touches, band_bit, choose_orders, forced_orders, reuse_bytes
+
+from conftest import EXAMPLES
+
+H100_SMS, CAPACITY = 132, 25e6
+ROOT = EXAMPLES[0].parent
+
+
+def model_orders(prog, size):
+    dims = {d.id: size for d in prog.program.dims}
+    ks = prog.kernels
+    resident = [H100_SMS * (2048 // k.launch.threads) for k in ks]
+    iters = [k.launch.iterations(dims, 2 * r) for k, r in zip(ks, resident)]
+    return choose_orders(ks, dims, iters, resident, 4, CAPACITY)
+
+
+@pytest.mark.parametrize("name, expected", [("gemver", [0, 3]), ("atax", [2, 1]), ("sgemvt", [0, 3])])
+def test_consumer_starts_where_the_producer_ended(name, expected):
+    # the matrix kernel after another walks its blocks backward, in row bands (bit 1 where its
+    # loop walks j, the rows' contiguous axis): the orders measured fastest on the H100
+    prog = kfuse.compile(ROOT / f"{name}.kf")
+    assert len(prog.kernels) == 2
+    assert model_orders(prog, 8192) == expected
+    assert [band_bit(k) for k in prog.kernels] == [o & 2 for o in expected]
+    assert all((o & 2) == (2 if k.launch.loop == "j" else 0) for o, k in zip(expected, prog.kernels))
+
+
+@pytest.mark.parametrize("name", ["bicgk", "sgemv", "vadd", "axpydot"])
+def test_single_kernel_walks_forward(name):
+    prog = kfuse.compile(ROOT / f"{name}.kf")
+    assert len(prog.kernels) == 1
+    assert model_orders(prog, 8192 if name in ("bicgk", "sgemv") else 2**26) == [band_bit(prog.kernels[0])]
+
+
+def test_unfused_vector_kernels_walk_back_and_forth():
+    # WAXPBY without fusion: w1 = a x, w2 = b y + w1 ... each kernel reads what the one before wrote
+    prog = kfuse.compile(ROOT / "waxpby.kf", fuse=False)
+    assert len(prog.kernels) >= 2
+    orders = model_orders(prog, 2**24)
+    assert orders[0] == 0 and orders[1] == 1, orders
+
+
+def test_no_shared_array_keeps_forward():
+    prog = kfuse.compile("""
+vector x[n], y[n], u[n], v[n];
+input x, y;
+u = scal(2, x);
+v = scal(3, y);
+return u, v;
+""", fuse=False)
+    assert len(prog.kernels) == 2
+    assert model_orders(prog, 2**24) == [0, 0]
+
+
+def test_reuse_bytes_lru():
+    keys = np.arange(10, dtype=np.int64)
+    ones = np.ones(10)
+    producer = _Touches(keys, np.arange(10.0), ones)            # region 9 touched last
+    backward = _Touches(keys, -np.arange(10.0), ones)           # starts at region 9
+    forward = _Touches(keys, np.arange(10.0), ones)
+    assert reuse_bytes(producer, backward, capacity=4) == 2     # 9 (depth 1, 0 before), 8 (2 + 1)
+    assert reuse_bytes(producer, forward, capacity=4) == 0      # evicted before it gets there
+    assert reuse_bytes(producer, backward, capacity=100) == 10
+
+
+def test_forced_orders(monkeypatch):
+    monkeypatch.setenv("KFUSE_ORDER", "1,3")
+    assert forced_orders(2) == [1, 3]
+    with pytest.raises(ValueError, match="give 3 order"):
+        forced_orders(3)
+    monkeypatch.setenv("KFUSE_ORDER", "0,4")
+    with pytest.raises(ValueError, match="each 0 to 3"):
+        forced_orders(2)
+
+
+def test_generated_kernels_take_the_order():
+    prog = kfuse.compile(ROOT / "gemver.kf")
+    for k in prog.kernels:
+        assert "int iters,\n    int order)" in k.source
+        assert "(order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x)" in k.source
+        assert "(order & 2) ? kf_b % kf_groups" in k.source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name, fuse", [("gemver", True), ("atax", True), ("sgemvt", True), ("gesummv", True),
+                                        ("waxpby", False)])
+def test_every_order_matches_reference(name, fuse, dtype, monkeypatch):
+    import cupy as cp
+
+    from kfuse.reference import device_case, evaluate, relative_error
+    prog = kfuse.compile(ROOT / f"{name}.kf", dtype=dtype, fuse=fuse)
+    p = prog.program
+    size = 135 if any(v.type == "matrix" for v in p.values) else 4099
+    sizes = iter([size, size + 65])          # rows and columns differ (not multiples of 32)
+    dims = {d.id: next(sizes, size) for d in p.dims}
+    choices = [(0, 1, 2, 3) if k.launch.nesting == 2 else (0, 1) for k in prog.kernels]
+    for combo in itertools.product(*choices):
+        monkeypatch.setenv("KFUSE_ORDER", ",".join(map(str, combo)))
+        dev, host, poisoned = device_case(p, dims, dtype, sum(combo))
+        got = prog(out=poisoned, sync=True, **dev)
+        got = got if isinstance(got, tuple) else (got,)
+        ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
+        for v, g in zip(p.outputs, got):
+            err = relative_error(cp.asnumpy(g), ref[v.id], mag[v.id])
+            assert err < (1e-5 if dtype == "float32" else 1e-12), (combo, v.name, err)
