@@ -293,3 +293,19 @@ def test_wait_for_the_clear_before_the_first_cleared_output(name, phase):
         loop = body[body.index("// ---- serial loop"):body.index("kf_wait_prior();")]
         assert "g_x" not in loop                  # x is not touched before the wait
     assert 'extern "C" __global__ void kf_fill(' in prog.cuda_source
+    assert all(kk.source.count("kf_allow_next();") == 1 for kk in prog.kernels)
+
+
+@pytest.mark.parametrize("name", ["gemver", "atax", "sgemvt"])
+def test_later_kernel_waits_before_reading_what_the_first_wrote(name):
+    """The second kernel of a plan is launched while the first still runs (PDL): it waits once,
+    at the start of the first phase that reads a value the first kernel wrote (B, t, or the
+    first product), and touches none of them before."""
+    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", tuned=False)
+    k0, k1 = prog.kernels
+    assert k1.launch.waits and k1.source.count("kf_wait_prior();") == 1
+    written = {kc.call.bindings()[p.name].name for kc in k0.spec.calls for p in kc.call.function.outputs}
+    read = {g.value.name for g in k1.launch.args if g.kind == "array" and g.value.name in written}
+    assert read
+    before = k1.source[:k1.source.index("kf_wait_prior();")]
+    assert not any(f"g_{v}," in before or f"g_{v})" in before for v in read)

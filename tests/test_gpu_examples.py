@@ -112,7 +112,8 @@ def test_bound_call_repeats_on_new_data(name, size, dtype):
 def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
     """Without out=, reduced outputs live side by side in one buffer cleared by one fill before
     the first kernel, which starts while the fill runs (PDL, on compute capability 9.0 and later,
-    unless KFUSE_PDL=0): a bound call run repeatedly on fresh data is right every time."""
+    unless KFUSE_PDL=0), and each later kernel starts while the one before it runs and waits for
+    it: a bound call run repeatedly on fresh data is right every time."""
     import cupy as cp
     monkeypatch.setenv("KFUSE_PDL", pdl)
     prog = compiled(EXAMPLES[0].parent / f"{name}.kf", dtype)
@@ -123,9 +124,10 @@ def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
     dependent = [L.packed is not None for L in bound.launches]
     if pdl == "0" or int(cp.cuda.Device().compute_capability) < 90:
         assert not any(dependent)
-    else:      # exactly the kernels launched right after a fill
-        assert dependent == [bool(L.fills) and k.launch.waits for L, k in zip(bound.launches, prog.kernels)]
-        assert dependent[0]
+    else:      # exactly the kernels that wait, launched after a fill or another kernel
+        assert dependent == [(bool(L.fills) or i > 0) and k.launch.waits
+                             for i, (L, k) in enumerate(zip(bound.launches, prog.kernels))]
+        assert dependent[0] and all(dependent)      # every later kernel reads what one before wrote
     got = bound.result if isinstance(bound.result, tuple) else (bound.result,)
     for seed in range(1, 4):
         fresh, host, _ = device_case(p, dims, dtype, seed)

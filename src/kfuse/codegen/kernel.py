@@ -153,7 +153,7 @@ class LaunchInfo:
     span: int = 1                   # instances across the loop axis per block (nested kernels)
     unroll: int = 1
     carried: bool = True            # work before or after the loop (invariant loads, accumulators)
-    waits: bool = False             # calls kf_wait_prior before touching a cleared output (PDL)
+    waits: bool = False             # calls kf_wait_prior before touching what an earlier launch wrote (PDL)
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
         """Instances along each axis (partial edge elements included)."""
@@ -568,6 +568,7 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
         # the block order is chosen at launch (runtime/order.py): bit 0 walks the blocks from the
         # last, so that a kernel starts on the data the kernel before it touched last (still in
         # L2); bit 1 (nested kernels) numbers the blocks across the loop axis first
+        w("    kf_allow_next();   // the next kernel may launch now (it waits where it needs this one's results)")
         w("    const long long kf_b = (order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;"
           "   // block order")
         if nest == 1:
@@ -681,7 +682,7 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
 
         def wait(phase: str) -> None:
             if phase == wait_phase:
-                w("    kf_wait_prior();   // the clear of the reduced outputs has finished (launched early)")
+                w("    kf_wait_prior();   // the launch before this one (a clear, a kernel) has finished")
 
         wait("pre")
         if any(s.phase == "pre" for s in b.steps):
@@ -820,12 +821,16 @@ def _frame(b: _Builder, pl: Placement) -> _Frame:
             v = kc.call.bindings()[p.name]
             if p.reduce and v.id in spec.stores:
                 clears.append((v, REDUCE_OPS[p.reduce]))
-    # a kernel launched while the clear of its reduced outputs still runs waits for it
-    # (kf_wait_prior) at the start of the first phase that touches one of them
-    cleared = {v.id for v, _ in clears}
+    # a kernel launched while the launch before it still runs (the clear of its reduced outputs,
+    # or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
+    # phase that touches a cleared output or reads a value an earlier kernel wrote (any value
+    # that is not a script input and not written here)
+    own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
+    prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
+                                         and not g.value.is_input and g.value.id not in own}
     wait_phase = next((ph for ph in ("pre", "loop", "post")
                        if any(s.phase == ph and s.routine is not None
-                              and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in cleared
+                              and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in prior
                                       for a in s.routine.args)
                               for s in b.steps)), None)
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))

@@ -131,21 +131,27 @@ KF_DEVICE real kf_lanes_sum(real v) {
     return v;
 }
 
-// Programmatic dependent launch (sm_90 and later).  A kernel whose reduced outputs are cleared
-// first is launched while the clear (kf_fill) still runs; it calls kf_wait_prior() before it
-// first touches an output the clear writes, which waits for the clear to finish and its writes
-// to be visible.  Launched the ordinary way, or built for an older GPU, both are no-ops.
+// Programmatic dependent launch (sm_90 and later).  A kernel after a clear (kf_fill) or after
+// another kernel of the plan is launched while that one still runs; it calls kf_wait_prior()
+// before it first touches an output the clear writes or reads what an earlier kernel wrote,
+// which waits for the launch before it to finish and its writes to be visible.  Every kernel
+// calls kf_allow_next() at its start: once all its blocks have started, the next one may launch
+// (its blocks then wait on the GPU instead of in the launch queue).  Launched the ordinary way,
+// or built for an older GPU, all are no-ops.
 KF_DEVICE void kf_wait_prior() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-
-// Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).
-extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real value) {
+KF_DEVICE void kf_allow_next() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).
+extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real value) {
+    kf_allow_next();
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
         p[e] = value;
 }

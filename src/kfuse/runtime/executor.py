@@ -27,7 +27,7 @@ class Launch:
     args: tuple
     fills: list            # (array, entries, value) for kf_fill, launched before the kernel
     name: str
-    packed: PackedArgs | None = None     # set: launched dependent on the last fill (PDL)
+    packed: PackedArgs | None = None     # set: launched dependent on the launch before it (PDL)
 
 
 def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
@@ -177,10 +177,10 @@ class BoundCall:
             if grid > MAX_GRID:
                 raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
             args = tuple(args)
-            # after a fill the kernel starts at once, and waits for it where it first touches a
-            # cleared output; a kernel with no wait of its own (the shared buffer's fill clearing
-            # only later kernels' outputs) starts after the fill as usual
-            packed = PackedArgs(args) if pdl and fills and L.waits else None
+            # after a fill or another kernel, a kernel starts at once and waits for it where it
+            # first touches a cleared output or what an earlier kernel wrote; one with no wait of
+            # its own (reading only script inputs, clearing nothing) starts after it as usual
+            packed = PackedArgs(args) if pdl and (fills or self.launches) and L.waits else None
             self.launches.append(Launch(function, grid, L.threads, args, fills, L.kernel, packed))
         self.fill = fill
         result = tuple(arrays[v.id] for v in prog.outputs)
