@@ -80,12 +80,24 @@ def test_forced_orders(monkeypatch):
         forced_orders(2)
 
 
-def test_generated_kernels_take_the_order():
+def test_generated_kernels_take_the_order(nvcc, tmp_path):
+    """The order is compiled in: a macro per kernel, 0 unless the module is built for another;
+    every order (bits 0-2) builds with nvcc for sm_90."""
+    from kfuse.runtime.order import order_defines
+
+    from test_nvcc import nvcc_compile
     prog = kfuse.compile(ROOT / "gemver.kf")
     for k in prog.kernels:
-        assert "int iters,\n    int order)" in k.source
+        name = k.launch.kernel
+        assert f"#ifndef KF_ORDER_{name}\n#define KF_ORDER_{name} 0\n#endif" in k.source
+        assert f"constexpr int order = KF_ORDER_{name};" in k.source
         assert "(order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x)" in k.source
         assert "(order & 2) ? kf_b % kf_groups" in k.source
+        assert "if (order & 4) kf_allow_next();" in k.source
+    defines = order_defines(prog.kernels, (7, 3))
+    assert defines == "#define KF_ORDER_k0_ger_ger_gemtv 7\n#define KF_ORDER_k1_gemv 3\n"
+    assert order_defines(prog.kernels, (7, 0), defines) == ""        # already in the source
+    nvcc_compile(nvcc, defines + prog.cuda_source, tmp_path, "orders")
 
 
 @pytest.mark.gpu
@@ -111,3 +123,22 @@ def test_every_order_matches_reference(name, fuse, dtype, monkeypatch):
         for v, g in zip(p.outputs, got):
             err = relative_error(cp.asnumpy(g), ref[v.id], mag[v.id])
             assert err < (1e-5 if dtype == "float32" else 1e-12), (combo, v.name, err)
+
+
+@pytest.mark.gpu
+def test_launch_orders_on_the_gpu():
+    """Bit 2 (let the next kernel launch early) only on a kernel of at most two waves whose next
+    kernel waits for it; none on the last kernel, none without PDL."""
+    import cupy as cp
+
+    from kfuse.runtime.launch import pdl_available
+    from kfuse.runtime.order import ALLOW_NEXT, launch_orders
+    dev = cp.cuda.Device().id
+    prog = kfuse.compile(ROOT / "gemver.kf")
+    dims = {d.id: 8192 for d in prog.program.dims}
+    orders = launch_orders(prog, dims, dev, pdl=True)
+    assert [o & 3 for o in orders] == [0, 3] and orders[0] & ALLOW_NEXT and not orders[1] & ALLOW_NEXT
+    assert launch_orders(prog, dims, dev, pdl=False) == (0, 3)
+    many = kfuse.compile(ROOT / "waxpby.kf", fuse=False)
+    dims = {d.id: 2**24 for d in many.program.dims}
+    assert not any(o & ALLOW_NEXT for o in launch_orders(many, dims, dev, pdl=pdl_available(dev)))

@@ -64,22 +64,30 @@ class CompiledScript:
                          + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
         return "\n".join(lines)
 
-    def functions(self, device: int) -> list:
-        """The compiled kernels on a device, in launch order (compiled once, then cached)."""
-        cache = self.__dict__.setdefault("_functions", {})
-        if device not in cache:
+    def module(self, device: int, orders: tuple[int, ...] = ()):
+        """The compiled module on a device, built for the kernels' orders (runtime/order.py; none
+        given: order 0 throughout), compiled once per choice, then cached."""
+        cache = self.__dict__.setdefault("_modules", {})
+        key = (device, tuple(orders))
+        if key not in cache:
             from .runtime.compiler import load_module
-            module = load_module(self.cuda_source)
-            cache[device] = [module.get_function(k.launch.kernel) for k in self.kernels]
-        return cache[device]
+            from .runtime.order import order_defines
+            source = self.cuda_source
+            cache[key] = load_module(order_defines(self.kernels, orders, source) + source)
+        return cache[key]
 
-    def fill_function(self, device: int):
+    def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
+        """The compiled kernels on a device, in launch order."""
+        cache = self.__dict__.setdefault("_functions", {})
+        key = (device, tuple(orders))
+        if key not in cache:
+            module = self.module(device, orders)
+            cache[key] = [module.get_function(k.launch.kernel) for k in self.kernels]
+        return cache[key]
+
+    def fill_function(self, device: int, orders: tuple[int, ...] = ()):
         """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
-        cache = self.__dict__.setdefault("_fill", {})
-        if device not in cache:
-            from .runtime.compiler import load_module
-            cache[device] = load_module(self.cuda_source).get_function("kf_fill")
-        return cache[device]
+        return self.module(device, orders).get_function("kf_fill")
 
     def entries(self, dims: dict[int, int]) -> dict[int, int]:
         """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""

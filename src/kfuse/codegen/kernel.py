@@ -538,7 +538,7 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
             elif g.kind == "count":
                 params_c.append(f"long long {g.name}")
             else:
-                params_c += ["int iters", "int order"]
+                params_c.append("int iters")
 
         out: list[str] = []
         views: dict[str, str] = {}
@@ -550,6 +550,13 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
           f"{spec.ipb} instance(s) per block; serial loop along {L}, {spec.iters or 'auto'} iteration(s)"
           + (f", unrolled by {U}" if U > 1 else "") + f"; {smem} shared entries, "
           f"{len(pl.registers)} element(s) in registers")
+        # the block order is chosen at launch and compiled in (runtime/order.py, the module is built
+        # per choice): bit 0 walks the blocks from the last, so that a kernel starts on the data
+        # the kernel before it touched last (still in L2); bit 1 (nested kernels) numbers the
+        # blocks along the loop axis first; bit 2 lets the next kernel launch early (PDL)
+        w(f"#ifndef KF_ORDER_{spec.name}")
+        w(f"#define KF_ORDER_{spec.name} 0")
+        w("#endif")
         w(f'extern "C" __global__ void __launch_bounds__({threads})')
         w(f"{spec.name}(" + ",\n    ".join(params_c) + ")")
         w("{")
@@ -565,12 +572,9 @@ def _emit(b: _Builder, pl: Placement, frame: _Frame | None = None) -> KernelCode
                 w(f"    const KfVec g_{g.name}{{{g.name}_p, {g.name}_n}};")
             else:
                 w(f"    const KfVec g_{g.name}{{{g.name}_p, 1}};   // scalar result")
-        # the block order is chosen at launch (runtime/order.py): bit 0 walks the blocks from the
-        # last, so that a kernel starts on the data the kernel before it touched last (still in
-        # L2); bit 1 (nested kernels) numbers the blocks across the loop axis first
-        w("    kf_allow_next();   // the next kernel may launch now (it waits where it needs this one's results)")
-        w("    const long long kf_b = (order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;"
-          "   // block order")
+        w(f"    constexpr int order = KF_ORDER_{spec.name};   // block order (runtime/order.py)")
+        w("    if (order & 4) kf_allow_next();   // the next kernel may launch now (it waits for this one)")
+        w("    const long long kf_b = (order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
         if nest == 1:
             w(f"    const int lt = threadIdx.x % {T};            // thread in its instance")
             w(f"    const int inst = threadIdx.x / {T};          // instance slot in the block")

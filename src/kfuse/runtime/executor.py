@@ -1,7 +1,6 @@
 """Run a compiled program: check arguments, bind sizes, allocate, clear, launch."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,7 +10,7 @@ from ..program import Program
 from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
 from .gpu import cupy
 from .launch import PackedArgs, launch_dependent, pdl_available
-from .order import block_orders
+from .order import launch_orders
 
 AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
 MAX_GRID = 2**31 - 1
@@ -146,14 +145,11 @@ class BoundCall:
         self.dims = dims
         self.launches: list[Launch] = []
         pdl = pdl_available(device)
-        fill = compiled.fill_function(device) if any(code.launch.clears for code in compiled.kernels) else None
-        # the order of each kernel's blocks (runtime/order.py), worked out once per size and device
-        cache = compiled.__dict__.setdefault("_block_orders", {})
-        key = (tuple(sorted(dims.items())), device, os.environ.get("KFUSE_ORDER", ""))
-        if key not in cache:
-            cache[key] = block_orders(compiled.kernels, dims, dtype.itemsize, device)
-        orders = cache[key]
-        for code, function in zip(compiled.kernels, compiled.functions(device)):
+        # the order of each kernel's blocks, compiled in (runtime/order.py): once per size and device
+        orders = launch_orders(compiled, dims, device, pdl)
+        fill = (compiled.fill_function(device, orders) if any(code.launch.clears for code in compiled.kernels)
+                else None)
+        for code, function in zip(compiled.kernels, compiled.functions(device, orders)):
             L = code.launch
             clears = [(arrays[v.id], float(identity)) for v, identity in L.clears if v.id not in offsets]
             if pool is not None and not self.launches:      # the shared buffer, before the first kernel
@@ -172,7 +168,6 @@ class BoundCall:
                     args.append(np.int64(-(-dims[g.axis] // g.divisor)))
             iters = L.iterations(dims, target_blocks(L.threads, device))
             args.append(np.int32(min(iters, 2**31 - 1)))
-            args.append(np.int32(orders[len(self.launches)]))
             grid = L.grid(dims, iters)
             if grid > MAX_GRID:
                 raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
