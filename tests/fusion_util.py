@@ -3,14 +3,15 @@ import random
 from dataclasses import replace
 
 import kfuse
-from kfuse.codegen.module import module_source
+from kfuse.api import share_module
 
 SAMPLE = 24     # covering plans per partition beyond which a fixed, seeded sample is taken
 
 
-def covering_programs(path, dtype, sample=SAMPLE):
+def covering_programs(path, dtype, sample=SAMPLE, dims=None):
     """Lists of CompiledScripts (one list per partition of the plan space) sharing one CUDA module,
-    which holds the kernels of all of them.  Together they use every implementation of every kernel;
+    which holds the kernels of all of them (with ``dims``, on a GPU: built for their block orders
+    at those sizes).  Together they use every implementation of every kernel;
     where a partition has more than `sample` covering plans, its best plan and a fixed, seeded
     sample of the others."""
     base = kfuse.compile(path, dtype=dtype, tuned=False)
@@ -25,9 +26,6 @@ def covering_programs(path, dtype, sample=SAMPLE):
         for m, plan in enumerate(keep):
             plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}") for k in plan.kernels))
             progs.append(base.with_plan(plan))
-        source = module_source([k for p in progs for k in p.kernels], base.library, dtype,
-                               title=f"implementations of {base.program.name}")
-        for p in progs:
-            p.__dict__["cuda_source"] = source      # one NVRTC compile per partition
+        share_module(progs, f"implementations of {base.program.name}", dims)   # one NVRTC compile
         out.append(progs)
     return out

@@ -73,7 +73,13 @@ class CompiledScript:
             from .runtime.compiler import load_module
             from .runtime.order import order_defines
             source = self.cuda_source
-            cache[key] = load_module(order_defines(self.kernels, orders, source) + source)
+            missing = order_defines(self.kernels, orders, source)
+            if missing and self.__dict__.get("_shared_source"):
+                # a module shared with other programs, built for other orders: this program's
+                # own module is smaller to compile than the shared one again
+                source = CompiledScript.cuda_source.func(self)
+                missing = order_defines(self.kernels, orders, source)
+            cache[key] = load_module(missing + source)
         return cache[key]
 
     def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
@@ -153,6 +159,26 @@ class CompiledScript:
         and timing). Its outputs are allocated once and reused."""
         from .runtime.executor import BoundCall
         return BoundCall(self, inputs, out=out)
+
+
+def share_module(progs: list[CompiledScript], title: str, dims: dict[int, int] | None = None) -> str:
+    """Give programs of one script (plans with distinct kernel names) one CUDA module holding all
+    their kernels: one NVRTC compile instead of one each.  With ``dims`` (on a GPU) each program's
+    block orders at those sizes are built in (runtime/order.py); a program bound at other sizes
+    whose orders differ compiles its own module."""
+    base = progs[0]
+    source = module_source([k for p in progs for k in p.kernels], base.library, base.dtype, title=title)
+    if dims is not None:
+        from .runtime.gpu import cupy
+        from .runtime.launch import pdl_available
+        from .runtime.order import launch_orders, order_defines
+        device = cupy().cuda.Device().id
+        source = "".join(order_defines(p.kernels, launch_orders(p, dims, device, pdl_available(device)))
+                         for p in progs) + source
+    for p in progs:
+        p.__dict__["cuda_source"] = source
+        p.__dict__["_shared_source"] = True
+    return source
 
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,

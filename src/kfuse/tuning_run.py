@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from .codegen.module import module_source
+from .api import share_module
 from .errors import KfuseError
 from .reference import device_case, evaluate, relative_error
 from .runtime.gpu import cupy
 from .runtime.launch import pdl_available
-from .runtime.order import launch_orders, order_defines
+from .runtime.order import launch_orders
 from .runtime.timing import median_us
 from .tuning import TuningStore, gpu_name, store_key
 
@@ -35,14 +35,9 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
     for n, plan in enumerate(plans):
         plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in plan.kernels))
         candidates.append(compiled.with_plan(plan))
-    source = module_source([k for c in candidates for k in c.kernels], compiled.library, compiled.dtype,
-                           title=f"tuning candidates of {prog.name}")
+    share_module(candidates, f"tuning candidates of {prog.name}", dims)
     device = cp.cuda.Device().id
-    orders = [launch_orders(c, dims, device, pdl_available(device)) for c in candidates]
-    source = "".join(order_defines(c.kernels, o) for c, o in zip(candidates, orders)) + source
-    for c in candidates:
-        c.__dict__["cuda_source"] = source
-    candidates[0].functions(device, orders[0])          # one NVRTC compile for all (orders included)
+    candidates[0].functions(device, launch_orders(candidates[0], dims, device, pdl_available(device)))
     compile_s = time.perf_counter() - t0
     log(f"{label} {prog.name}: {len(candidates)} plan(s) compiled in {compile_s:.1f} s; sizes "
         + ", ".join(f"{d.name}={dims[d.id]}" for d in prog.dims))
