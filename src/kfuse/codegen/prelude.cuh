@@ -134,10 +134,11 @@ KF_DEVICE real kf_lanes_sum(real v) {
 // Programmatic dependent launch (sm_90 and later).  A kernel after a clear (kf_fill) or after
 // another kernel of the plan is launched while that one still runs; it calls kf_wait_prior()
 // before it first touches an output the clear writes or reads what an earlier kernel wrote,
-// which waits for the launch before it to finish and its writes to be visible.  Every kernel
-// calls kf_allow_next() at its start: once all its blocks have started, the next one may launch
-// (its blocks then wait on the GPU instead of in the launch queue).  Launched the ordinary way,
-// or built for an older GPU, all are no-ops.
+// which waits for the launch before it to finish and its writes to be visible.  A kernel built
+// with bit 2 of its order (runtime/order.py: a grid of at most two waves, and a next kernel that
+// waits for it) and kf_fill call kf_allow_next() at their start: once all their blocks have
+// started, the next one may launch (its blocks then wait on the GPU instead of in the launch
+// queue).  Launched the ordinary way, or built for an older GPU, all are no-ops.
 KF_DEVICE void kf_wait_prior() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
