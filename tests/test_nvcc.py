@@ -43,3 +43,33 @@ def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
                     kernels.append(build_kernel(spec, lib))
     assert len(kernels) > 30
     nvcc_compile(nvcc, module_source(kernels, lib, "float64"), tmp_path, "all")
+
+
+def test_nvrtc_options_from_the_environment(monkeypatch):
+    """$KFUSE_NVRTC_OPTIONS adds NVRTC options after kfuse's own, shell-quoted; modules compiled
+    with other options are other modules (the in-process cache is keyed by them too)."""
+    from types import SimpleNamespace
+
+    from kfuse.runtime import compiler
+
+    seen = []
+
+    class RawModule:
+        def __init__(self, code, options, backend):
+            seen.append((code, options, backend))
+
+        def compile(self):
+            pass
+
+    cp = SimpleNamespace(RawModule=RawModule, cuda=SimpleNamespace(Device=lambda: SimpleNamespace(id=0)))
+    monkeypatch.setattr(compiler, "cupy", lambda: cp)
+    monkeypatch.setattr(compiler, "_modules", {})
+    monkeypatch.delenv("KFUSE_NVRTC_OPTIONS", raising=False)
+    assert compiler.options() == compiler.OPTIONS
+    plain = compiler.load_module("// a")
+    assert compiler.load_module("// a") is plain and len(seen) == 1
+    monkeypatch.setenv("KFUSE_NVRTC_OPTIONS", "-lineinfo '-DKF_NOTE=1 2'")
+    assert compiler.options() == compiler.OPTIONS + ("-lineinfo", "-DKF_NOTE=1 2")
+    other = compiler.load_module("// a")
+    assert other is not plain
+    assert seen[-1] == ("// a", compiler.OPTIONS + ("-lineinfo", "-DKF_NOTE=1 2"), "nvrtc")

@@ -9,12 +9,19 @@ top of it an in-process table avoids re-loading modules.
 from __future__ import annotations
 
 import hashlib
+import os
+import shlex
 
 from ..errors import CompileError
 from .gpu import cupy
 
 OPTIONS = ("-std=c++17",)
-_modules: dict[tuple[str, int], object] = {}
+
+
+def options() -> tuple[str, ...]:
+    """NVRTC options: kfuse's, then those in $KFUSE_NVRTC_OPTIONS (e.g. "-lineinfo")."""
+    return OPTIONS + tuple(shlex.split(os.environ.get("KFUSE_NVRTC_OPTIONS", "")))
+_modules: dict[tuple[str, tuple[str, ...], int], object] = {}
 
 
 def numbered(source: str) -> str:
@@ -25,14 +32,15 @@ def load_module(source: str):
     """Compile (or fetch from the caches) a CUDA module; raises CompileError with the log."""
     cp = cupy()
     device = cp.cuda.Device().id
-    key = (hashlib.sha256(source.encode()).hexdigest(), device)
+    opts = options()
+    key = (hashlib.sha256(source.encode()).hexdigest(), opts, device)
     mod = _modules.get(key)
     if mod is None:
         try:
-            mod = cp.RawModule(code=source, options=OPTIONS, backend="nvrtc")
+            mod = cp.RawModule(code=source, options=opts, backend="nvrtc")
             mod.compile()
         except cp.cuda.compiler.CompileException as e:
-            raise CompileError(f"NVRTC rejected the generated code (options {' '.join(OPTIONS)}):\n"
+            raise CompileError(f"NVRTC rejected the generated code (options {' '.join(opts)}):\n"
                                f"{e.get_message()}\n--- source ---\n{numbered(source)}") from None
         _modules[key] = mod
     return mod

@@ -1,0 +1,108 @@
+"""What the atomic adds of the row and column reductions cost: the model's top plans of a sequence
+timed as generated, with the row-partial atomics (rowsum_store, qrowsum_store) disabled, with
+the column-partial atomics (colsum_store, qcolsum_store) disabled, and with both.  "Disabled"
+guards the add with a test on the value that never holds, so every load and every sum stays;
+the results are then wrong (timing only).  Cold L2, median of CUDA events.
+
+    python benchmarks/atomics_cost.py [--top K] SEQ ...
+"""
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+import kfuse
+import kfuse.runtime.compiler as compiler
+from kfuse.api import share_module
+from kfuse.reference import device_case, evaluate, relative_error
+from kfuse.runtime.timing import median_us
+from kfuse.tuning_run import search_dims
+
+ROOT = Path(__file__).resolve().parent.parent
+NEVER = "real(-1.2345e-30)"
+ROW = [("if (lane % G == 0) g.add(", f"if (lane % G == 0 && s == {NEVER}) g.add("),
+       ("if (l % G == 0) g.add(", f"if (l % G == 0 && s == {NEVER}) g.add(")]
+COL = [("g.add(ix.j * KF_TC + ix.tx, v(0));", f"if (v(0) == {NEVER}) g.add(ix.j * KF_TC + ix.tx, v(0));"),
+       ("for (int e = 0; e < 4; ++e) g.add(ix.j * KF_TC + 4 * ix.tx + e, t[e]);",
+        f"for (int e = 0; e < 4; ++e) if (t[e] == {NEVER}) g.add(ix.j * KF_TC + 4 * ix.tx + e, t[e]);")]
+# 16-byte vector reductions (red.global.add.v4.f32, sm_90): the column partials' four entries per
+# lane in one instruction; the row partials gathered from the four lanes holding rows ty .. ty+3
+# (quad tiles: lanes tx, tx+8, tx+16, tx+24 of a warp) into the lane of ty % 4 == 0
+RED4 = [("template <int N>\nstruct KfReg", """KF_DEVICE void kf_red4(const KfVec& g, long long e, const real (&v)[4]) {
+    if (g.quad_ok(e)) {
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(g.p + e), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) g.add(e + k, v[k]);
+    }
+}
+
+template <int N>
+struct KfReg""")]
+V4COL = [("""    if ((ix.ty & 3) == 0) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) g.add(ix.j * KF_TC + 4 * ix.tx + e, t[e]);
+    }""", """    if ((ix.ty & 3) == 0) kf_red4(g, ix.j * KF_TC + 4 * ix.tx, t);""")]
+V4ROW = [("    if (l % G == 0) g.add(ix.i * KF_TR + ix.ty + BY * (l / G), s);", """    real q4[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) q4[c] = __shfl_sync(0xffffffffu, s, l + 8 * c);
+    if ((ix.ty & 3) == 0 && l % G == 0) kf_red4(g, ix.i * KF_TR + ix.ty + BY * (l / G), q4);""")]
+MODES = {"as generated": [], "no row atomics": ROW, "no column atomics": COL, "no atomics": ROW + COL,
+         "v4 rows": RED4 + V4ROW, "v4 columns": RED4 + V4COL, "v4 both": RED4 + V4ROW + V4COL}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("seqs", nargs="+")
+    ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--modes", default=None, help="comma-separated subset of the modes")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--spans", default=None, help="replace kfuse.fusion.space.SPANS, e.g. 1,2,4,8")
+    a = ap.parse_args()
+    if a.spans:
+        import kfuse.fusion.space as space
+        space.SPANS = tuple(int(x) for x in a.spans.split(","))
+    original = compiler.load_module
+    for seq in a.seqs:
+        for mode, edits in ((m, MODES[m]) for m in (a.modes.split(",") if a.modes else MODES)):
+            def patched(source, edits=edits):
+                for old, new in edits:
+                    assert old in source or "rowsum_store" not in source, old
+                    source = source.replace(old, new)
+                return original(source)
+            compiler.load_module = patched
+            c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
+            p = c.program
+            dims = search_dims(c, {d.name: 8192 for d in p.dims})
+            plans = [pl for _, pl in zip(range(a.top), c.search.plans())]
+            cands = [c.with_plan(replace(pl, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in pl.kernels)))
+                     for n, pl in enumerate(plans)]
+            share_module(cands, f"{seq} {mode}", dims)
+            dev, host, outs = device_case(p, dims, "float32", 0)
+            times = [median_us(x.bind(**dev), reps=a.reps, cold_l2=True) for x in cands]
+            if mode.startswith("v4"):       # these must still be right
+                ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
+                for n, x in enumerate(cands):
+                    for o in outs.values():
+                        o.fill(np.nan)
+                    got = x(out=outs, sync=True, **dev)
+                    got = got if isinstance(got, tuple) else (got,)
+                    err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(p.outputs, got))
+                    if not err < 1e-5:
+                        print(f"  {mode}: plan {n + 1} WRONG (error {err:.1e})")
+            if mode == "as generated":
+                for n, pl in enumerate(plans):
+                    print(f"  plan {n + 1:2d}: " + "; ".join(
+                        f"{k.loop} S{k.span} U{k.unroll} " + "/".join(
+                            f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls) for k in pl.kernels))
+            print(f"{seq:8s} {mode:18s} " + " ".join(f"{t:6.1f}" for t in times) + f"   best {min(times):6.1f}",
+                  flush=True)
+            cp.get_default_memory_pool().free_all_blocks()
+    compiler.load_module = original
+
+
+if __name__ == "__main__":
+    main()
