@@ -16,7 +16,7 @@ import kfuse
 from kfuse.bench.harness import copy_bandwidth, device_timer, l2_bytes
 from kfuse.reference import device_case
 from kfuse.runtime.gpu import cupy
-from kfuse.runtime.order import block_orders
+from kfuse.runtime.order import launch_orders
 from kfuse.runtime.timing import median_us
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def main(names):
         dims = {d.id: 8192 for d in p.dims}
         dev, _, _ = device_case(p, dims, "float32", 0)
         os.environ.pop("KFUSE_ORDER", None)
-        chosen = block_orders(prog.kernels, dims, 4, cp.cuda.Device().id)
+        chosen = [o & 3 for o in launch_orders(prog, dims, cp.cuda.Device().id, pdl=False)]
         print(f"{name}: {len(prog.kernels)} kernel(s) {[k.spec.name for k in prog.kernels]}; model chooses {chosen}",
               flush=True)
         ref = None

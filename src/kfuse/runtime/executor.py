@@ -10,7 +10,7 @@ from ..program import Program
 from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
 from .gpu import cupy
 from .launch import PackedArgs, launch_dependent, pdl_available
-from .order import launch_orders
+from .order import launch_orders, launch_shape
 
 AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
 MAX_GRID = 2**31 - 1
@@ -149,7 +149,8 @@ class BoundCall:
         orders = launch_orders(compiled, dims, device, pdl)
         fill = (compiled.fill_function(device, orders) if any(code.launch.clears for code in compiled.kernels)
                 else None)
-        for code, function in zip(compiled.kernels, compiled.functions(device, orders)):
+        shape = launch_shape(compiled, dims, device)
+        for (_, iters), code, function in zip(shape, compiled.kernels, compiled.functions(device, orders)):
             L = code.launch
             clears = [(arrays[v.id], float(identity)) for v, identity in L.clears if v.id not in offsets]
             if pool is not None and not self.launches:      # the shared buffer, before the first kernel
@@ -166,7 +167,6 @@ class BoundCall:
                     args.append(scalars[g.value.id])
                 elif g.kind == "count":
                     args.append(np.int64(-(-dims[g.axis] // g.divisor)))
-            iters = L.iterations(dims, target_blocks(L.threads, device))
             args.append(np.int32(min(iters, 2**31 - 1)))
             grid = L.grid(dims, iters)
             if grid > MAX_GRID:

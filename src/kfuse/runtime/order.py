@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 
 ORDERS_NESTED = (0, 1, 2, 3)
-ORDERS_UNNESTED = (0, 1)
 L2_SHARE = 0.5          # of the device's L2 assumed to hold the producer's most recent data
 
 
@@ -167,42 +166,47 @@ def forced_orders(count: int) -> list[int] | None:
     return orders
 
 
-def block_orders(kernels, dims: dict[int, int], itemsize: int, device: int) -> list[int]:
-    """Bits 0 and 1 of each kernel's order in a bound call (see the module's docstring)."""
-    forced = forced_orders(len(kernels))
-    if forced is not None:
-        return forced
-    if len(kernels) < 2:
-        return [band_bit(k) for k in kernels]
-    from .executor import target_blocks
-    from .gpu import cupy
-    resident = [max(1, target_blocks(code.launch.threads, device) // 2) for code in kernels]
-    iters = [code.launch.iterations(dims, 2 * r) for code, r in zip(kernels, resident)]
-    l2 = int(cupy().cuda.Device(device).attributes["L2CacheSize"])
-    return choose_orders(kernels, dims, iters, resident, itemsize, L2_SHARE * l2)
+def launch_shape(compiled, dims: dict[int, int], device: int) -> tuple[tuple[int, int], ...]:
+    """(target blocks, serial iterations) of each kernel of ``compiled`` launched at sizes ``dims``
+    (iterations chosen at launch aim at a grid of two waves: executor.target_blocks); cached."""
+    cache = compiled.__dict__.setdefault("_launch_shape", {})
+    key = (tuple(sorted(dims.items())), device)
+    if key not in cache:
+        from .executor import target_blocks
+        shape = []
+        for code in compiled.kernels:
+            target = target_blocks(code.launch.threads, device)
+            shape.append((target, code.launch.iterations(dims, target)))
+        cache[key] = tuple(shape)
+    return cache[key]
 
 
 ALLOW_NEXT = 4
 
 
 def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tuple[int, ...]:
-    """The order each kernel of ``compiled`` is built with for a launch at sizes ``dims``: the
-    block order, plus bit 2 (kf_allow_next at the kernel's start) on a kernel whose next kernel is
-    launched dependent on it (PDL: it waits for this one) and whose grid is at most two waves.  A
-    kernel of many small blocks pays for the signal in every block (SSCAL's one-instance blocks
-    on the H100: 82.7 us against 45.6 at N = 2^24), more than an early launch of the next saves."""
+    """The order each kernel of ``compiled`` is built with for a launch at sizes ``dims``: bits 0
+    and 1 (the block order, see the module's docstring; ``KFUSE_ORDER`` forces them), plus bit 2
+    (kf_allow_next at the kernel's start) on a kernel whose next kernel is launched dependent on it
+    (PDL: it waits for this one) and whose grid is at most two waves.  A kernel of many small
+    blocks pays for the signal in every block (SSCAL's one-instance blocks on the H100: 82.7 us
+    against 45.6 at N = 2^24), more than an early launch of the next saves."""
     cache = compiled.__dict__.setdefault("_launch_orders", {})
     key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""))
     if key not in cache:
-        import numpy as np
-
-        from .executor import target_blocks
         kernels = compiled.kernels
-        orders = block_orders(kernels, dims, np.dtype(compiled.dtype).itemsize, device)
+        shape = launch_shape(compiled, dims, device)
+        orders = forced_orders(len(kernels))
+        if orders is None and len(kernels) < 2:
+            orders = [band_bit(k) for k in kernels]
+        elif orders is None:
+            from .gpu import cupy
+            l2 = int(cupy().cuda.Device(device).attributes["L2CacheSize"])
+            orders = choose_orders(kernels, dims, [it for _, it in shape], [max(1, t // 2) for t, _ in shape],
+                                   np.dtype(compiled.dtype).itemsize, L2_SHARE * l2)
         for k in range(len(kernels) - 1):
-            L = kernels[k].launch
-            target = target_blocks(L.threads, device)
-            if pdl and kernels[k + 1].launch.waits and L.grid(dims, L.iterations(dims, target)) <= target:
+            (target, iters), L = shape[k], kernels[k].launch
+            if pdl and kernels[k + 1].launch.waits and L.grid(dims, iters) <= target:
                 orders[k] |= ALLOW_NEXT
         cache[key] = tuple(orders)
     return cache[key]
