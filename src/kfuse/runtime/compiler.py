@@ -21,6 +21,8 @@ OPTIONS = ("-std=c++17",)
 def options() -> tuple[str, ...]:
     """NVRTC options: kfuse's, then those in $KFUSE_NVRTC_OPTIONS (e.g. "-lineinfo")."""
     return OPTIONS + tuple(shlex.split(os.environ.get("KFUSE_NVRTC_OPTIONS", "")))
+
+
 _modules: dict[tuple[str, tuple[str, ...], int], object] = {}
 
 
