@@ -7,20 +7,13 @@ the results are then wrong (timing only).  Cold L2, median of CUDA events.
     python benchmarks/atomics_cost.py [--top K] SEQ ...
 """
 import argparse
-from dataclasses import replace
-from pathlib import Path
 
 import cupy as cp
-import numpy as np
+from explore_util import candidates, describe, max_error, top_plans
 
-import kfuse
 import kfuse.runtime.compiler as compiler
-from kfuse.api import share_module
-from kfuse.reference import device_case, evaluate, relative_error
 from kfuse.runtime.timing import median_us
-from kfuse.tuning_run import search_dims
 
-ROOT = Path(__file__).resolve().parent.parent
 NEVER = "real(-1.2345e-30)"
 ROW = [("if (lane % G == 0) g.add(", f"if (lane % G == 0 && s == {NEVER}) g.add("),
        ("if (l % G == 0) g.add(", f"if (l % G == 0 && s == {NEVER}) g.add(")]
@@ -74,30 +67,17 @@ def main():
                     source = source.replace(old, new)
                 return original(source)
             compiler.load_module = patched
-            c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
-            p = c.program
-            dims = search_dims(c, {d.name: 8192 for d in p.dims})
-            plans = [pl for _, pl in zip(range(a.top), c.search.plans())]
-            cands = [c.with_plan(replace(pl, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in pl.kernels)))
-                     for n, pl in enumerate(plans)]
-            share_module(cands, f"{seq} {mode}", dims)
-            dev, host, outs = device_case(p, dims, "float32", 0)
-            times = [median_us(x.bind(**dev), reps=a.reps, cold_l2=True) for x in cands]
+            c, dims, plans = top_plans(seq, a.top)
+            cands, case = candidates(c, plans, dims, f"{seq} {mode}")
+            times = [median_us(x.bind(**case[0]), reps=a.reps, cold_l2=True) for x in cands]
             if mode.startswith("v4"):       # these must still be right
-                ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
                 for n, x in enumerate(cands):
-                    for o in outs.values():
-                        o.fill(np.nan)
-                    got = x(out=outs, sync=True, **dev)
-                    got = got if isinstance(got, tuple) else (got,)
-                    err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(p.outputs, got))
+                    err = max_error(x, case)
                     if not err < 1e-5:
                         print(f"  {mode}: plan {n + 1} WRONG (error {err:.1e})")
             if mode == "as generated":
                 for n, pl in enumerate(plans):
-                    print(f"  plan {n + 1:2d}: " + "; ".join(
-                        f"{k.loop} S{k.span} U{k.unroll} " + "/".join(
-                            f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls) for k in pl.kernels))
+                    print(f"  plan {n + 1:2d}: {describe(pl)}")
             print(f"{seq:8s} {mode:18s} " + " ".join(f"{t:6.1f}" for t in times) + f"   best {min(times):6.1f}",
                   flush=True)
             cp.get_default_memory_pool().free_all_blocks()

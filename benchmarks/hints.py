@@ -9,16 +9,14 @@ sequences without a matrix is taken in the same rounds.
 import argparse
 import os
 import statistics
-from pathlib import Path
 
-import cupy as cp
+from explore_util import top_plans
 
-import kfuse
+from kfuse.bench.harness import copy_bandwidth, device_timer
 from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
-from kfuse.tuning_run import measure_plans, search_dims
+from kfuse.tuning_run import measure_plans
 
-ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {
     "plain": "",
     "ld.L2::256B": "-DKF_LD_HINT=1",
@@ -51,11 +49,7 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
     names = a.variants.split(",")
-    src = cp.empty(2**28, dtype=cp.float32)
-    dst = cp.empty_like(src)
-    t = median_us(lambda: cp.copyto(dst, src), reps=20)
-    print(f"copy bandwidth: {2 * src.nbytes / (t * 1e-6) / 1e9:.0f} GB/s (read + write)", flush=True)
-    del src, dst
+    print(f"copy bandwidth: {copy_bandwidth(2**30, device_timer(30, 3)):.0f} GB/s (read + write)", flush=True)
     for item in a.seqs:
         seq, top = item.split(":")
         table = {v: [] for v in names}
@@ -63,11 +57,8 @@ def main():
         for r in range(a.rounds):
             for v in names:
                 os.environ["KFUSE_NVRTC_OPTIONS"] = VARIANTS[v]
-                c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
+                c, dims, plans = top_plans(seq, int(top))
                 p = c.program
-                size = 8192 if any(x.type == "matrix" for x in p.values) else 2**26
-                dims = search_dims(c, {d.name: size for d in p.dims})
-                plans = [pl for _, pl in zip(range(int(top)), c.search.plans())]
                 res, _ = measure_plans(c, plans, dims, reps=a.reps, log=lambda m: None)
                 best = min(res, key=lambda x: x[0])
                 first = next((t for t, n, _ in res if n == 0), float("nan"))

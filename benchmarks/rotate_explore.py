@@ -11,20 +11,12 @@ entries.  Modes, each on the model's top plans (cold L2, median of CUDA events):
 import argparse
 import os
 import re
-from dataclasses import replace
-from pathlib import Path
 
 import cupy as cp
-import numpy as np
+from explore_util import candidates, max_error, top_plans
 
-import kfuse
 import kfuse.runtime.compiler as compiler
-from kfuse.api import share_module
-from kfuse.reference import device_case, evaluate, relative_error
 from kfuse.runtime.timing import median_us
-from kfuse.tuning_run import search_dims
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def rotate(source: str, G: int) -> str:
@@ -49,23 +41,12 @@ def main():
             G = int(mode[3:]) if mode.startswith("rot") else None
             compiler.load_module = (lambda s, G=G: original(rotate(s, G))) if G else original
             os.environ["KFUSE_ORDER"] = "2" if mode == "order2" else ""
-            c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
-            p = c.program
-            dims = search_dims(c, {d.name: 8192 for d in p.dims})
-            plans = [pl for _, pl in zip(range(a.top), c.search.plans())]
-            cands = [c.with_plan(replace(pl, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in pl.kernels)))
-                     for n, pl in enumerate(plans)]
-            share_module(cands, f"{seq} {mode}", dims)
-            dev, host, outs = device_case(p, dims, "float32", 0)
-            ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
+            c, dims, plans = top_plans(seq, a.top)
+            cands, case = candidates(c, plans, dims, f"{seq} {mode}")
             cells = []
             for x in cands:
-                for o in outs.values():
-                    o.fill(np.nan)
-                got = x(out=outs, sync=True, **dev)
-                got = got if isinstance(got, tuple) else (got,)
-                err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(p.outputs, got))
-                t = median_us(x.bind(**dev), reps=a.reps, cold_l2=True)
+                err = max_error(x, case)
+                t = median_us(x.bind(**case[0]), reps=a.reps, cold_l2=True)
                 cells.append(f"{t:6.1f}" + ("" if err < 1e-5 else "!"))
             print(f"{seq:8s} {mode:10s} " + " ".join(cells), flush=True)
             cp.get_default_memory_pool().free_all_blocks()

@@ -5,13 +5,11 @@ with the spans of kfuse.fusion.space.SPANS replaced, checked against the referen
     python benchmarks/span_explore.py --spans 1,2,4,8 SEQ:TOP ...
 """
 import argparse
-from pathlib import Path
 
-import kfuse
+from explore_util import describe, top_plans
+
 import kfuse.fusion.space as space
-from kfuse.tuning_run import measure_plans, search_dims
-
-ROOT = Path(__file__).resolve().parent.parent
+from kfuse.tuning_run import measure_plans
 
 
 def main():
@@ -23,15 +21,10 @@ def main():
     space.SPANS = tuple(int(x) for x in a.spans.split(","))
     for item in a.seqs:
         seq, top = item.split(":")
-        c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
-        p = c.program
-        size = 8192 if any(x.type == "matrix" for x in p.values) else 2**26
-        dims = search_dims(c, {d.name: size for d in p.dims})
-        plans = [pl for _, pl in zip(range(int(top)), c.search.plans())]
+        c, dims, plans = top_plans(seq, int(top))
         res, _ = measure_plans(c, plans, dims, reps=a.reps, log=lambda m: None)
         for t, n, _ in sorted(res, key=lambda r: r[0]):
-            ks = "; ".join(f"{k.loop} S{k.span} U{k.unroll} " + "/".join(f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls)
-                           for k in plans[n].kernels)
+            ks = describe(plans[n])
             print(f"{seq:8s} plan {n + 1:3d} {t:8.1f} us (predicted {plans[n].predicted * 1e6:6.1f})  {ks}",
                   flush=True)
 

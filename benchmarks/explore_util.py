@@ -1,0 +1,53 @@
+"""What the exploration scripts (atomics_cost, rotate_explore, span_explore, hints) share: an
+example's model-ranked top plans at the benchmark sizes, built into one module, and the check of
+one against the float64 reference."""
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+import kfuse
+from kfuse.api import share_module
+from kfuse.reference import device_case, evaluate, relative_error
+from kfuse.tuning_run import search_dims
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def top_plans(seq: str, top: int, n: int = 8192, N: int = 2**26):
+    """(compiled script, its sizes, the model's first ``top`` plans) of examples/SEQ.kf, sized n
+    (scripts with a matrix) or N."""
+    c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
+    p = c.program
+    size = n if any(x.type == "matrix" for x in p.values) else N
+    dims = search_dims(c, {d.name: size for d in p.dims})
+    return c, dims, [pl for _, pl in zip(range(top), c.search.plans())]
+
+
+def candidates(c, plans, dims, title: str):
+    """The plans as programs sharing one NVRTC module (kernels renamed apart), and a fresh random
+    case for them: (programs, (device inputs, host inputs, output arrays))."""
+    cands = [c.with_plan(replace(pl, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in pl.kernels)))
+             for n, pl in enumerate(plans)]
+    share_module(cands, title, dims)
+    return cands, device_case(c.program, dims, "float32", 0)
+
+
+def max_error(x, case) -> float:
+    """Largest relative error of program ``x``'s outputs (poisoned with NaN first) on ``case``."""
+    import cupy as cp
+    dev, host, outs = case
+    p = x.program
+    ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
+    for o in outs.values():
+        o.fill(np.nan)
+    got = x(out=outs, sync=True, **dev)
+    got = got if isinstance(got, tuple) else (got,)
+    return max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(p.outputs, got))
+
+
+def describe(plan) -> str:
+    """Each kernel's loop axis, span, unroll and variants with BY, e.g. ``i S2 U1 quad4/quad4``."""
+    return "; ".join(f"{k.loop} S{k.span} U{k.unroll} "
+                     + "/".join(f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls)
+                     for k in plan.kernels)
