@@ -123,8 +123,9 @@ def reuse_bytes(producer: _Touches, consumer: _Touches, capacity: float) -> floa
 
 
 def band_bit(code) -> int:
-    """Bit 1 of a nested kernel's order: set when its loop walks the contiguous axis of its
-    largest matrix (the last axis the matrix follows), so that consecutive blocks, which the GPU
+    """Bit 1 of a nested kernel's order: set when its loop walks the contiguous axis of the first
+    matrix it reads or writes in global memory (the last axis the matrix follows; in the shipped
+    library every matrix of a kernel follows (i, j)), so that consecutive blocks, which the GPU
     runs together, always cover whole rows of it.  Measured on the H100 (benchmarks/block_order.py,
     n = 8192): row bands are as fast or faster in every kernel alone (ATAX's t = A x 183.6 us
     against 185.8), and numbering a column-sum kernel's blocks the other way costs 4-8 us."""
