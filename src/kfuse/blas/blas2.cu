@@ -347,3 +347,167 @@ KF_DEVICE void madd_qcompute(const KfIx& ix, VA& a, VB& b, VO& out) {
 #pragma unroll
     for (int k = 0; k < 4 * (KF_TR / BY); ++k) out(k) = a(k) + b(k);
 }
+
+// ---- wide tiles ("wide"): an instance is KF_TR rows x TC columns (TC = 128 M), threads 32 x BY
+// Thread (tx, ty) owns tile entries (ty + BY r, 128 m + 4 tx + e), m < M (mapping "qrows", slot
+// 4 (M r + m) + e), column-vector entries 128 m + 4 tx + e (mapping "quad", slot 4 m + e),
+// row-vector entries ty + BY r (mapping "split"; "rowpart" for row partials summed over the
+// warp's 32 lanes), column partials summed over ty, i.e. over the block's warps ("qcolpart").
+// A warp moves 512 contiguous bytes of one row per instruction (float32), 512 M bytes of it per
+// instance: long runs of a row per warp keep the DRAM pages open (benchmarks/wide_explore.py).
+template <int BY, int TC, class V>
+KF_DEVICE void wtile_load(const KfIx& ix, const KfMat& g, V& a) {
+    constexpr int M = TC / 128;
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            real t[4];
+            g.get4(ix.i * KF_TR + ix.ty + BY * r, ix.j * TC + 128 * m + 4 * ix.tx, t, real(0));
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a(4 * (M * r + m) + e) = t[e];
+        }
+}
+
+template <int BY, int TC, class V>
+KF_DEVICE void wtile_store(const KfIx& ix, V& a, const KfMat& g) {
+    constexpr int M = TC / 128;
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            real t[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) t[e] = a(4 * (M * r + m) + e);
+            g.put4(ix.i * KF_TR + ix.ty + BY * r, ix.j * TC + 128 * m + 4 * ix.tx, t);
+        }
+}
+
+// piece j of a vector along the columns (TC entries; mapping "quad")
+template <int BY, int TC, class V>
+KF_DEVICE void wcolvec_load(const KfIx& ix, const KfVec& g, V& v) {
+#pragma unroll
+    for (int m = 0; m < TC / 128; ++m) {
+        real t[4];
+        g.get4(ix.j * TC + 128 * m + 4 * ix.tx, t, real(0));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v(4 * m + e) = t[e];
+    }
+}
+
+// the beta-term of a column reduction (mapping "qcolpart"): read by warp ty = 0 of the first
+// instance along the reduced axis i only
+template <int BY, int TC, class V>
+KF_DEVICE void wcolvec_load_first_i(const KfIx& ix, const KfVec& g, V& v) {
+#pragma unroll
+    for (int m = 0; m < TC / 128; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            v(4 * m + e) = (ix.i == 0 && ix.ty == 0) ? g.get(ix.j * TC + 128 * m + 4 * ix.tx + e, real(0)) : real(0);
+}
+
+// piece i of a vector along the rows (mapping "split"), and its beta-term for a row reduction
+// (mapping "rowpart", lane 0 of the first instance along j): as for 32 x BY threads
+template <int BY, int TC, class V>
+KF_DEVICE void wrowvec_load(const KfIx& ix, const KfVec& g, V& v) { rowvec_load<BY>(ix, g, v); }
+
+template <int BY, int TC, class V>
+KF_DEVICE void wrowvec_load_first_j(const KfIx& ix, const KfVec& g, V& v) { rowvec_load_first_j<BY>(ix, g, v); }
+
+// row partials (mapping "rowpart"): summed over the warp's 32 lanes by rowsum_store's
+// transpose-reduce, one atomic instruction per warp
+template <int BY, int TC, class V>
+KF_DEVICE void wrowsum_store(const KfIx& ix, V& v, const KfVec& g) { rowsum_store<BY>(ix, v, g); }
+
+// column partials (mapping "qcolpart") summed over the block's BY warps: each warp writes its
+// partials to the shared tile part (BY x TC; the finish routine), then, after the barrier the
+// compiler places between them, each column is summed over the rows of part and added once
+template <int BY, int TC, class V, class VP>
+KF_DEVICE void wcolsum_gather(const KfIx& ix, V& v, VP& part) {
+#pragma unroll
+    for (int m = 0; m < TC / 128; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part.at(ix.ty, 128 * m + 4 * ix.tx + e) = v(4 * m + e);
+}
+
+template <int BY, int TC, class VP>
+KF_DEVICE void wcolsum_store(const KfIx& ix, VP& part, const KfVec& g) {
+    for (int c = ix.tx + 32 * ix.ty; c < TC; c += 32 * BY) {
+        real s = 0;
+#pragma unroll
+        for (int w = 0; w < BY; ++w) s += part.at(w, c);
+        g.add(ix.j * TC + c, s);
+    }
+}
+
+// ---- wide computes (slots as above)
+template <int BY, int TC, class VA, class VX>
+KF_DEVICE real wrow_dot(VA& a, VX& x, int r) {
+    constexpr int M = TC / 128;
+    real s = 0;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s += a(4 * (M * r + m) + e) * x(4 * m + e);
+    return s;
+}
+
+template <int BY, int TC, class VA, class VX, class VO>
+KF_DEVICE void gemv_wcompute(const KfIx& ix, VA& a, VX& x, VO& out) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r) out(r) += wrow_dot<BY, TC>(a, x, r);
+}
+
+template <int BY, int TC, class VA, class VX, class VO>
+KF_DEVICE void gemv_wcompute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r) out(r) += alpha * wrow_dot<BY, TC>(a, x, r);
+}
+
+template <int BY, int TC, class VA, class VX, class VY, class VO>
+KF_DEVICE void gemv_wcompute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r) out(r) += alpha * wrow_dot<BY, TC>(a, x, r) + beta * y(r);
+}
+
+template <int BY, int TC, class VA, class VX>
+KF_DEVICE real wcol_dot(VA& a, VX& x, int k) {     // slot k = 4 m + e of the column partials
+    constexpr int M = TC / 128;
+    real s = 0;
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r) s += a(4 * M * r + k) * x(r);
+    return s;
+}
+
+template <int BY, int TC, class VA, class VX, class VO>
+KF_DEVICE void gemtv_wcompute(const KfIx& ix, VA& a, VX& x, VO& out) {
+#pragma unroll
+    for (int k = 0; k < TC / 32; ++k) out(k) += wcol_dot<BY, TC>(a, x, k);
+}
+
+template <int BY, int TC, class VA, class VX, class VO>
+KF_DEVICE void gemtv_wcompute_a(const KfIx& ix, VA& a, VX& x, VO& out, real alpha) {
+#pragma unroll
+    for (int k = 0; k < TC / 32; ++k) out(k) += alpha * wcol_dot<BY, TC>(a, x, k);
+}
+
+template <int BY, int TC, class VA, class VX, class VY, class VO>
+KF_DEVICE void gemtv_wcompute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
+#pragma unroll
+    for (int k = 0; k < TC / 32; ++k) out(k) += alpha * wcol_dot<BY, TC>(a, x, k) + beta * y(k);
+}
+
+template <int BY, int TC, class VA, class VU, class VV, class VO>
+KF_DEVICE void ger_wcompute(const KfIx& ix, VA& a, VU& u, VV& v, VO& out) {
+    constexpr int M = TC / 128;
+#pragma unroll
+    for (int r = 0; r < KF_TR / BY; ++r)
+#pragma unroll
+        for (int k = 0; k < 4 * M; ++k) out(4 * M * r + k) = a(4 * M * r + k) + u(r) * v(k);
+}
+
+template <int BY, int TC, class VA, class VB, class VO>
+KF_DEVICE void madd_wcompute(const KfIx& ix, VA& a, VB& b, VO& out) {
+#pragma unroll
+    for (int k = 0; k < 4 * (TC / 128) * (KF_TR / BY); ++k) out(k) = a(k) + b(k);
+}

@@ -88,9 +88,10 @@ class _Arrays:
             self.pool[key] = self.cp.zeros(shape, dtype=self.dtype)
         return self.pool[key]
 
-    def counts(self, nesting: int) -> tuple[int, ...]:
+    def counts(self, nesting: int, tile: tuple[int, int] | None = None) -> tuple[int, ...]:
         if nesting == 2:
-            return (-(-self.n // self.lib.tile[0]), -(-self.n // self.lib.tile[1]))
+            tile = tile or self.lib.tile
+            return (-(-self.n // tile[0]), -(-self.n // tile[1]))
         return (-(-self.N // self.lib.subvector),)
 
 
@@ -104,7 +105,7 @@ def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
         args.append(arr)
         args.extend(np.int64(s) for s in arr.shape if typ != "scalar")
     args += [dt(1.0) for _ in probe.scalars()]
-    counts = arrays.counts(probe.nesting)
+    counts = arrays.counts(probe.nesting, probe.tile)
     args += [np.int64(c) for c in counts]
     threads = probe.threads * env.ipb
     if probe.nesting == 2:

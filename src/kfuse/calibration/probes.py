@@ -90,6 +90,7 @@ class Probe:
     source: str                     # path of the routine's .cu file
     ipbs: tuple[int, ...]           # instances per block to calibrate (unnested)
     atomic: bool                    # a store accumulating a reduced output into global memory
+    tile: tuple[int, int] | None = None     # nested: rows x columns of an instance
 
     # -- environments -------------------------------------------------------------------
     def environments(self, quick: bool = False) -> list[Env]:
@@ -263,6 +264,9 @@ def _pitch(a: _ElementArg) -> int:
 
 def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) -> Probe:
     m = dict(macros)
+    tile = None
+    if fn.nesting == 2:
+        tile = tuple(_value(t, m) for t in var.tile) if var.tile else tuple(lib.tile)
     X, Y = (_value(t, m) for t in r.threads)
     T = prod(_value(t, m) for t in var.threads)
     params = {p.name: p for p in fn.params}
@@ -278,7 +282,7 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
         else:
             if a.name in params:
                 p = params[a.name]
-                kind, shape, pad = p.element, lib.element_shape(p.element), p.pad
+                kind, shape, pad = p.element, lib.element_shape(p.element, tile, p.index), p.pad
             else:
                 loc = locals_[a.name]
                 kind, shape, pad = loc.element, tuple(_value(x, m) for x in loc.shape), loc.pad
@@ -291,10 +295,12 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
     else:
         ipbs = (1,)
     atomic = r.kind == "store" and bool(params[r.param].reduce)
-    text = repr((r.kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic))
+    kind = "compute" if r.kind == "finish" else r.kind      # a finish works on chip, as a compute
+    text = repr((kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic)
+                + ((tile,) if tile not in (None, tuple(lib.tile)) else ()))
     h = hashlib.sha256(text.encode() + b"\0" + var.source.read_bytes())
-    return Probe(h.hexdigest()[:12], r.kind, fn.nesting, T, (X, Y), r.fn, macros, tuple(args),
-                 str(var.source), ipbs, atomic)
+    return Probe(h.hexdigest()[:12], kind, fn.nesting, T, (X, Y), r.fn, macros, tuple(args),
+                 str(var.source), ipbs, atomic, tile)
 
 
 def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:

@@ -31,7 +31,7 @@ from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine, Variant
 from ..program import Call, ScalarArg, Value
 
 
-MAX_REGISTER_SLOTS = 128    # on-chip entries per thread that unrolled or spanned copies may take
+MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,11 @@ class KernelCall:
 
     def shape(self, routine: Routine) -> tuple[int, int]:
         return self.value_of(routine.threads[0]), self.value_of(routine.threads[1])
+
+    def tile(self, lib: Library) -> tuple[int, int]:
+        """Rows x columns of the tile an instance of a 2-level call covers."""
+        t = self.variant.tile
+        return (self.value_of(t[0]), self.value_of(t[1])) if t else tuple(lib.tile)
 
     def describe(self) -> str:
         m = ", ".join(f"{k}={v}" for k, v in self.macros)
@@ -254,6 +259,7 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
 class _Builder:
     def __init__(self, spec: KernelSpec, lib: Library):
         self.spec, self.lib = spec, lib
+        self.tile: tuple[int, int] | None = None    # nested kernels: the instances' tile
         self.elements: dict[str, Element] = {}
         self.call_elem: dict[tuple[int, str], str] = {}     # (call index, param/local) -> element
         self.steps: list[Step] = []
@@ -273,6 +279,18 @@ class _Builder:
             raise FusionError(f"{spec.name}: nested kernels run one instance per block")
         if spec.loop not in AXES[spec.nesting]:
             raise FusionError(f"{spec.name}: loop axis {spec.loop!r} is not an instance axis")
+        self.tile = None
+        if spec.nesting == 2:
+            tiles = {kc.tile(self.lib) for kc in spec.calls}
+            if len(tiles) != 1:
+                raise FusionError(f"{spec.name}: calls whose instances are tiles of different shapes "
+                                  f"({', '.join(f'{r}x{c}' for r, c in sorted(tiles))}) cannot share a kernel")
+            (self.tile,) = tiles
+
+    def shape_of(self, p: Param) -> tuple[int, ...]:
+        """Entries of a parameter's element in this kernel (its tile, or the piece of a vector
+        along the tile side its axis runs)."""
+        return self.lib.element_shape(p.element, self.tile, p.index)
 
     # -- elements ------------------------------------------------------------------------
     def new_element(self, v: Value | None, base: str, p_elem: str, shape: tuple[int, ...], pad: int,
@@ -299,7 +317,7 @@ class _Builder:
         if p is not None:           # an output (inputs are bound by their load)
             v = kc.call.bindings()[p.name]
             ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
-            el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad, ident,
+            el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad, ident,
                                   p.index)
             self.produced[(v.id, p.index)] = (el, p)
         else:
@@ -340,7 +358,7 @@ class _Builder:
                     continue
                 # a partial-sum input is read by one instance of those it is summed over: its
                 # copy belongs to the instance, not to the axes it follows
-                el = self.new_element(v, v.label, p.element, self.lib.element_shape(p.element), p.pad,
+                el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad,
                                       axes=AXES[2] if p.partial else p.index)
                 loaded[key] = self.call_elem[(kc.call.index, p.name)] = el
                 self.add_routine("pre" if hoisted else "loop", kc, r)
@@ -365,7 +383,10 @@ class _Builder:
                 p = params[r.param]
                 if binds[p.name].id not in self.spec.stores:
                     continue            # consumed on chip only
-                self.add_routine("loop" if p.follows(loop) else "post", kc, r)
+                phase = "loop" if p.follows(loop) else "post"
+                for f in var.finishes(p.name):      # the store's own steps before it, where it runs
+                    self.add_routine(phase, kc, f)
+                self.add_routine(phase, kc, r)
 
     def check_exchange(self, kc: KernelCall, p: Param, v: Value, prod: Param) -> None:
         """May input p of kc take the element an earlier call of this kernel produced?"""
@@ -791,7 +812,7 @@ def _frame(b: _Builder, pl: Placement) -> _Frame:
     if smem * 8 > 48 * 1024:
         raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
     first = spec.calls[0]
-    extents = (lib.tile if nest == 2 else (lib.subvector,))
+    extents = (b.tile if nest == 2 else (lib.subvector,))
     axis_dims = first.call.axes
     for kc in spec.calls[1:]:
         if kc.call.axes != axis_dims:
@@ -870,10 +891,8 @@ def _check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
 
 
 def _check_register_entries(b: "_Builder", pl: Placement) -> None:
-    """Unrolled and spanned copies of the elements in registers must not spill."""
+    """The elements in registers, with their unrolled and spanned copies, must not spill."""
     U, V = b.spec.unroll, b.spec.span
-    if U == 1 and V == 1:
-        return
     outside, per_slot = _copy_sets(b)
     slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
                 for key, n in pl.registers.items())

@@ -1,7 +1,8 @@
 """Enumeration: legal fusions of a program, and the implementations of each fusion.
 
 An implementation fixes the call order, the routine variant of each call, the block size (the
-``BY`` macro shared by the kernel's calls), the axis the serial loop walks, how many serial
+``BY`` macro shared by the kernel's calls) and the value of every other macro the kernel's
+variants share by name (e.g. the wide variants' tile width ``TC``), the axis the serial loop walks, how many serial
 iterations issue their loads together (unroll), and instances per block (unnested kernels).
 Placement of each element (registers or shared memory) and barriers follow from these choices
 when the kernel is built; an implementation the builder refuses (resources, mappings) is pruned,
@@ -43,14 +44,15 @@ class Implementation:
     unroll: int
     ipb: int
     span: int = 1
+    macros: tuple[tuple[str, int], ...] = ()    # other macros, by name (shared by the calls)
 
     def kernel_calls(self, program: Program) -> tuple[KernelCall, ...]:
         out = []
+        chosen = dict(self.macros, BY=self.by)
         for i, vi in zip(self.order, self.variants):
             call = program.calls[i]
             var = call.function.variants[vi]
-            macros = tuple((m, self.by if self.by in vals else vals[0]) if m == "BY" else (m, vals[0])
-                           for m, vals in var.macros.items())
+            macros = tuple((m, chosen[m] if chosen.get(m) in vals else vals[0]) for m, vals in var.macros.items())
             out.append(KernelCall(call, var, macros))
         return tuple(out)
 
@@ -64,6 +66,7 @@ class Implementation:
         extra = [f"loop {self.loop}", f"unroll {self.unroll}"] + ([f"span {self.span}"] if self.span > 1 else [])
         if self.by is not None:
             extra.insert(0, f"BY={self.by}")
+        extra[1:1] = [f"{m}={v}" for m, v in self.macros]
         if kcs[0].call.function.nesting == 1:
             extra.append(f"{self.ipb}/block")
         return f"[{' '.join(parts)}] " + ", ".join(extra)
@@ -144,11 +147,15 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
             by_choices = sorted(set.intersection(*bys)) if bys else [None]
             if bys and not by_choices:
                 by_choices = sorted(set.union(*bys))
+            others = sorted({m for v in vars_ for m in v.macros} - {"BY"})
+            other_choices = [[(m, x) for x in sorted(set.intersection(*(set(v.macros[m]) for v in vars_
+                                                                          if m in v.macros)))]
+                             for m in others]
             ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
             ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
             copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
-            for by, loop, ipb in product(by_choices, loops, ipb_choices):
-                base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1)
+            for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
+                base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 try:
                     codes = build_copies(base.spec(program, "k", stores), lib, copies)
                 except FusionError:
@@ -158,14 +165,14 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
                     if isinstance(code, FusionError):
                         pruned["refused by the builder"] += 1
                         continue
-                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span)
+                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span, macros)
                     _keep(built, pruned, impl, code, order, variants)
     return list(built.values()), pruned
 
 
 def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants) -> None:
     """Same choices in another call order: keep the one needing less shared memory."""
-    key = (tuple(sorted(zip(order, variants))), impl.by, impl.loop, impl.unroll, impl.ipb, impl.span)
+    key = (tuple(sorted(zip(order, variants))), impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb, impl.span)
     old = built.get(key)
     if old is not None:
         pruned["dominated in on-chip memory"] += 1

@@ -208,7 +208,7 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines"}, where)
+                         "routines", "tile"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     source = ctx.file.parent / ctx.get(v, "source", where, str)
@@ -224,6 +224,11 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
     threads = _threads(ctx, ctx.get(v, "threads", where, list), f"{where}.threads", macros)
     if nesting == 1 and threads[1] != 1:
         raise ctx.fail(f"{where}.threads", "an unnested function's instance is one row of threads: [X, 1]")
+    tile = None
+    if "tile" in v:
+        if nesting != 2:
+            raise ctx.fail(f"{where}.tile", "only a 2-level function's instances are tiles")
+        tile = _threads(ctx, v["tile"], f"{where}.tile", macros, "[rows, columns]")
     ipb = tuple(ctx.get(v, "instances_per_block", where, list, [1] if nesting == 2 else [1, 2, 4, 8, 16]))
     if not ipb or not all(isinstance(x, int) and x >= 1 for x in ipb):
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
@@ -252,16 +257,17 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         locals_.append(Local(lname, element, shape, lpad))
     routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
-    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines)
+    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile)
     _check_routines(ctx, variant, params, where)
     return variant
 
 
-def _threads(ctx: _Ctx, value: list, where: str, macros: dict) -> tuple[str | int, str | int]:
+def _threads(ctx: _Ctx, value: list, where: str, macros: dict, what: str = "[X, Y]") -> tuple[str | int, str | int]:
+    """A pair of sizes (threads X by Y, or a tile's rows by columns), each an int or a macro."""
     if not isinstance(value, list) or len(value) != 2 or not all(
             (isinstance(t, int) and not isinstance(t, bool) and t > 0) or (isinstance(t, str) and t in macros)
             for t in value):
-        raise ctx.fail(where, "expected [X, Y], each a positive int or a macro name")
+        raise ctx.fail(where, f"expected {what}, each a positive int or a macro name")
     return value[0], value[1]
 
 
@@ -271,9 +277,10 @@ def _load_routine(ctx, r: dict, where: str, params: tuple[Param, ...], locals_: 
     ctx.unknown_keys(r, {"name", "fn", "args", "threads"}, where)
     name = ctx.get(r, "name", where, str)
     where = f"{where.rsplit('.', 1)[0]}.routine.{name}"
-    m = re.fullmatch(r"(load|store)_([A-Za-z_][A-Za-z0-9_]*)|(compute)(_[A-Za-z0-9_]+)?", name)
+    m = re.fullmatch(r"(load|store|finish)_([A-Za-z_][A-Za-z0-9_]*)|(compute)(_[A-Za-z0-9_]+)?", name)
     if not m:
-        raise ctx.fail(f"{where}.name", "routines are named load_<param>, compute[_<suffix>] or store_<param>")
+        raise ctx.fail(f"{where}.name", "routines are named load_<param>, compute[_<suffix>], "
+                       "finish_<param> or store_<param>")
     kind = m.group(1) or "compute"
     pmap = {p.name: p for p in params}
     target = m.group(2)
@@ -346,7 +353,14 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
             if globals_ != [r.param]:
                 raise ctx.fail(rw, f"a {r.kind} routine takes exactly the global view &{r.param}")
             elems = r.elements
-            if len(elems) != 1 or elems[0].name != r.param:
+            # after finish routines, a store reads what they staged (locals) instead of its output
+            staged = {a.name for f in v.finishes(r.param) for a in f.elements if a.mode != "r"} \
+                if r.kind == "store" else set()
+            if staged:
+                if not elems or any(a.name not in staged | {r.param} or a.mode != "r" for a in elems):
+                    raise ctx.fail(rw, f"a store after finish routines reads {r.param} or the locals they "
+                                   f"wrote ({', '.join(sorted(staged))})")
+            elif len(elems) != 1 or elems[0].name != r.param:
                 raise ctx.fail(rw, f"a {r.kind} routine accesses exactly the element {r.param}")
             if (elems[0].mode == "r") != (r.kind == "store"):
                 raise ctx.fail(rw, f"a {r.kind} routine must {'read' if r.kind == 'store' else 'write'} "
@@ -355,7 +369,13 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                 raise ctx.fail(rw, "a load writes its element (mode w)")
         else:
             if any(a.kind == "global" for a in r.args):
-                raise ctx.fail(rw, "a compute routine works on chip only (no &global views)")
+                raise ctx.fail(rw, f"a {r.kind} routine works on chip only (no &global views)")
+            if r.kind == "finish":
+                if names.index(r.name) > names.index(f"store_{r.param}"):
+                    raise ctx.fail(rw, f"a finish routine comes before store_{r.param}")
+                if not any(a.name == r.param and a.mode == "r" for a in r.elements) or any(
+                        a.mode != "r" and a.name not in {loc.name for loc in v.locals} for a in r.elements):
+                    raise ctx.fail(rw, f"a finish routine reads {r.param} and writes only locals")
             pmap = {p.name: p for p in params}
             for a in r.elements:
                 p = pmap.get(a.name)

@@ -35,11 +35,12 @@ class MappingDef:
             return None if K % Y == 0 else f"subvector of {K} entries is not a multiple of {Y} threads in y"
         if self.name in ("quad", "qcolpart"):
             (K,) = shape
-            return None if K == 4 * X else f"subvector of {K} entries needs {K // 4} threads in x, routine has {X}"
+            return None if K % (4 * X) == 0 else (f"subvector of {K} entries is not a multiple of 4 x {X} "
+                                                   "threads in x")
         if self.name == "qrows":
             R, C = shape
-            if C != 4 * X:
-                return f"tile of {C} columns needs {C // 4} threads in x (4 columns each), routine has {X}"
+            if C % (4 * X):
+                return f"tile of {C} columns is not a multiple of 4 x {X} threads in x (4 columns each)"
             return None if R % Y == 0 else f"tile of {R} rows is not a multiple of {Y} threads in y"
         if self.name == "rows":
             R, C = shape
@@ -56,9 +57,9 @@ class MappingDef:
         if self.name == "rows":
             return shape[0] // Y
         if self.name in ("quad", "qcolpart"):
-            return 4
+            return shape[0] // X
         if self.name == "qrows":
-            return 4 * (shape[0] // Y)
+            return (shape[1] // X) * (shape[0] // Y)
         if self.name == "thread":
             return 1
         return 0
@@ -72,23 +73,25 @@ class MappingDef:
         if self.name == "rows":
             return f"(ty + k * {Y}) * {pitch} + tx"
         if self.name == "quad":
-            return "4 * tx + k"
+            return f"4 * tx + (k / 4) * {4 * X} + k % 4"
         if self.name == "qrows":
-            return f"(ty + (k / 4) * {Y}) * {pitch} + 4 * tx + k % 4"
+            M = shape[1] // (4 * X)         # 16-byte pieces of a row per thread
+            return f"(ty + (k / {4 * M}) * {Y}) * {pitch} + 4 * tx + ((k / 4) % {M}) * {4 * X} + k % 4"
         return None
 
 
 MAPPINGS: dict[str, MappingDef] = {m.name: m for m in (
     MappingDef("lane", "subvector", "thread (tx, ty) owns entries tx + k*X (same in every ty)", True, True),
     MappingDef("split", "subvector", "thread (tx, ty) owns entries ty + k*Y (same in every tx)", True, True),
-    MappingDef("quad", "subvector", "thread tx owns the 4 consecutive entries 4 tx + k (16-byte "
-               "accesses); needs X = K / 4", True, True, 4),
+    MappingDef("quad", "subvector", "thread tx owns the 4 consecutive entries 4 tx + 4 X m + k of each "
+               "piece m < K / 4X (16-byte accesses); slot 4 m + k", True, True, 4),
     MappingDef("rows", "tile", "thread (tx, ty) owns entries (ty + k*Y, tx); needs X == tile columns",
                True, True),
-    MappingDef("qrows", "tile", "thread (tx, ty) owns the 4 consecutive entries (ty + (k/4)*Y, 4 tx + k%4) "
-               "of each of its rows (16-byte accesses); needs X == tile columns / 4", True, True, 4),
-    MappingDef("qcolpart", "subvector", "thread (tx, ty) holds a partial of the 4 entries 4 tx + k; the "
-               "entry is the sum over ty (registers only); needs X = K / 4", True, False),
+    MappingDef("qrows", "tile", "thread (tx, ty) owns the 4 consecutive entries (ty + r Y, 4 tx + 4 X m + k) "
+               "of each piece m < C / 4X of each of its rows r (16-byte accesses); slot 4 (M r + m) + k",
+               True, True, 4),
+    MappingDef("qcolpart", "subvector", "thread (tx, ty) holds a partial of the entries of the quad "
+               "mapping; the entry is the sum over ty (registers only)", True, False),
     MappingDef("rowpart", "subvector", "thread (tx, ty) holds a partial of entries ty + k*Y; the entry is "
                "the sum over tx (registers only)", True, False),
     MappingDef("colpart", "subvector", "thread (tx, ty) holds a partial of entries tx + k*X; the entry is "

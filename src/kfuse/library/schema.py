@@ -60,8 +60,8 @@ class Arg:
 
 @dataclass(frozen=True)
 class Routine:
-    name: str                       # load_<param> | compute[_<suffix>] | store_<param>
-    kind: str                       # load | compute | store
+    name: str                       # load_<param> | compute[_<suffix>] | finish_<param> | store_<param>
+    kind: str                       # load | compute | finish | store
     fn: str                         # C++ function template in the variant's source
     args: tuple[Arg, ...]
     param: str | None               # the param a load/store moves
@@ -81,6 +81,8 @@ class Variant:
     instances_per_block: tuple[int, ...]        # allowed instances per block (nesting 1)
     locals: tuple[Local, ...]
     routines: tuple[Routine, ...]
+    tile: tuple[str | int, str | int] | None = None     # nested: rows x columns of an instance's
+                                                        # tile (ints or macros); None: the library's
 
     def routine(self, name: str) -> Routine | None:
         return next((r for r in self.routines if r.name == name), None)
@@ -88,6 +90,10 @@ class Variant:
     @property
     def computes(self) -> tuple[Routine, ...]:
         return tuple(r for r in self.routines if r.kind == "compute")
+
+    def finishes(self, param: str) -> tuple[Routine, ...]:
+        """The finish routines of an output: they run just before its store, where it runs."""
+        return tuple(r for r in self.routines if r.kind == "finish" and r.param == param)
 
 
 @dataclass(frozen=True)
@@ -143,5 +149,11 @@ class Library:
     def overloads(self, name: str) -> tuple[Function, ...]:
         return self.by_name.get(name, ())
 
-    def element_shape(self, element: str) -> tuple[int, ...]:
-        return {"scalar": (), "subvector": (self.subvector,), "tile": self.tile}[element]
+    def element_shape(self, element: str, tile: tuple[int, int] | None = None,
+                      index: tuple[str, ...] = ()) -> tuple[int, ...]:
+        """Entries of an element.  ``tile`` is given for a 2-level function: its instance is that
+        tile (the library's, or the variant's own blocking), and a vector's element is the piece
+        along the tile side its axis runs: rows for ``i``, columns for ``j``."""
+        if tile is not None and element == "subvector" and index in (("i",), ("j",)):
+            return (tile[0] if index == ("i",) else tile[1],)
+        return {"scalar": (), "subvector": (self.subvector,), "tile": tile or self.tile}[element]
