@@ -129,7 +129,38 @@ def gemv_function() -> dict:
     }
 
 
-BASES = {"scal": scal_function, "dot": dot_function, "madd": madd_function, "gemv": gemv_function}
+def wide_gemtv_function() -> dict:
+    """A nested map-reduce function blocking its instances as its own tiles, whose store is
+    staged by a finish routine (copy of the shipped gemtv's wide variant)."""
+    return {
+        "name": "mygemtv",
+        "reference": "A.T @ x",
+        "kind": "map-reduce",
+        "params": [
+            {"name": "A", "type": "matrix", "dir": "in", "index": ["i", "j"]},
+            {"name": "x", "type": "vector", "dir": "in", "index": ["i"]},
+            {"name": "out", "type": "vector", "dir": "out", "index": ["j"], "reduce": "sum"},
+        ],
+        "variant": [{
+            "name": "wide",
+            "source": SOURCE,
+            "threads": [32, "BY"],
+            "tile": [32, "TC"],
+            "macros": {"BY": [4, 8], "TC": [128, 256]},
+            "locals": [{"name": "part", "element": "tile", "shape": ["BY", "TC"]}],
+            "routines": [
+                {"name": "load_A", "fn": "wtile_load", "args": ["&A", "A:w:qrows"]},
+                {"name": "load_x", "fn": "wrowvec_load", "args": ["&x", "x:w:split"]},
+                {"name": "compute", "fn": "gemtv_wcompute", "args": ["A:r:qrows", "x:r:split", "out:acc:qcolpart"]},
+                {"name": "finish_out", "fn": "wcolsum_gather", "args": ["out:r:qcolpart", "part:w:any"]},
+                {"name": "store_out", "fn": "wcolsum_store", "args": ["part:r:any", "&out"]},
+            ],
+        }],
+    }
+
+
+BASES = {"scal": scal_function, "dot": dot_function, "madd": madd_function, "gemv": gemv_function,
+         "wide": wide_gemtv_function}
 
 
 def toml_key(key: str) -> str:
@@ -662,7 +693,7 @@ CASES = [
      "unknown field"),
     ("routine-missing-name", "scal", drop(*R, 1, "name"), f"{W}.routines[1].name", "missing"),
     ("routine-bad-name", "scal", put(*R, 1, "name", value="kernel"), f"{RT}.kernel.name",
-     "routines are named load_<param>, compute[_<suffix>] or store_<param>"),
+     "routines are named load_<param>, compute[_<suffix>], finish_<param> or store_<param>"),
     ("routine-bad-suffix", "scal", put(*R, 1, "name", value="compute-x"), f"{RT}.compute-x.name",
      "routines are named"),
     ("load-unknown-param", "scal", put(*R, 0, "name", value="load_z"), f"{RT}.load_z.name",
@@ -774,6 +805,28 @@ CASES = [
      "no compute routine writes output out"),
     ("output-only-read-by-compute", "scal", put(*R, 1, "args", value=["x:r:lane", "out:r:lane"]),
      f"{W}.routines", "no compute routine writes output out"),
+    # -- variant tiles and finish routines
+    ("tile-on-unnested", "scal", put(*V, "tile", value=[32, 32]), f"{W}.tile",
+     "only a 2-level function's instances are tiles"),
+    ("tile-unknown-macro", "wide", put(*V, "tile", value=[32, "TW"]), "function mygemtv.variant.wide.tile",
+     "expected [rows, columns], each a positive int or a macro name"),
+    ("tile-three-sizes", "wide", put(*V, "tile", value=[32, 32, 32]), "function mygemtv.variant.wide.tile",
+     "expected [rows, columns]"),
+    ("finish-of-input", "wide", put(*R, 3, "name", value="finish_x"),
+     "function mygemtv.variant.wide.routine.finish_x.name", "finish of input parameter x"),
+    ("finish-after-store", "wide", lambda f: f["variant"][0]["routines"].append(
+        f["variant"][0]["routines"].pop(3)), "function mygemtv.variant.wide.routine.finish_out.args",
+     "a finish routine comes before store_out"),
+    ("finish-global-view", "wide", put(*R, 3, "args", value=["out:r:qcolpart", "part:w:any", "&out"]),
+     "function mygemtv.variant.wide.routine.finish_out.args", "a finish routine works on chip only"),
+    ("finish-not-reading-output", "wide", put(*R, 3, "args", value=["part:w:any"]),
+     "function mygemtv.variant.wide.routine.finish_out.args", "a finish routine reads out and writes only locals"),
+    ("finish-writes-output", "wide", put(*R, 3, "args", value=["out:acc:qcolpart", "part:w:any"]),
+     "function mygemtv.variant.wide.routine.finish_out.args", "a finish routine reads out and writes only locals"),
+    ("staged-store-writes", "wide", put(*R, 4, "args", value=["part:w:any", "&out"]),
+     "function mygemtv.variant.wide.routine.store_out.args", "a store after finish routines reads out or the locals"),
+    ("unstaged-store-reads-local", "wide", lambda f: (f["variant"][0]["routines"].pop(3), None)[1],
+     "function mygemtv.variant.wide.routine.store_out.args", "a store routine accesses exactly the element out"),
     # -- reference
     ("reference-type", "scal", put("reference", value=2), f"{F}.reference", "expected str, got int"),
     ("reference-not-expression", "scal", put("reference", value="out = alpha * x"), f"{F}.reference",

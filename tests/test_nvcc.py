@@ -4,8 +4,10 @@ import subprocess
 import pytest
 
 import kfuse
+from kfuse.calibration.probes import macro_choices
 from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
 from kfuse.codegen.module import module_source
+from kfuse.errors import FusionError
 from kfuse.frontend import parse_script
 
 from conftest import EXAMPLES
@@ -28,20 +30,23 @@ def test_example_compiles(nvcc, tmp_path, path, dtype):
 
 def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
     """One module holding a kernel for every function, variant and macro value."""
-    kernels = []
+    kernels, refused = [], []
     for fn in lib.functions:
         ins = ", ".join(p.name for p in fn.inputs)
         decl = "; ".join(f"{p.type} {p.name}" for p in fn.params)
         prog = parse_script(f"{decl}; input {ins}; out = {fn.name}({ins}); return out;", lib)
         call = prog.calls[0]
         for var in fn.variants:
-            choices = [()] if not var.macros else [((m, v),) for m, vals in var.macros.items() for v in vals]
-            for macros in choices:
+            for macros in macro_choices(var):
                 for ipb in var.instances_per_block[:2]:
                     spec = KernelSpec(f"k{len(kernels)}", (KernelCall(call, var, macros),), ipb=ipb,
                                       stores=frozenset({call.outputs[0].id}))
-                    kernels.append(build_kernel(spec, lib))
-    assert len(kernels) > 30
+                    try:
+                        kernels.append(build_kernel(spec, lib))
+                    except FusionError as e:    # only combinations that do not fit on chip
+                        assert "shared entries" in str(e) or "register entries" in str(e), str(e)
+                        refused.append(str(e))
+    assert len(kernels) > 30 and len(refused) < len(kernels) / 4
     nvcc_compile(nvcc, module_source(kernels, lib, "float64"), tmp_path, "all")
 
 

@@ -128,7 +128,8 @@ class CalibratedModel:
                 raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
                                  "recalibrate (kfuse calibrate)")
             u = spec.unroll if s.phase == "loop" else 1
-            ns[s.routine.kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
+            kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
+            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.cal.launch_ns * 1e-9,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all

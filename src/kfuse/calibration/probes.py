@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from ..codegen.kernel import Element, _view_struct
+from ..codegen.kernel import MAX_SHARED_BYTES, Element, _view_struct
 from ..codegen.module import DTYPES, PRELUDE
 from ..fusion.space import PREFERRED_IPB, UNROLLS
 from ..library.mappings import MAPPINGS
@@ -313,6 +313,8 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
             for macros in macro_choices(var):
                 for r in var.routines:
                     p = _probe(lib, fn, var, macros, r)
+                    if p.shared_entries() * max(p.ipbs) * 8 > MAX_SHARED_BYTES:
+                        continue        # no kernel can hold it (the builder refuses it too)
                     probes.setdefault(p.id, p)
                     routines[routine_key(fn, var, macros, r)] = p.id
     return routines, probes

@@ -31,6 +31,7 @@ from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine, Variant
 from ..program import Call, ScalarArg, Value
 
 
+MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
 MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
 
 
@@ -809,7 +810,7 @@ def _frame(b: _Builder, pl: Placement) -> _Frame:
     if T < 32 and any(X * Y != T for X, Y in shapes):
         raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
     smem = pl.shared_size * spec.ipb
-    if smem * 8 > 48 * 1024:
+    if smem * 8 > MAX_SHARED_BYTES:
         raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
     first = spec.calls[0]
     extents = (b.tile if nest == 2 else (lib.subvector,))
