@@ -369,20 +369,6 @@ KF_DEVICE void wtile_load(const KfIx& ix, const KfMat& g, V& a) {
         }
 }
 
-template <int BY, int TC, class V>
-KF_DEVICE void wtile_store(const KfIx& ix, V& a, const KfMat& g) {
-    constexpr int M = TC / 128;
-#pragma unroll
-    for (int r = 0; r < KF_TR / BY; ++r)
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-            real t[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) t[e] = a(4 * (M * r + m) + e);
-            g.put4(ix.i * KF_TR + ix.ty + BY * r, ix.j * TC + 128 * m + 4 * ix.tx, t);
-        }
-}
-
 // piece j of a vector along the columns (TC entries; mapping "quad")
 template <int BY, int TC, class V>
 KF_DEVICE void wcolvec_load(const KfIx& ix, const KfVec& g, V& v) {
@@ -495,19 +481,4 @@ template <int BY, int TC, class VA, class VX, class VY, class VO>
 KF_DEVICE void gemtv_wcompute_ab(const KfIx& ix, VA& a, VX& x, VY& y, VO& out, real alpha, real beta) {
 #pragma unroll
     for (int k = 0; k < TC / 32; ++k) out(k) += alpha * wcol_dot<BY, TC>(a, x, k) + beta * y(k);
-}
-
-template <int BY, int TC, class VA, class VU, class VV, class VO>
-KF_DEVICE void ger_wcompute(const KfIx& ix, VA& a, VU& u, VV& v, VO& out) {
-    constexpr int M = TC / 128;
-#pragma unroll
-    for (int r = 0; r < KF_TR / BY; ++r)
-#pragma unroll
-        for (int k = 0; k < 4 * M; ++k) out(4 * M * r + k) = a(4 * M * r + k) + u(r) * v(k);
-}
-
-template <int BY, int TC, class VA, class VB, class VO>
-KF_DEVICE void madd_wcompute(const KfIx& ix, VA& a, VB& b, VO& out) {
-#pragma unroll
-    for (int k = 0; k < 4 * (TC / 128) * (KF_TR / BY); ++k) out(k) = a(k) + b(k);
 }
