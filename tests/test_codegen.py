@@ -309,3 +309,60 @@ def test_later_kernel_waits_before_reading_what_the_first_wrote(name):
     assert read
     before = k1.source[:k1.source.index("kf_wait_prior();")]
     assert not any(f"g_{v}," in before or f"g_{v})" in before for v in read)
+
+
+# ---- wide tiles (a variant's own blocking) and finish routines ------------------------------
+def wide_bicgk(lib, by=8, tc=512, variants=("wide", "wide"), loop="i"):
+    prog = parse_script((EXAMPLES[0].parent / "bicgk.kf").read_text(), lib)
+    kcs = []
+    for call, name in zip(prog.calls, variants):
+        var = next(v for v in call.function.variants if v.name == name)
+        kcs.append(KernelCall(call, var, tuple((m, {"BY": by, "TC": tc}[m]) for m in var.macros)))
+    return KernelSpec("k0", tuple(kcs), stores=frozenset(v.id for v in prog.outputs), loop=loop)
+
+
+def test_wide_bicgk_structure(lib):
+    """BiCGK over 32 x 512 tiles: A read once into registers (16-byte pieces, 4 per row and
+    thread), q's row partials stored every iteration, s's column partials staged in shared memory
+    after the loop by the finish routine and added by the store after exactly one barrier."""
+    k = build_kernel(wide_bicgk(lib), lib)
+    pre, loop, post = loop_body(k.source)
+    assert k.launch.axis_extent == (32, 512) and k.launch.threads == 256
+    assert k.placement.registers == {"A": 64, "p": 16, "q": 4, "r": 4, "s": 16}
+    assert list(k.placement.shared) == ["c1_gemtv_part"] and k.launch.smem_bytes_per_real == 8 * 512
+    assert "wcolvec_load<8, 512>(rix, g_p, e_p);" in pre
+    assert loop.count("wtile_load<8, 512>(rix, g_A, e_A);") == 1 and "__syncthreads" not in loop
+    assert "wrowsum_store<8, 512>(rix, e_q, g_q);" in loop
+    assert k.barriers == 1 and "__syncthreads" not in pre
+    gather, store = post.index("wcolsum_gather<8, 512>"), post.index("wcolsum_store<8, 512>")
+    assert gather < post.index("__syncthreads();") < store
+
+
+def test_wide_tiles_do_not_share_a_kernel_with_square_ones(lib):
+    with pytest.raises(FusionError, match="tiles of different shapes .*32x32, 32x512"):
+        build_kernel(wide_bicgk(lib, variants=("quad", "wide")), lib)
+
+
+def test_wide_registers_beyond_the_limit_are_refused(lib):
+    """BY = 4, TC = 512: 128 register entries for A alone, 176 in the fused kernel."""
+    with pytest.raises(FusionError, match="register entries per thread"):
+        build_kernel(wide_bicgk(lib, by=4, tc=512), lib)
+
+
+def test_quad_mappings_cover_several_pieces_per_row():
+    """Slot k of qrows / quad under 32 threads in x and M = C / 128 pieces: every entry of the
+    tile or subvector exactly once over all threads and slots."""
+    from kfuse.library.mappings import MAPPINGS
+    for C, Y in ((128, 8), (256, 4), (512, 8)):
+        R, M = 32, C // 128
+        q = MAPPINGS["qrows"]
+        assert q.check((R, C), 32, Y) is None and q.slots((R, C), 32, Y) == 4 * M * (R // Y)
+        expr = q.offset((R, C), C, 32, Y)
+        seen = [eval(expr.replace("/", "//"), {}, {"tx": tx, "ty": ty, "k": k})
+                for tx in range(32) for ty in range(Y) for k in range(q.slots((R, C), 32, Y))]
+        assert sorted(seen) == list(range(R * C))
+        v = MAPPINGS["quad"]
+        expr = v.offset((C,), 0, 32, 1)
+        seen = [eval(expr.replace("/", "//"), {}, {"tx": tx, "k": k}) for tx in range(32) for k in range(v.slots((C,), 32, 1))]
+        assert sorted(seen) == list(range(C))
+    assert MAPPINGS["qrows"].check((32, 32), 32, 8) is not None     # 32 columns cannot feed 32 x 4
