@@ -105,6 +105,45 @@ def _tune_iterations(compiled, plan, best_us: float, dims, reps: int, log):
     return combined, t
 
 
+def _tune_kernels(compiled, plan, best_us: float, dims, reps: int, per_kernel: int, log):
+    """Implementations of each kernel of the best plan, one kernel at a time (the others as they
+    are): the model's ``per_kernel`` best of that kernel's fusion.  The plan search ranks whole
+    plans, so its top plans of a several-kernel script vary mostly the kernel the model finds
+    closest between alternatives; this step measures the others' alternatives too.  The fastest
+    implementation of each kernel is combined and kept only when the combination beats the plan."""
+    prog, search = compiled.program, compiled.search
+    variants, owner = [], []
+    for k, spec in enumerate(plan.kernels):
+        calls = frozenset(kc.call.index for kc in spec.calls)
+        for _, impl, _ in search.ranked.get(calls, [])[:per_kernel]:
+            alt = impl.spec(prog, spec.name, spec.stores)
+            if alt == replace(spec, iters=0):
+                continue
+            variants.append(replace(plan, kernels=tuple(alt if m == k else s for m, s in enumerate(plan.kernels))))
+            owner.append((k, alt))
+    if not variants:
+        return plan, best_us
+    results, _ = measure_plans(compiled, variants, dims, reps=reps, log=lambda m: None, label="kernels")
+    chosen = {}
+    for t, n, _ in sorted(results, key=lambda r: r[0]):
+        k, alt = owner[n]
+        if t < best_us and k not in chosen:
+            chosen[k] = alt
+    if not chosen:
+        log(f"tune {prog.name}: kernel by kernel, {len(variants)} alternatives: none faster")
+        return plan, best_us
+    combined = replace(plan, kernels=tuple(chosen.get(k, s) for k, s in enumerate(plan.kernels)))
+    again, _ = measure_plans(compiled, [combined], dims, reps=reps, log=lambda m: None, label="kernels")
+    t = again[0][0] if again else float("inf")
+    if t >= best_us:
+        log(f"tune {prog.name}: kernel by kernel, the combination of the fastest measured {t:.1f} us "
+            f"against {best_us:.1f}: the plan stays")
+        return plan, best_us
+    log(f"tune {prog.name}: kernel by kernel ({len(variants)} alternatives): kernel(s) "
+        + ", ".join(str(k) for k in sorted(chosen)) + f" replaced: {t:.1f} us (was {best_us:.1f})")
+    return combined, t
+
+
 def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None, iterations: bool = True):
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     search = compiled.search
@@ -122,6 +161,8 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
     log(f"tune {prog.name}: best is plan {n + 1} at {t:.1f} us (first choice {first:.1f} us, "
         f"{100 * t / first:.1f}%); search took {time.perf_counter() - t0:.1f} s")
     plan = replace(best.plan, kernels=tuple(replace(k, name=k.name.rsplit("_t", 1)[0]) for k in best.plan.kernels))
+    if len(plan.kernels) > 1:
+        plan, t = _tune_kernels(compiled, plan, t, dims, reps, top, log)
     if iterations:
         plan, t = _tune_iterations(compiled, plan, t, dims, reps, log)
     if store is not False:

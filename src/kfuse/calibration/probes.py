@@ -264,9 +264,7 @@ def _pitch(a: _ElementArg) -> int:
 
 def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) -> Probe:
     m = dict(macros)
-    tile = None
-    if fn.nesting == 2:
-        tile = tuple(_value(t, m) for t in var.tile) if var.tile else tuple(lib.tile)
+    tile = var.tile_shape(m, lib.tile) if fn.nesting == 2 else None
     X, Y = (_value(t, m) for t in r.threads)
     T = prod(_value(t, m) for t in var.threads)
     params = {p.name: p for p in fn.params}

@@ -57,8 +57,7 @@ class KernelCall:
 
     def tile(self, lib: Library) -> tuple[int, int]:
         """Rows x columns of the tile an instance of a 2-level call covers."""
-        t = self.variant.tile
-        return (self.value_of(t[0]), self.value_of(t[1])) if t else tuple(lib.tile)
+        return self.variant.tile_shape(self._macro_map, lib.tile)
 
     def describe(self) -> str:
         m = ", ".join(f"{k}={v}" for k, v in self.macros)

@@ -1,9 +1,9 @@
 """Enumeration: legal fusions of a program, and the implementations of each fusion.
 
 An implementation fixes the call order, the routine variant of each call, the block size (the
-``BY`` macro shared by the kernel's calls) and the value of every other macro the kernel's
-variants share by name (e.g. the wide variants' tile width ``TC``), the axis the serial loop walks, how many serial
-iterations issue their loads together (unroll), and instances per block (unnested kernels).
+``BY`` macro shared by the kernel's calls), the value of every other macro the kernel's variants
+share by name (e.g. the wide variants' tile width ``TC``), the axis the serial loop walks, how many
+serial iterations issue their loads together (unroll), and instances per block (unnested kernels).
 Placement of each element (registers or shared memory) and barriers follow from these choices
 when the kernel is built; an implementation the builder refuses (resources, mappings) is pruned,
 and so is one that needs more shared memory than another differing only in call order.
@@ -52,7 +52,8 @@ class Implementation:
         for i, vi in zip(self.order, self.variants):
             call = program.calls[i]
             var = call.function.variants[vi]
-            macros = tuple((m, chosen[m] if chosen.get(m) in vals else vals[0]) for m, vals in var.macros.items())
+            macros = tuple((m, chosen[m] if chosen.get(m) in vals else vals[0])
+                           for m, vals in var.macros.items())
             out.append(KernelCall(call, var, macros))
         return tuple(out)
 
@@ -172,7 +173,8 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 
 def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants) -> None:
     """Same choices in another call order: keep the one needing less shared memory."""
-    key = (tuple(sorted(zip(order, variants))), impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb, impl.span)
+    key = (tuple(sorted(zip(order, variants))), impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb,
+           impl.span)
     old = built.get(key)
     if old is not None:
         pruned["dominated in on-chip memory"] += 1

@@ -91,6 +91,13 @@ class Variant:
     def computes(self) -> tuple[Routine, ...]:
         return tuple(r for r in self.routines if r.kind == "compute")
 
+    def tile_shape(self, macros: dict[str, int], default: tuple[int, int]) -> tuple[int, int]:
+        """Rows x columns of an instance's tile with these macro values (``default``: the
+        library's, for a variant without a tile of its own)."""
+        if self.tile is None:
+            return tuple(default)
+        return tuple(t if isinstance(t, int) else macros[t] for t in self.tile)
+
     def finishes(self, param: str) -> tuple[Routine, ...]:
         """The finish routines of an output: they run just before its store, where it runs."""
         return tuple(r for r in self.routines if r.kind == "finish" and r.param == param)
