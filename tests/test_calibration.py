@@ -409,3 +409,36 @@ def test_report_measures_the_top_plans_in_predicted_order(monkeypatch):
     assert header["model"].startswith("transfer model") and header["top"] == 5
     text = markdown(results, header)
     assert f"| BiCGK | {r.plans} | {r.fusion_impls} | 4 (1 wrong) | 3 | 1.100 | 1.240 |" in text
+
+
+def test_tune_replaces_kernels_one_at_a_time(monkeypatch):
+    """tune on the CPU, with the GPU measurement replaced by times that add per kernel: after the
+    plan search, a faster implementation of GEMVER's first kernel and a faster serial-iteration
+    count of its second are each found and combined; slower alternatives are not taken."""
+    from dataclasses import replace
+
+    import kfuse.tuning_run as tuning_run
+    from conftest import ROOT
+    compiled = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
+    first = next(compiled.search.plans())
+    k0, k1 = first.kernels
+    calls0 = frozenset(kc.call.index for kc in k0.calls)
+    faster0 = compiled.search.ranked[calls0][3][1].spec(compiled.program, k0.name, k0.stores)
+    labels = []
+
+    def fake_measure(compiled, plans, dims, reps=30, log=None, label="tune"):
+        labels.append(label)
+        def us(plan):
+            a, b = plan.kernels
+            return ((190.0 if replace(a, iters=0) == faster0 else 200.0) + (a.iters == 8) * 7.0
+                    + (90.0 if b.iters == 4 else 100.0))
+        return [(us(p), n, compiled.with_plan(p)) for n, p in enumerate(plans)], 0.0
+    monkeypatch.setattr(tuning_run, "measure_plans", fake_measure)
+    logs = []
+    tuned = tuning_run.tune(compiled, top=5, store=False, log=logs.append)
+    a, b = tuned.plan.kernels
+    assert replace(a, iters=0) == faster0 and a.iters == 0 and b.iters == 4
+    assert replace(b, iters=0) == replace(k1, iters=0)
+    assert labels == ["tune", "kernels", "kernels", "iterations", "iterations"]
+    assert any("kernel by kernel" in m and "kernel(s) 0 replaced: 290.0 us (was 300.0)" in m for m in logs)
+    assert any("serial iterations kernel 1: 4: 280.0 us (was 290.0)" in m for m in logs)

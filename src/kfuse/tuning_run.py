@@ -68,39 +68,44 @@ def search_dims(compiled, sizes=None) -> dict[int, int]:
     return dims
 
 
-def _tune_iterations(compiled, plan, best_us: float, dims, reps: int, log):
-    """Serial iterations of the best plan, kernel by kernel (kernels run one after another, so their
-    times add): each kernel's launch-time choice against explicit counts; the combination of the
-    fastest is measured again and kept only when it beats the plan as it was."""
-    prog = compiled.program
-    variants, owner = [], []
-    for k, spec in enumerate(plan.kernels):
-        if spec.iters:
-            continue
-        for it in ITERS:
-            variants.append(replace(plan, kernels=tuple(replace(s, iters=it) if m == k else s
-                                                          for m, s in enumerate(plan.kernels))))
-            owner.append((k, it))
-    if not variants:
-        return plan, best_us
-    results, _ = measure_plans(compiled, variants, dims, reps=reps, log=lambda m: None, label="iterations")
+def _replace_kernels(compiled, plan, best_us: float, dims, reps: int, alternatives, label: str):
+    """Kernels run one after another, so their times add: measure the plan with each alternative
+    (kernel index, KernelSpec) in place of its kernel, take the fastest that beats ``best_us`` for
+    each kernel, and measure their combination again.  Returns (chosen: kernel -> spec, the
+    combined plan, its time), or ({}, plan, best_us) when no alternative was faster."""
+    variants = [replace(plan, kernels=tuple(alt if m == k else s for m, s in enumerate(plan.kernels)))
+                for k, alt in alternatives]
+    results, _ = measure_plans(compiled, variants, dims, reps=reps, log=lambda m: None, label=label)
     chosen = {}
     for t, n, _ in sorted(results, key=lambda r: r[0]):
-        k, it = owner[n]
+        k, alt = alternatives[n]
         if t < best_us and k not in chosen:
-            chosen[k] = it
+            chosen[k] = alt
+    if not chosen:
+        return chosen, plan, best_us
+    combined = replace(plan, kernels=tuple(chosen.get(k, s) for k, s in enumerate(plan.kernels)))
+    again, _ = measure_plans(compiled, [combined], dims, reps=reps, log=lambda m: None, label=label)
+    return chosen, combined, again[0][0] if again else float("inf")
+
+
+def _tune_iterations(compiled, plan, best_us: float, dims, reps: int, log):
+    """Serial iterations of the best plan, kernel by kernel: each kernel's launch-time choice
+    against explicit counts; the combination of the fastest is kept only when it beats the plan."""
+    prog = compiled.program
+    alternatives = [(k, replace(spec, iters=it)) for k, spec in enumerate(plan.kernels) if not spec.iters
+                    for it in ITERS]
+    if not alternatives:
+        return plan, best_us
+    chosen, combined, t = _replace_kernels(compiled, plan, best_us, dims, reps, alternatives, "iterations")
+    counts = {k: spec.iters for k, spec in sorted(chosen.items())}
     if not chosen:
         log(f"tune {prog.name}: serial iterations chosen at launch stay (no explicit count was faster)")
         return plan, best_us
-    combined = replace(plan, kernels=tuple(replace(s, iters=chosen.get(k, s.iters))
-                                           for k, s in enumerate(plan.kernels)))
-    again, _ = measure_plans(compiled, [combined], dims, reps=reps, log=lambda m: None, label="iterations")
-    t = again[0][0] if again else float("inf")
     if t >= best_us:
         log(f"tune {prog.name}: serial iterations chosen at launch stay ({t:.1f} us with "
-            f"{chosen}, {best_us:.1f} without)")
+            f"{counts}, {best_us:.1f} without)")
         return plan, best_us
-    log(f"tune {prog.name}: serial iterations " + ", ".join(f"kernel {k}: {it}" for k, it in sorted(chosen.items()))
+    log(f"tune {prog.name}: serial iterations " + ", ".join(f"kernel {k}: {it}" for k, it in counts.items())
         + f": {t:.1f} us (was {best_us:.1f})")
     return combined, t
 
@@ -112,34 +117,24 @@ def _tune_kernels(compiled, plan, best_us: float, dims, reps: int, per_kernel: i
     closest between alternatives; this step measures the others' alternatives too.  The fastest
     implementation of each kernel is combined and kept only when the combination beats the plan."""
     prog, search = compiled.program, compiled.search
-    variants, owner = [], []
+    alternatives = []
     for k, spec in enumerate(plan.kernels):
         calls = frozenset(kc.call.index for kc in spec.calls)
         for _, impl, _ in search.ranked.get(calls, [])[:per_kernel]:
             alt = impl.spec(prog, spec.name, spec.stores)
-            if alt == replace(spec, iters=0):
-                continue
-            variants.append(replace(plan, kernels=tuple(alt if m == k else s for m, s in enumerate(plan.kernels))))
-            owner.append((k, alt))
-    if not variants:
+            if alt != replace(spec, iters=0):
+                alternatives.append((k, alt))
+    if not alternatives:
         return plan, best_us
-    results, _ = measure_plans(compiled, variants, dims, reps=reps, log=lambda m: None, label="kernels")
-    chosen = {}
-    for t, n, _ in sorted(results, key=lambda r: r[0]):
-        k, alt = owner[n]
-        if t < best_us and k not in chosen:
-            chosen[k] = alt
+    chosen, combined, t = _replace_kernels(compiled, plan, best_us, dims, reps, alternatives, "kernels")
     if not chosen:
-        log(f"tune {prog.name}: kernel by kernel, {len(variants)} alternatives: none faster")
+        log(f"tune {prog.name}: kernel by kernel, {len(alternatives)} alternatives: none faster")
         return plan, best_us
-    combined = replace(plan, kernels=tuple(chosen.get(k, s) for k, s in enumerate(plan.kernels)))
-    again, _ = measure_plans(compiled, [combined], dims, reps=reps, log=lambda m: None, label="kernels")
-    t = again[0][0] if again else float("inf")
     if t >= best_us:
         log(f"tune {prog.name}: kernel by kernel, the combination of the fastest measured {t:.1f} us "
             f"against {best_us:.1f}: the plan stays")
         return plan, best_us
-    log(f"tune {prog.name}: kernel by kernel ({len(variants)} alternatives): kernel(s) "
+    log(f"tune {prog.name}: kernel by kernel ({len(alternatives)} alternatives): kernel(s) "
         + ", ".join(str(k) for k in sorted(chosen)) + f" replaced: {t:.1f} us (was {best_us:.1f})")
     return combined, t
 

@@ -259,7 +259,6 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
 class _Builder:
     def __init__(self, spec: KernelSpec, lib: Library):
         self.spec, self.lib = spec, lib
-        self.tile: tuple[int, int] | None = None    # nested kernels: the instances' tile
         self.elements: dict[str, Element] = {}
         self.call_elem: dict[tuple[int, str], str] = {}     # (call index, param/local) -> element
         self.steps: list[Step] = []
@@ -279,7 +278,7 @@ class _Builder:
             raise FusionError(f"{spec.name}: nested kernels run one instance per block")
         if spec.loop not in AXES[spec.nesting]:
             raise FusionError(f"{spec.name}: loop axis {spec.loop!r} is not an instance axis")
-        self.tile = None
+        self.tile: tuple[int, int] | None = None    # nested kernels: the instances' tile
         if spec.nesting == 2:
             tiles = {kc.tile(self.lib) for kc in spec.calls}
             if len(tiles) != 1:
