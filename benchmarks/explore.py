@@ -9,9 +9,10 @@ import cupy as cp
 import numpy as np
 
 import kfuse
-from kfuse.api import CompiledScript
-from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
-from kfuse.plan import Plan
+from kfuse.compiled import CompiledScript
+from kfuse.ir.kernel import KernelCall, KernelSpec
+from kfuse.codegen.kernel import build_kernel
+from kfuse.ir.plan import Plan
 from kfuse.reference import evaluate, random_inputs, relative_error
 from kfuse.runtime.timing import median_us
 

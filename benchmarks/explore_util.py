@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 import kfuse
-from kfuse.api import share_module
+from kfuse.tuning.measure import share_module
 from kfuse.reference import device_case, evaluate, relative_error
-from kfuse.tuning_run import search_dims
+from kfuse.tuning.search import search_dims
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from explore_util import top_plans
 from kfuse.bench.harness import copy_bandwidth, device_timer
 from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
-from kfuse.tuning_run import measure_plans
+from kfuse.tuning.measure import measure_plans
 
 VARIANTS = {
     "plain": "",

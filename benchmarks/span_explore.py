@@ -9,7 +9,7 @@ import argparse
 from explore_util import describe, top_plans
 
 import kfuse.fusion.space as space
-from kfuse.tuning_run import measure_plans
+from kfuse.tuning.measure import measure_plans
 
 
 def main():

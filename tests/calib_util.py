@@ -1,6 +1,6 @@
 """Synthetic calibrations for CPU tests: every probe of a library with costs from a function."""
 from kfuse.calibration.probes import library_probes
-from kfuse.calibration.store import Calibration
+from kfuse.cost.store import Calibration
 
 DEVICE = {"sms": 132, "max_threads_per_sm": 2048, "max_blocks_per_sm": 32, "smem_per_sm": 233472,
           "smem_optin": 232448, "smem_reserved": 1024}

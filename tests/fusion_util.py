@@ -3,7 +3,7 @@ import random
 from dataclasses import replace
 
 import kfuse
-from kfuse.api import share_module
+from kfuse.tuning.measure import share_module
 
 SAMPLE = 24     # covering plans per partition beyond which a fixed, seeded sample is taken
 

@@ -12,7 +12,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
+from kfuse.ir.kernel import KernelCall, KernelSpec
+from kfuse.codegen.kernel import build_kernel
 from kfuse.codegen.module import PRELUDE, module_source
 from kfuse.errors import FusionError
 from kfuse.frontend import parse_script

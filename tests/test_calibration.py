@@ -6,15 +6,17 @@ import subprocess
 import pytest
 
 import kfuse
-from kfuse.calibration import predict, store
-from kfuse.calibration.predict import CalibratedModel, choose_model, resident_fraction, target_blocks
+from kfuse.cost import calibrated, store
+from kfuse.cost.calibrated import CalibratedModel, choose_model, resident_fraction
+from kfuse.ir.kernel import target_blocks
 from kfuse.calibration.probes import Env, barrier_probes, library_probes, probe_module, routine_key
-from kfuse.calibration.report import SequenceResult, markdown
-from kfuse.calibration.store import Calibration, find, read_file, write_entry
-from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
+from kfuse.bench.prediction import SequenceResult, markdown
+from kfuse.cost.store import Calibration, find, read_file, write_entry
+from kfuse.ir.kernel import KernelCall, KernelSpec
+from kfuse.codegen.kernel import build_kernel
 from kfuse.errors import CalibrationError, KfuseError
 from kfuse.frontend import parse_script
-from kfuse.model import DEFAULT_MACHINE, atomic_warps
+from kfuse.cost.transfer import DEFAULT_MACHINE, atomic_warps
 
 from calib_util import synthetic
 
@@ -27,8 +29,8 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("KFUSE_CALIBRATION", raising=False)
     monkeypatch.setattr(store, "SHIPPED", tmp_path / "shipped")
-    monkeypatch.setattr(predict, "SHIPPED", tmp_path / "shipped")
-    monkeypatch.setattr(predict, "_noticed", set())
+    monkeypatch.setattr(calibrated, "SHIPPED", tmp_path / "shipped")
+    monkeypatch.setattr(calibrated, "_noticed", set())
 
 
 def flat(ns_load=1.0, ns_compute=0.5, ns_store=1.0):
@@ -226,7 +228,7 @@ def test_post_loop_stores_run_once_per_block_slot_and_clears_count(lib):
                     launch_ns=1000.0, clear_ns=500.0)
     model = CalibratedModel(cal)
     L = code.launch
-    iters = L.iterations(dims, target_blocks(cal.device, L.threads))
+    iters = L.iterations(dims, target_blocks(cal.device["sms"], cal.device["max_threads_per_sm"], L.threads))
     slots = L.grid(dims, iters) * code.spec.ipb
     inst = 2**22 // 32
     assert [s.phase for s in code.steps if s.routine is not None and s.routine.kind == "store"] == ["post"]
@@ -326,11 +328,11 @@ def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_pat
     import kfuse.calibration.measure as measure
     import kfuse.runtime.compiler as compiler
     import kfuse.runtime.timing as timing
-    import kfuse.tuning as tuning
+    import kfuse.runtime.gpu as gpu
     cp = CuPyStandIn(dtype)
     for mod in (measure, compiler, timing):
         monkeypatch.setattr(mod, "cupy", lambda: cp)
-    monkeypatch.setattr(tuning, "gpu_name", lambda: "Stand-in GPU")
+    monkeypatch.setattr(gpu, "gpu_name", lambda: "Stand-in GPU")
     monkeypatch.setattr(compiler, "_modules", {})
     lines = []
     cal = measure.calibrate(lib, dtype, quick=True, log=lines.append)
@@ -385,9 +387,9 @@ def test_a_calibration_equivalent_to_the_transfer_model_predicts_what_it_predict
 
 def test_report_measures_the_top_plans_in_predicted_order(monkeypatch):
     """run_report on the CPU, with the GPU measurement replaced: ranks, ratios and times."""
-    import kfuse.tuning_run as tuning_run
+    import kfuse.tuning.measure as measure
     from conftest import ROOT
-    from kfuse.calibration.report import run_report
+    from kfuse.bench.prediction import run_report
     seen = {}
 
     def fake_measure(compiled, plans, dims, reps=30, log=None, label="tune"):
@@ -395,7 +397,7 @@ def test_report_measures_the_top_plans_in_predicted_order(monkeypatch):
         # the third plan is measured fastest, the second is wrong
         times = {0: 110.0, 2: 100.0}
         return [(times.get(k, 120.0 + k), k, None) for k in range(len(plans)) if k != 1], 0.5
-    monkeypatch.setattr(tuning_run, "measure_plans", fake_measure)
+    monkeypatch.setattr(measure, "measure_plans", fake_measure)
     checkpoints = []
     results, header = run_report([ROOT / "examples" / "bicgk.kf"], n=4096, top=5, reps=3,
                                  log=lambda m: None, checkpoint=lambda r, h: checkpoints.append(len(r)))
@@ -417,7 +419,7 @@ def test_tune_replaces_kernels_one_at_a_time(monkeypatch):
     count of its second are each found and combined; slower alternatives are not taken."""
     from dataclasses import replace
 
-    import kfuse.tuning_run as tuning_run
+    import kfuse.tuning.search as search
     from conftest import ROOT
     compiled = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
     first = next(compiled.search.plans())
@@ -433,9 +435,9 @@ def test_tune_replaces_kernels_one_at_a_time(monkeypatch):
             return ((190.0 if replace(a, iters=0) == faster0 else 200.0) + (a.iters == 8) * 7.0
                     + (90.0 if b.iters == 4 else 100.0))
         return [(us(p), n, compiled.with_plan(p)) for n, p in enumerate(plans)], 0.0
-    monkeypatch.setattr(tuning_run, "measure_plans", fake_measure)
+    monkeypatch.setattr(search, "measure_plans", fake_measure)
     logs = []
-    tuned = tuning_run.tune(compiled, top=5, store=False, log=logs.append)
+    tuned = search.tune(compiled, top=5, store=False, log=logs.append)
     a, b = tuned.plan.kernels
     assert replace(a, iters=0) == faster0 and a.iters == 0 and b.iters == 4
     assert replace(b, iters=0) == replace(k1, iters=0)

@@ -4,7 +4,8 @@ import re
 import pytest
 
 import kfuse
-from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
+from kfuse.ir.kernel import KernelCall, KernelSpec
+from kfuse.codegen.kernel import build_kernel
 from kfuse.errors import FusionError
 from kfuse.frontend import parse_script
 
@@ -233,7 +234,7 @@ def test_span_shares_vectors_along_the_loop_and_sums_partials_on_chip(lib):
 
 
 def test_span_halves_the_modelled_atomics(lib):
-    from kfuse.model import atomic_warps
+    from kfuse.cost.transfer import atomic_warps
     dims = {0: 8192, 1: 8192}
     one = build_kernel(fused_spec("bicgk", ("quad",), 4, "i", 1), lib)
     two = build_kernel(fused_spec("bicgk", ("quad",), 4, "i", 2), lib)

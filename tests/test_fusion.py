@@ -9,7 +9,7 @@ import kfuse
 from kfuse.codegen.kernel import build_kernel
 from kfuse.errors import FusionError
 from kfuse.fusion.legality import why_not
-from kfuse.graph import DependencyGraph
+from kfuse.ir.graph import DependencyGraph
 
 from conftest import EXAMPLES, ROOT
 from fusion_util import covering_programs

@@ -4,9 +4,9 @@ from dataclasses import replace
 import pytest
 
 import kfuse
-from kfuse.calibration.predict import CalibratedModel
+from kfuse.cost.calibrated import CalibratedModel
 from kfuse.calibration.probes import function_key, macro_choices
-from kfuse.calibration.store import read_file, write_entry
+from kfuse.cost.store import read_file, write_entry
 
 from conftest import ROOT
 
@@ -17,7 +17,7 @@ GEMV = "matrix A[n, n]; vector x[n], y[n]; input A, x; y = gemv(A, x); return y;
 
 def test_calibrate_one_function_end_to_end(tmp_path, lib):
     from kfuse.calibration.measure import calibrate
-    from kfuse.tuning_run import measure_plans
+    from kfuse.tuning.measure import measure_plans
     sub = replace(lib, functions=tuple(f for f in lib.functions if function_key(f) == "gemv(A,x)"))
     lines = []
     cal = calibrate(sub, "float32", quick=True, log=lines.append)
@@ -43,7 +43,7 @@ def test_calibrate_one_function_end_to_end(tmp_path, lib):
 
 
 def test_report_on_one_sequence(tmp_path):
-    from kfuse.calibration.report import markdown, run_report
+    from kfuse.bench.prediction import markdown, run_report
     results, header = run_report([ROOT / "examples" / "sscal.kf"], n=1024, N=2**22, top=3, reps=5,
                                  log=lambda m: None)
     [r] = results

@@ -2,7 +2,7 @@
 import pytest
 
 import kfuse
-from kfuse.tuning import TuningStore
+from kfuse.tuning.store import TuningStore
 
 from conftest import ROOT
 from test_gpu_examples import run_checked

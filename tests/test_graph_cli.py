@@ -6,7 +6,7 @@ import pytest
 
 import kfuse
 from kfuse.cli import main
-from kfuse.graph import DependencyGraph
+from kfuse.ir.graph import DependencyGraph
 
 from conftest import ROOT
 

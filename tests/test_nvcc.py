@@ -5,7 +5,8 @@ import pytest
 
 import kfuse
 from kfuse.calibration.probes import macro_choices
-from kfuse.codegen.kernel import KernelCall, KernelSpec, build_kernel
+from kfuse.ir.kernel import KernelCall, KernelSpec
+from kfuse.codegen.kernel import build_kernel
 from kfuse.codegen.module import module_source
 from kfuse.errors import FusionError
 from kfuse.frontend import parse_script

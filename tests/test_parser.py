@@ -5,7 +5,7 @@ import pytest
 
 from kfuse.errors import KfuseError, ScriptError
 from kfuse.frontend import parse_script
-from kfuse.program import ScalarArg
+from kfuse.ir.program import ScalarArg
 
 from conftest import EXAMPLES, ROOT
 

@@ -7,7 +7,8 @@ import pytest
 import kfuse
 from kfuse.codegen.kernel import build_kernel
 from kfuse.errors import KfuseError
-from kfuse.tuning import HEADER, TuningStore, plan_from_json, plan_to_json, size_class, store_key
+from kfuse.tuning.store import HEADER, TuningStore, size_class, store_key
+from kfuse.ir.plan import plan_from_json, plan_to_json
 
 from conftest import ROOT
 

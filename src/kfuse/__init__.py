@@ -1,5 +1,6 @@
 """kfuse: automatic kernel fusion of map/reduce elementary functions into CUDA."""
-from .api import CompiledScript, compile
+from .compiled import CompiledScript
+from .api import compile
 from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError
 from .library.loader import load_library
 

@@ -1,23 +1,23 @@
-"""The user-facing entry point: ``kfuse.compile`` and the compiled program it returns."""
+"""The user-facing entry point: ``kfuse.compile`` parses, plans and generates a script's CUDA."""
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from .codegen.kernel import KernelCode
-from .codegen.module import DTYPES, module_source
+from .codegen import generate
+from .codegen.module import DTYPES
+from .compiled import CompiledScript
 from .errors import KfuseError, ScriptError
 from .frontend import parse_script
-from .graph import DependencyGraph
+from .fusion.plans import PlanSearch, unfused_plan
+from .ir.plan import Plan
+from .ir.program import Program
 from .library.loader import load_library
 from .library.schema import Library
-from .plan import Plan, PlanSearch, generate, unfused_plan
-from .program import Program
+from .passes import PassTimes
 
 
 def _read_script(script: str | Path) -> tuple[str, str]:
@@ -28,157 +28,6 @@ def _read_script(script: str | Path) -> tuple[str, str]:
             raise ScriptError(f"no such script file: {path}", str(path))
         return path.read_text(), str(path)
     return str(script), "<script>"
-
-
-@dataclass
-class CompiledScript:
-    """A script compiled for one element type: its program, plan and CUDA source."""
-    program: Program
-    library: Library
-    dtype: str
-    plan: Plan
-    kernels: list[KernelCode] = field(repr=False)
-    search: PlanSearch | None = field(default=None, repr=False)   # the ranked plan space (fused compiles)
-
-    def with_plan(self, plan: Plan) -> "CompiledScript":
-        """The same script compiled with another plan (e.g. the next best, for empirical search)."""
-        return CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library),
-                              self.search)
-
-    @cached_property
-    def cuda_source(self) -> str:
-        return module_source(self.kernels, self.library, self.dtype,
-                             title=f"script {self.program.file} ({self.program.name})\n" + self.describe())
-
-    @property
-    def graph(self) -> DependencyGraph:
-        return DependencyGraph(self.program)
-
-    def describe(self) -> str:
-        """The plan with each kernel's launch configuration."""
-        lines = [self.plan.describe()]
-        for k in self.kernels:
-            L = k.launch
-            lines.append(f"  {L.kernel}: {L.threads} threads per block, {L.smem_bytes_per_real} shared entries, "
-                         f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
-                         + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
-        return "\n".join(lines)
-
-    def module(self, device: int, orders: tuple[int, ...] = ()):
-        """The compiled module on a device, built for the kernels' orders (runtime/order.py; none
-        given: order 0 throughout), compiled once per choice, then cached."""
-        cache = self.__dict__.setdefault("_modules", {})
-        key = (device, tuple(orders))
-        if key not in cache:
-            from .runtime.compiler import load_module
-            from .runtime.order import order_defines
-            source = self.cuda_source
-            missing = order_defines(self.kernels, orders, source)
-            if missing and self.__dict__.get("_shared_source"):
-                # a module shared with other programs, built for other orders: this program's
-                # own module is smaller to compile than the shared one again
-                source = CompiledScript.cuda_source.func(self)
-                missing = order_defines(self.kernels, orders, source)
-            cache[key] = load_module(missing + source)
-        return cache[key]
-
-    def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
-        """The compiled kernels on a device, in launch order."""
-        cache = self.__dict__.setdefault("_functions", {})
-        key = (device, tuple(orders))
-        if key not in cache:
-            module = self.module(device, orders)
-            cache[key] = [module.get_function(k.launch.kernel) for k in self.kernels]
-        return cache[key]
-
-    def fill_function(self, device: int, orders: tuple[int, ...] = ()):
-        """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
-        return self.module(device, orders).get_function("kf_fill")
-
-    def entries(self, dims: dict[int, int]) -> dict[int, int]:
-        """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
-        out = {}
-        for v in self.program.values:
-            n = 1
-            for d in v.dims:
-                n *= dims[d]
-            out[v.id] = n
-        return out
-
-    def traffic(self, dims: dict[int, int]) -> int:
-        """Bytes the plan moves through global memory: per kernel, each array it loads or stores
-        once (re-reads of small invariant subvectors by several blocks are not counted)."""
-        n = self.entries(dims)
-        size = np.dtype(self.dtype).itemsize
-        total = 0
-        for k in self.kernels:
-            moved = {a.value.id for a in k.launch.args if a.kind == "array"}
-            total += sum(n[v] for v in moved) * size
-        return total
-
-    def compulsory_traffic(self, dims: dict[int, int]) -> int:
-        """Bytes if every input were read once and every output written once."""
-        n = self.entries(dims)
-        size = np.dtype(self.dtype).itemsize
-        vals = [v for v in self.program.inputs if v.type != "scalar"] + list(self.program.outputs)
-        return sum(n[v.id] for v in vals) * size
-
-    def flops(self, dims: dict[int, int]) -> int:
-        """Floating-point operations of the script, from the library's per-function counts."""
-        n = self.entries(dims)
-        total = 0
-        for c in self.program.calls:
-            if c.function.flops is None:
-                raise KfuseError(f"{c.function.name} ({c.function.file}) declares no flops count")
-            scope = {p: (n[v.id] if hasattr(v, "id") else 1) for p, v in c.bindings().items()}
-            total += int(eval(c.function.flops, {"__builtins__": {}}, scope))  # noqa: S307 - library field
-        return total
-
-    def __call__(self, out: dict | None = None, sync: bool = False, **inputs):
-        """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, numbers for
-        scalars); returns CuPy arrays in the order of the script's return statement (a single
-        array when it returns one value).  ``out`` maps returned names to preallocated arrays;
-        ``sync=True`` waits for the kernels and reports any execution error."""
-        from .runtime.executor import run
-        return run(self, inputs, out=out, sync=sync)
-
-    def tune(self, top: int = 20, sizes: dict[str, int] | None = None, reps: int = 30, store=True,
-             log=None, iterations: bool = True) -> "CompiledScript":
-        """Empirical search: compile the ``top`` plans ranked first by the model (one NVRTC
-        compile for all of them), check each against the float64 reference on random inputs of
-        ``sizes`` (script size name -> value; default the model's), time each with CUDA events,
-        and return the program with the fastest; then (``iterations``) try explicit serial-iteration
-        counts for each of its kernels against the launch-time choice.  The winner is remembered in the tuning store
-        (``store=False``: not; a path or TuningStore: that one), and later compiles for the same
-        GPU, script, library, dtype and size class use it at once."""
-        from .tuning_run import tune
-        return tune(self, top=top, sizes=sizes, reps=reps, store=store, log=log, iterations=iterations)
-
-    def bind(self, out: dict | None = None, **inputs):
-        """Check and bind arguments once; the returned callable only launches (for repeated runs
-        and timing). Its outputs are allocated once and reused."""
-        from .runtime.executor import BoundCall
-        return BoundCall(self, inputs, out=out)
-
-
-def share_module(progs: list[CompiledScript], title: str, dims: dict[int, int] | None = None) -> str:
-    """Give programs of one script (plans with distinct kernel names) one CUDA module holding all
-    their kernels: one NVRTC compile instead of one each.  With ``dims`` (on a GPU) each program's
-    block orders at those sizes are built in (runtime/order.py); a program bound at other sizes
-    whose orders differ compiles its own module."""
-    base = progs[0]
-    source = module_source([k for p in progs for k in p.kernels], base.library, base.dtype, title=title)
-    if dims is not None:
-        from .runtime.gpu import cupy
-        from .runtime.launch import pdl_available
-        from .runtime.order import launch_orders, order_defines
-        device = cupy().cuda.Device().id
-        source = "".join(order_defines(p.kernels, launch_orders(p, dims, device, pdl_available(device)))
-                         for p in progs) + source
-    for p in progs:
-        p.__dict__["cuda_source"] = source
-        p.__dict__["_shared_source"] = True
-    return source
 
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
@@ -199,19 +48,26 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+    timer = PassTimes()
     with _collector_paused():
-        lib = load_library(*folders, shipped=shipped_library)
-        source, file = _read_script(script)
-        program = parse_script(source, lib, file)
+        with timer("library"):
+            lib = load_library(*folders, shipped=shipped_library)
+        with timer("parse"):
+            source, file = _read_script(script)
+            program = parse_script(source, lib, file)
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
-                                model=_ranking_model(lib, dtype, calibration))
-            plan = _stored_plan(program, search, dtype, tuned) or search.best()
+                                model=_ranking_model(lib, dtype, calibration), timer=timer)
+            with timer("search"):
+                plan = _stored_plan(program, search, dtype, tuned) or search.best()
         else:
-            search, plan = None, unfused_plan(program, lib)
-        kernels = generate(plan, lib)
+            with timer("search"):
+                search, plan = None, unfused_plan(program, lib)
+        with timer("layout"):
+            kernels = generate(plan, lib)
     compiled = CompiledScript(program, lib, dtype, plan, kernels)
     compiled.search = search
+    compiled.timings = timer
     return compiled
 
 
@@ -232,15 +88,15 @@ def _collector_paused():
 
 
 def _ranking_model(lib: Library, dtype: str, calibration):
-    from .calibration.predict import CalibratedModel, choose_model
-    from .model import DEFAULT_MACHINE
+    from .cost.calibrated import CalibratedModel, choose_model
+    from .cost.transfer import DEFAULT_MACHINE
     if calibration is False:
         return DEFAULT_MACHINE
     if calibration is True or calibration is None:
         return choose_model(lib, dtype)
     if isinstance(calibration, (str, Path)):
-        from .calibration.store import find
-        from .tuning import gpu_name
+        from .cost.store import find
+        from .runtime.gpu import gpu_name
         exact, other = find(gpu_name(), lib.digest, dtype, paths=[Path(calibration)])
         if exact or other:
             return CalibratedModel(exact or other)
@@ -252,7 +108,9 @@ def _stored_plan(program: Program, search: PlanSearch, dtype: str, tuned) -> Pla
     """The tuning store's winner for this GPU, script, library, dtype and size class, if any."""
     if tuned is False:
         return None
-    from .tuning import TuningStore, gpu_name, plan_from_json, store_key
+    from .tuning.store import TuningStore, store_key
+    from .runtime.gpu import gpu_name
+    from .ir.plan import plan_from_json
     gpu = gpu_name()
     if gpu is None:
         return None

@@ -70,6 +70,9 @@ def cmd_plan(args) -> int:
                                      + "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}"
                                                for kc in k.calls) + ">" for k in plan.kernels)
                 print(f"  {n + 1:4d}. {plan.predicted * 1e6:9.1f} us  {kernels}")
+    if args.timings:
+        prog.cuda_source            # the emit pass
+        print(prog.timings.describe())
     if args.graph:
         print(prog.graph.dot())
     return 0
@@ -149,7 +152,7 @@ def cmd_tune(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from .calibration.measure import calibrate
-    from .calibration.store import read_file, search_paths, user_path, write_entry
+    from .cost.store import read_file, search_paths, user_path, write_entry
     from .library.loader import load_library
     from .runtime.gpu import have_gpu
     if not have_gpu():
@@ -170,7 +173,7 @@ def cmd_calibrate(args) -> int:
 def cmd_report(args) -> int:
     from .bench import resolve_sequences
     from .bench.harness import default_sequences
-    from .calibration.report import markdown, run_report
+    from .bench.prediction import markdown, run_report
     paths = resolve_sequences(args.seq) if args.seq else default_sequences()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all", type=int, nargs="?", const=20, default=0, metavar="K",
                    help="list the first K plans (default 20) in predicted order")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
+    p.add_argument("--timings", action="store_true",
+                   help="print the time of each compiler pass (library, parse, space, rank, search, layout, emit)")
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("run", help="run on random inputs, check against NumPy, print the time (GPU)")
     common(p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import KfuseError
-from .program import Program, ScalarArg
+from .ir.program import Program, ScalarArg
 
 
 def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[int, np.ndarray]:

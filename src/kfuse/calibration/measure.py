@@ -25,9 +25,9 @@ from ..library.schema import Library
 from ..runtime.compiler import load_module
 from ..runtime.gpu import cupy
 from ..runtime.timing import median_us
-from .predict import resident_fraction
+from ..cost.calibrated import resident_fraction
+from ..cost.store import Calibration
 from .probes import Env, Probe, barrier_probes, library_probes, probe_module
-from .store import Calibration
 
 CHUNK = 96                  # micro-kernels per NVRTC module
 SIZES = {False: {"n": 8192, "N": 2**25}, True: {"n": 4096, "N": 2**23}}
@@ -189,7 +189,7 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
               log=None) -> Calibration:
     """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
     calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""
-    from ..tuning import gpu_name
+    from ..runtime.gpu import gpu_name
     cp = cupy()
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     t0 = time.perf_counter()

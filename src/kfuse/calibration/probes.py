@@ -34,7 +34,7 @@ from ..codegen.module import DTYPES, PRELUDE
 from ..fusion.space import PREFERRED_IPB, UNROLLS
 from ..library.mappings import MAPPINGS
 from ..library.schema import Function, Library, Routine, Variant
-from .store import function_key, routine_key  # noqa: F401 - function_key: imported from here too
+from ..cost.store import function_key, routine_key  # noqa: F401 - function_key: imported from here too
 
 OCCUPANCIES = ("full", "half")      # natural occupancy, and half the resident blocks
 

@@ -28,57 +28,12 @@ from math import prod
 from ..errors import FusionError
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine, Variant
-from ..program import Call, ScalarArg, Value
+from ..ir.kernel import GlobalArg, KernelCall, KernelSpec, LaunchInfo
+from ..ir.program import Call, ScalarArg, Value
 
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
 MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
-
-
-@dataclass(frozen=True)
-class KernelCall:
-    """A call placed in a kernel, with the routine variant and macro values chosen for it."""
-    call: Call
-    variant: Variant
-    macros: tuple[tuple[str, int], ...] = ()
-
-    def macro(self, name: str) -> int:
-        return self._macro_map[name]
-
-    @cached_property
-    def _macro_map(self) -> dict[str, int]:
-        return dict(self.macros)
-
-    def value_of(self, x: str | int) -> int:
-        return x if isinstance(x, int) else self.macro(x)
-
-    def shape(self, routine: Routine) -> tuple[int, int]:
-        return self.value_of(routine.threads[0]), self.value_of(routine.threads[1])
-
-    def tile(self, lib: Library) -> tuple[int, int]:
-        """Rows x columns of the tile an instance of a 2-level call covers."""
-        return self.variant.tile_shape(self._macro_map, lib.tile)
-
-    def describe(self) -> str:
-        m = ", ".join(f"{k}={v}" for k, v in self.macros)
-        return f"{self.call.function.name}/{self.variant.name}" + (f"[{m}]" if m else "")
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """What to generate: calls in execution order plus the kernel-wide choices."""
-    name: str
-    calls: tuple[KernelCall, ...]
-    iters: int = 0                  # serial iterations along the loop axis (0: chosen at launch)
-    ipb: int = 1                    # instances per block (unnested kernels)
-    stores: frozenset[int] = frozenset()    # value ids this kernel must write to global memory
-    loop: str = "i"                 # instance axis the serial loop walks (nested kernels: i or j)
-    unroll: int = 1                 # serial iterations whose loads are issued together
-    span: int = 1                   # nested kernels: instances across the loop axis per block
-
-    @property
-    def nesting(self) -> int:
-        return self.calls[0].call.function.nesting
 
 
 @dataclass(frozen=True)
@@ -128,67 +83,6 @@ class Placement:
     registers: dict[str, int] = field(default_factory=dict)       # element -> slots per thread
     shared: dict[str, int] = field(default_factory=dict)          # element -> offset (entries)
     shared_size: int = 0                                          # entries per instance
-
-
-@dataclass(frozen=True)
-class GlobalArg:
-    """A kernel argument: an array (pointer and sizes), a scalar, or an instance count."""
-    kind: str                       # array | scalar | count
-    name: str                       # C parameter name
-    value: Value | None = None
-    axis: int | None = None         # count: dimension id; divisor: element extent
-    divisor: int = 1
-
-
-@dataclass(frozen=True)
-class LaunchInfo:
-    """Host-side launch description of one kernel."""
-    kernel: str
-    threads: int                    # per block
-    nesting: int
-    iters: int                      # 0: chosen at launch
-    ipb: int
-    axis_dims: tuple[int, ...]      # dimension id of axis i (and j)
-    axis_extent: tuple[int, ...]    # entries per element along each axis
-    args: tuple[GlobalArg, ...]
-    clears: tuple[tuple[Value, str], ...]   # outputs set to the identity before the launch
-    smem_bytes_per_real: int        # shared entries per block (multiply by sizeof(real))
-    calls: tuple[int, ...]          # program call indices in this kernel
-    loop: str = "i"
-    span: int = 1                   # instances across the loop axis per block (nested kernels)
-    unroll: int = 1
-    carried: bool = True            # work before or after the loop (invariant loads, accumulators)
-    waits: bool = False             # calls kf_wait_prior before touching what an earlier launch wrote (PDL)
-
-    def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
-        """Instances along each axis (partial edge elements included)."""
-        return tuple(-(-dims[d] // e) for d, e in zip(self.axis_dims, self.axis_extent))
-
-    def _split(self, dims: dict[int, int]) -> tuple[int, int]:
-        """(instances along the loop axis, independent block groups across it)."""
-        counts = self.counts(dims)
-        if self.nesting == 1:
-            return counts[0], 1
-        along, across = (counts[0], counts[1]) if self.loop == "i" else (counts[1], counts[0])
-        return along, -(-across // self.span)
-
-    def iterations(self, dims: dict[int, int], target_blocks: int) -> int:
-        """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks.
-        A kernel with nothing to amortise across its loop (no invariant loads, no accumulators)
-        runs one instance per slot: many small blocks balance best (measured on the H100,
-        benchmarks/iters.py, n = 8192, N = 2^26: MADD 266 us against 275 at two waves, SSCAL 180
-        against 192, VADD 346 against 359, WAXPBY 264 against 277)."""
-        if self.iters:
-            return self.iters
-        if not self.carried:
-            return 1
-        along, across = self._split(dims)
-        per_group = max(1, target_blocks // across) * self.ipb
-        return max(1, -(-along // per_group))
-
-    def grid(self, dims: dict[int, int], iters: int) -> int:
-        along, across = self._split(dims)
-        return max(1, across * -(-along // (iters * self.ipb)))
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ScriptError
 from ..library.schema import AXES, Library
-from ..program import Call, Dim, Program, ScalarArg, Value
+from ..ir.program import Call, Dim, Program, ScalarArg, Value
 
 TOKEN = re.compile(r"""
     (?P<ws>[ \t\r]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from ..graph import DependencyGraph
-from ..program import Call, Program, Value
+from ..ir.graph import DependencyGraph
+from ..ir.program import Call, Program, Value
 
 
 def _calls(program: Program, fusion: frozenset[int]) -> list[Call]:

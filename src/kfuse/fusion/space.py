@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import combinations, product
 
-from ..codegen.kernel import KernelCall, KernelCode, KernelSpec, build_copies
+from ..ir.kernel import KernelCall, KernelSpec
+from ..codegen.kernel import KernelCode, build_copies
 from ..errors import FusionError
-from ..graph import DependencyGraph
+from ..ir.graph import DependencyGraph
 from ..library.schema import AXES, Library
-from ..program import Program
+from ..ir.program import Program
 from .legality import why_not
 
 UNROLLS = (1, 2, 4)

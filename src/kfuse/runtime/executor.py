@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import LaunchError
-from ..program import Program
+from ..ir.program import Program
 from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
 from .gpu import cupy
 from .launch import PackedArgs, launch_dependent, pdl_available
@@ -51,19 +51,6 @@ def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, i
             if d not in dims:
                 raise LaunchError(f"the size {prog.dims[d].name} of {v.name} follows from no input")
     return dims
-
-
-_device_limits: dict[int, tuple[int, int]] = {}
-
-
-def target_blocks(threads: int, device: int) -> int:
-    """Blocks for two full waves of the GPU (the grid size that auto iterations aim at)."""
-    if device not in _device_limits:
-        rt = cupy().cuda.runtime
-        _device_limits[device] = (rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, device),
-                                  rt.deviceGetAttribute(rt.cudaDevAttrMaxThreadsPerMultiProcessor, device))
-    sms, max_threads = _device_limits[device]
-    return 2 * sms * max(1, max_threads // threads)
 
 
 class BoundCall:

@@ -1,7 +1,9 @@
-"""Lazy access to CuPy, with an error that says how to install it."""
+"""The GPU as the runtime sees it: lazy access to CuPy (with an error that says how to install it)
+and the device facts read once (name, multiprocessor limits, the grid target)."""
 from __future__ import annotations
 
 from ..errors import LaunchError
+from ..ir.kernel import target_blocks as _target_blocks
 
 
 def cupy():
@@ -19,3 +21,27 @@ def have_gpu() -> bool:
         return cp.cuda.runtime.getDeviceCount() > 0
     except Exception:   # noqa: BLE001 - any failure here means "no usable GPU"
         return False
+
+
+def gpu_name() -> str | None:
+    """Name of the current GPU, or None without CuPy or a GPU."""
+    try:
+        import cupy as cp
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    except Exception:   # noqa: BLE001 - no CuPy, no driver or no device: no GPU to key on
+        return None
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+_device_limits: dict[int, tuple[int, int]] = {}
+
+
+def target_blocks(threads: int, device: int) -> int:
+    """Blocks for two full waves of ``device`` (the grid size that auto iterations aim at)."""
+    if device not in _device_limits:
+        rt = cupy().cuda.runtime
+        _device_limits[device] = (rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, device),
+                                  rt.deviceGetAttribute(rt.cudaDevAttrMaxThreadsPerMultiProcessor, device))
+    sms, max_threads = _device_limits[device]
+    return _target_blocks(sms, max_threads, threads)

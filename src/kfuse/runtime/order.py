@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .gpu import target_blocks
+
 ORDERS_NESTED = (0, 1, 2, 3)
 L2_SHARE = 0.5          # of the device's L2 assumed to hold the producer's most recent data
 
@@ -169,11 +171,10 @@ def forced_orders(count: int) -> list[int] | None:
 
 def launch_shape(compiled, dims: dict[int, int], device: int) -> tuple[tuple[int, int], ...]:
     """(target blocks, serial iterations) of each kernel of ``compiled`` launched at sizes ``dims``
-    (iterations chosen at launch aim at a grid of two waves: executor.target_blocks); cached."""
-    cache = compiled.__dict__.setdefault("_launch_shape", {})
+    (iterations chosen at launch aim at a grid of two waves: gpu.target_blocks); cached."""
+    cache = compiled.launch_cache.setdefault("shape", {})
     key = (tuple(sorted(dims.items())), device)
     if key not in cache:
-        from .executor import target_blocks
         shape = []
         for code in compiled.kernels:
             target = target_blocks(code.launch.threads, device)
@@ -192,7 +193,7 @@ def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tup
     (PDL: it waits for this one) and whose grid is at most two waves.  A kernel of many small
     blocks pays for the signal in every block (SSCAL's one-instance blocks on the H100: 82.7 us
     against 45.6 at N = 2^24), more than an early launch of the next saves."""
-    cache = compiled.__dict__.setdefault("_launch_orders", {})
+    cache = compiled.launch_cache.setdefault("orders", {})
     key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""))
     if key not in cache:
         kernels = compiled.kernels

@@ -21,10 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .codegen.kernel import KernelCall, KernelSpec
-from .errors import KfuseError
-from .plan import Plan
-from .program import Program
+from ..errors import KfuseError
+from ..ir.plan import Plan, plan_to_json
+from ..ir.program import Program
 
 HEADER = {"format": "kfuse-tuning-store", "version": 1}
 
@@ -42,34 +41,6 @@ def size_class(program: Program, dims: dict[int, int]) -> str:
 def store_key(program: Program, gpu: str, dtype: str, dims: dict[int, int]) -> dict:
     return {"gpu": gpu, "script": hashlib.sha256(program.source.encode()).hexdigest()[:16],
             "library": program.library_digest, "dtype": dtype, "sizes": size_class(program, dims)}
-
-
-def plan_to_json(plan: Plan) -> list[dict]:
-    return [{"name": k.name, "iters": k.iters, "ipb": k.ipb, "loop": k.loop, "unroll": k.unroll, "span": k.span,
-             "stores": sorted(k.stores),
-             "calls": [{"call": kc.call.index, "variant": kc.variant.name, "macros": dict(kc.macros)}
-                       for kc in k.calls]} for k in plan.kernels]
-
-
-def plan_from_json(program: Program, data: list[dict]) -> Plan:
-    """Rebuild a plan; raises KfuseError when it does not fit the program (never trusted blindly)."""
-    try:
-        kernels = []
-        for k in data:
-            calls = []
-            for c in k["calls"]:
-                call = program.calls[c["call"]]
-                var = next(v for v in call.function.variants if v.name == c["variant"])
-                calls.append(KernelCall(call, var, tuple((m, int(c["macros"][m])) for m in var.macros)))
-            kernels.append(KernelSpec(str(k["name"]), tuple(calls), iters=int(k["iters"]), ipb=int(k["ipb"]),
-                                      stores=frozenset(int(s) for s in k["stores"]), loop=str(k["loop"]),
-                                      unroll=int(k["unroll"]), span=int(k.get("span", 1))))
-    except (KeyError, IndexError, StopIteration, TypeError, ValueError) as e:
-        raise KfuseError(f"stored plan does not fit the program: {e!r}") from None
-    covered = sorted(kc.call.index for k in kernels for kc in k.calls)
-    if covered != list(range(len(program.calls))):
-        raise KfuseError("stored plan does not cover every call exactly once")
-    return Plan(program, tuple(kernels))
 
 
 def _digest(record: dict) -> str:
@@ -141,14 +112,3 @@ class TuningStore:
             return json.loads(first) == HEADER
         except (json.JSONDecodeError, UnicodeDecodeError):
             return False
-
-
-def gpu_name() -> str | None:
-    """Name of the current GPU, or None without CuPy or a GPU."""
-    try:
-        import cupy as cp
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    except Exception:   # noqa: BLE001 - no CuPy, no driver or no device: no GPU to key on
-        return None
-    name = props["name"]
-    return name.decode() if isinstance(name, bytes) else str(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from dataclasses import dataclass, field
 
-from .library.schema import Function
+from ..library.schema import Function
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ opportunities (BiCGK's two products both read A).
 """
 from __future__ import annotations
 
-from .errors import ScriptError
+from ..errors import ScriptError
 from .program import Program, ScalarArg, Value
 
 

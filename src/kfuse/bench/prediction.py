@@ -3,7 +3,7 @@ Tables 4 and 5).
 
 For each sequence: compile it (timed: the first implementation, on the CPU, without NVRTC), emit
 the CUDA text of every implementation of every fusion (timed: all implementations), then measure
-the top K plans in predicted order with the empirical search's machinery (``tuning_run``; timed,
+the top K plans in predicted order with the empirical search's machinery (``tuning.measure``; timed,
 NVRTC included).  Table 4 gives the number of implementations, the rank of the measured best in
 predicted order, and the first choice and the worst of the K relative to the best; Table 5 the
 three times.  A third table sets predictions against measurements.
@@ -46,9 +46,9 @@ class SequenceResult:
 
 def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int, log) -> SequenceResult:
     import kfuse
-    from ..bench.harness import sequence_dims
-    from ..bench.records import display_name
-    from ..tuning_run import measure_plans
+    from .harness import sequence_dims
+    from .records import display_name
+    from ..tuning.measure import measure_plans
     probe = kfuse.compile(path, dtype=dtype, tuned=False)          # for the script's size names
     dims = sequence_dims(probe.program, n, N)
     sizes = {d.name: dims[d.id] for d in probe.program.dims}
@@ -116,7 +116,7 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
 def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int = 2**26, top: int = 20,
                reps: int = 20, log=None, checkpoint=None) -> tuple[list[SequenceResult], dict]:
     import kfuse
-    from ..tuning import gpu_name
+    from ..runtime.gpu import gpu_name
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     model = kfuse.compile(paths[0], dtype=dtype, tuned=False).search.model if paths else None
     header = {"gpu": gpu_name() or "no GPU", "dtype": dtype, "n": n, "N": N, "top": top, "reps": reps,

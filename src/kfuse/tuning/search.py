@@ -1,4 +1,5 @@
-"""The empirical search itself (GPU): check and time the model's top plans, keep the fastest."""
+"""The empirical search (GPU): the model's top plans measured, then kernel by kernel and serial
+iterations; the fastest kept and remembered in the tuning store."""
 from __future__ import annotations
 
 import itertools
@@ -8,55 +9,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from .api import share_module
-from .errors import KfuseError
-from .reference import device_case, evaluate, relative_error
-from .runtime.gpu import cupy
-from .runtime.launch import pdl_available
-from .runtime.order import launch_orders
-from .runtime.timing import median_us
-from .tuning import TuningStore, gpu_name, store_key
+from ..errors import KfuseError
+from ..runtime.gpu import gpu_name
+from .measure import measure_plans
+from .store import TuningStore, store_key
 
-TOL = {"float32": 1e-5, "float64": 1e-12}
 ITERS = (1, 2, 4, 8, 16, 32)    # serial iterations tried for each kernel of the best plan
-
-
-def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=None, label: str = "tune"):
-    """Compile plans (one NVRTC compile for all), check each against the float64 reference on
-    random inputs of sizes ``dims``, time the correct ones (CUDA events, median of ``reps``).
-
-    Returns ([(microseconds, index in plans, compiled program)] for the correct plans, seconds the
-    compile took)."""
-    cp = cupy()
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    prog = compiled.program
-    t0 = time.perf_counter()
-    candidates = []
-    for n, plan in enumerate(plans):
-        plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in plan.kernels))
-        candidates.append(compiled.with_plan(plan))
-    share_module(candidates, f"tuning candidates of {prog.name}", dims)
-    device = cp.cuda.Device().id
-    candidates[0].functions(device, launch_orders(candidates[0], dims, device, pdl_available(device)))
-    compile_s = time.perf_counter() - t0
-    log(f"{label} {prog.name}: {len(candidates)} plan(s) compiled in {compile_s:.1f} s; sizes "
-        + ", ".join(f"{d.name}={dims[d.id]}" for d in prog.dims))
-    dev, host, outs = device_case(prog, dims, compiled.dtype, 0)
-    ref, mag = evaluate(prog, host), evaluate(prog, host, magnitude=True)
-    results = []
-    for n, c in enumerate(candidates):
-        for o in outs.values():
-            o.fill(np.nan)                      # poisoned again for every candidate
-        got = c(out=outs, sync=True, **dev)
-        got = got if isinstance(got, tuple) else (got,)
-        err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(prog.outputs, got))
-        if not err < TOL[compiled.dtype]:
-            log(f"  plan {n + 1:3d}: WRONG (error {err:.1e}), skipped")
-            continue
-        t = median_us(c.bind(**dev), reps=reps, cold_l2=True)      # kfuse's own outputs, as without out=
-        results.append((t, n, c))
-        log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
-    return results, compile_s
 
 
 def search_dims(compiled, sizes=None) -> dict[int, int]:

@@ -27,10 +27,11 @@ import sys
 from pathlib import Path
 
 from ..codegen.kernel import KernelCode
-from ..model import DEFAULT_MACHINE, atomic_warps
 from ..errors import KfuseError
+from ..ir.kernel import target_blocks
 from ..library.schema import Library
 from .store import SHIPPED, Calibration, find, routine_key
+from .transfer import DEFAULT_MACHINE, atomic_warps
 
 
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
@@ -40,11 +41,6 @@ def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
     if smem_bytes:
         blocks = min(blocks, device["smem_per_sm"] // (smem_bytes + device["smem_reserved"]))
     return max(1, blocks) * threads / device["max_threads_per_sm"]
-
-
-def target_blocks(device: dict, threads: int) -> int:
-    """The executor's grid target (two full waves), from the calibrated device's limits."""
-    return 2 * device["sms"] * max(1, device["max_threads_per_sm"] // threads)
 
 
 class CalibratedModel:
@@ -104,7 +100,7 @@ class CalibratedModel:
         """Seconds of each term: transfer, compute, barrier, launch, clears."""
         L, spec, dev = code.launch, code.spec, self.cal.device
         instances = math.prod(L.counts(dims))
-        iters = L.iterations(dims, target_blocks(dev, L.threads))
+        iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
         loop = spec.loop if spec.nesting == 2 else "i"
@@ -175,8 +171,8 @@ def choose_model(lib: Library, dtype: str, warn=None):
     """The model that ranks plans: this GPU's calibration for this library and dtype; else a
     shipped (or other) calibration of the library, with a notice; else the transfer model, with a
     notice.  Notices are printed once per process."""
-    from ..model import DEFAULT_MACHINE
-    from ..tuning import gpu_name
+    from .transfer import DEFAULT_MACHINE
+    from ..runtime.gpu import gpu_name
     gpu = gpu_name()
     exact, other = find(gpu, lib.digest, dtype, warn=warn)
     if exact is not None:

@@ -1,9 +1,9 @@
 """Plans: which calls run in which kernel, in launch order, with every implementation choice.
 
 A plan covers every call once with kernels (fusion implementations and single-call kernels) whose
-dependency graph is acyclic.  ``PlanSearch`` ranks plans by a model -- the calibrated one
-(``calibration/predict.py``) when ``kfuse.compile`` finds a calibration, else the transfer model
-(``model.py``) -- and yields them best first, then the next best, for empirical search.
+dependency graph is acyclic.  ``PlanSearch`` ranks plans by a cost model (``cost/``: the calibrated
+one when ``kfuse.compile`` finds a calibration, else the transfer model) and yields them best
+first, then the next best, for empirical search.
 """
 from __future__ import annotations
 
@@ -11,43 +11,22 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from .codegen.kernel import KernelCall, KernelCode, KernelSpec, build_kernel
-from .fusion.space import Implementation, Space, build_space, stores_of
-from .graph import DependencyGraph
-from .library.mappings import MAPPINGS
-from .library.schema import Library, Variant
-from .model import DEFAULT_MACHINE, Machine
-from .program import Program
+from ..codegen.kernel import KernelCode
+from ..cost.transfer import DEFAULT_MACHINE, Machine
+from ..ir.graph import DependencyGraph
+from ..ir.kernel import KernelCall, KernelSpec
+from ..ir.plan import Plan
+from ..ir.program import Program
+from ..library.mappings import MAPPINGS
+from ..library.schema import Library, Variant
+from ..passes import no_timer
+from .space import Implementation, Space, build_space, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
 DEFAULT_ITERS = 0       # serial iterations (0: chosen at launch from the sizes)
 DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the caller does not give
 DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
-
-
-@dataclass(frozen=True)
-class Plan:
-    program: Program
-    kernels: tuple[KernelSpec, ...]
-    predicted: float | None = None                  # seconds, by the model, at the model's sizes
-    parts: tuple[float, ...] = ()                   # predicted seconds per kernel
-    implementations: tuple[Implementation, ...] = field(default=(), compare=False)
-
-    def describe(self, codes: list[KernelCode] | None = None) -> str:
-        head = f"plan for {self.program.name}: {len(self.kernels)} kernel(s)"
-        if self.predicted is not None:
-            head += f", predicted {self.predicted * 1e6:.1f} us"
-        lines = [head]
-        for n, k in enumerate(self.kernels):
-            extra = f", {k.ipb} instance(s) per block" if k.nesting == 1 else ""
-            pred = f", predicted {self.parts[n] * 1e6:.1f} us" if self.parts else ""
-            lines.append(f"  kernel {n} {k.name}: loop along {k.loop}, {k.iters or 'auto'} serial iteration(s)"
-                         + (f" unrolled by {k.unroll}" if k.unroll > 1 else "")
-                         + (f", {k.span} instances across it per block" if k.span > 1 else "") + extra + pred)
-            for kc in k.calls:
-                lines.append(f"    {kc.call.text():40s} [{kc.describe()}]  (line {kc.call.line})")
-        return "\n".join(lines)
 
 
 def default_macros(variant: Variant) -> tuple[tuple[str, int], ...]:
@@ -86,9 +65,6 @@ def unfused_plan(program: Program, lib: Library) -> Plan:
     return Plan(program, tuple(kernels))
 
 
-def generate(plan: Plan, lib: Library) -> list[KernelCode]:
-    return [build_kernel(k, lib) for k in plan.kernels]
-
 
 def _load_width(code: KernelCode) -> int:
     """Entries each thread moves per load routine (the narrowest load of the kernel)."""
@@ -121,12 +97,12 @@ class PlanSearch:
     """All plans of a program, ranked by a model (default: the transfer model) at the given sizes."""
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
-                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None):
+                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer):
         self.program, self.lib, self.machine = program, lib, machine
-        # anything with kernel_time(code, dims, entries, itemsize) and a name: a CalibratedModel
-        # (calibration/predict.py) or, by default, the transfer model
+        # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
-        self.space: Space = build_space(program, lib)
+        with timer("space"):
+            self.space: Space = build_space(program, lib)
         self.graph = self.space.graph
         sizes = sizes or {}
         matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
@@ -140,13 +116,15 @@ class PlanSearch:
                 n *= self.dims[d]
             self.entries[v.id] = n
         self.ranked: dict[frozenset[int], list[tuple[float, Implementation, KernelCode]]] = {}
-        for calls, impls in self.space.impls.items():
-            # predictions are kept to 0.1 us: closer ones are ties, broken by measured preferences
-            scored = [(round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7,
-                       impl, code) for impl, code in impls]
-            scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
-            self.ranked[calls] = scored
-        self.partitions = self._partitions()
+        with timer("rank"):
+            for calls, impls in self.space.impls.items():
+                # predictions are kept to 0.1 us: closer ones are ties, broken by measured preferences
+                scored = [(round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7,
+                           impl, code) for impl, code in impls]
+                scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
+                self.ranked[calls] = scored
+        with timer("search"):
+            self.partitions = self._partitions()
 
     # -- partitions --------------------------------------------------------------------------
     def _partitions(self) -> list[tuple[frozenset[int], ...]]:

@@ -1,4 +1,4 @@
-"""The transfer model: ranks kernels and plans when no calibration is at hand (calibration/).
+"""The transfer model: ranks kernels and plans when no calibration is at hand (cost/calibrated.py).
 
 time(kernel) = bytes it moves / bandwidth + launch overhead + a memset when it has reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .codegen.kernel import KernelCode
+from ..codegen.kernel import KernelCode
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Machine:
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int],
                     itemsize: int) -> float:
-        """The interface every ranking model offers (see calibration/predict.py)."""
+        """The interface every cost model offers (cost.Model)."""
         return kernel_time(code, dims, entries, itemsize, self)
 
 

@@ -1,0 +1,177 @@
+"""A compiled script: its program, plan, generated kernels and CUDA source, the GPU modules built
+from it, and the entry points that run it (``prog(**inputs)``, ``bind``, ``tune``).
+
+Every cache it keeps is a declared field: GPU modules and functions per (device, orders), the
+launch shapes and block orders per sizes (``runtime/order.py`` fills ``launch_cache``), and a
+source shared with other programs of the same script (``share_source``: one NVRTC compile for
+many candidate plans)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .codegen import generate
+from .codegen.kernel import KernelCode
+from .codegen.module import module_source
+from .errors import KfuseError
+from .ir.graph import DependencyGraph
+from .ir.plan import Plan
+from .ir.program import Program
+from .library.schema import Library
+from .passes import PassTimes
+
+
+@dataclass
+class CompiledScript:
+    """A script compiled for one element type: its program, plan and CUDA source."""
+    program: Program
+    library: Library
+    dtype: str
+    plan: Plan
+    kernels: list[KernelCode] = field(repr=False)
+    search: object = field(default=None, repr=False)   # the ranked plan space (fusion.plans.PlanSearch; fused compiles)
+    timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
+    # caches (declared; filled on demand)
+    _own_source: str | None = field(default=None, init=False, repr=False, compare=False)
+    _shared_source: str | None = field(default=None, init=False, repr=False, compare=False)
+    _modules: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _functions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def with_plan(self, plan: Plan) -> "CompiledScript":
+        """The same script compiled with another plan (e.g. the next best, for empirical search)."""
+        return CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library),
+                              self.search)
+
+    @property
+    def cuda_source(self) -> str:
+        """The CUDA module: this program's own, or the one it shares (``share_source``)."""
+        return self._shared_source if self._shared_source is not None else self.own_source
+
+    @property
+    def own_source(self) -> str:
+        """The CUDA module of this program's kernels alone."""
+        if self._own_source is None:
+            with self.timings("emit"):
+                self._own_source = module_source(self.kernels, self.library, self.dtype,
+                                                 title=f"script {self.program.file} ({self.program.name})\n"
+                                                 + self.describe())
+        return self._own_source
+
+    def share_source(self, source: str) -> None:
+        """Build this program's GPU modules from ``source``, a module that holds its kernels among
+        others (tuning/measure.py: one NVRTC compile for many candidate plans)."""
+        self._shared_source = source
+        self._modules.clear()
+        self._functions.clear()
+
+    @property
+    def graph(self) -> DependencyGraph:
+        return DependencyGraph(self.program)
+
+    def describe(self) -> str:
+        """The plan with each kernel's launch configuration."""
+        lines = [self.plan.describe()]
+        for k in self.kernels:
+            L = k.launch
+            lines.append(f"  {L.kernel}: {L.threads} threads per block, {L.smem_bytes_per_real} shared entries, "
+                         f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
+                         + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
+        return "\n".join(lines)
+
+    def module(self, device: int, orders: tuple[int, ...] = ()):
+        """The compiled module on a device, built for the kernels' orders (runtime/order.py; none
+        given: order 0 throughout), compiled once per choice, then cached."""
+        cache = self._modules
+        key = (device, tuple(orders))
+        if key not in cache:
+            from .runtime.compiler import load_module
+            from .runtime.order import order_defines
+            source = self.cuda_source
+            missing = order_defines(self.kernels, orders, source)
+            if missing and self._shared_source is not None:
+                # a module shared with other programs, built for other orders: this program's
+                # own module is smaller to compile than the shared one again
+                source = self.own_source
+                missing = order_defines(self.kernels, orders, source)
+            cache[key] = load_module(missing + source)
+        return cache[key]
+
+    def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
+        """The compiled kernels on a device, in launch order."""
+        cache = self._functions
+        key = (device, tuple(orders))
+        if key not in cache:
+            module = self.module(device, orders)
+            cache[key] = [module.get_function(k.launch.kernel) for k in self.kernels]
+        return cache[key]
+
+    def fill_function(self, device: int, orders: tuple[int, ...] = ()):
+        """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
+        return self.module(device, orders).get_function("kf_fill")
+
+    def entries(self, dims: dict[int, int]) -> dict[int, int]:
+        """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
+        out = {}
+        for v in self.program.values:
+            n = 1
+            for d in v.dims:
+                n *= dims[d]
+            out[v.id] = n
+        return out
+
+    def traffic(self, dims: dict[int, int]) -> int:
+        """Bytes the plan moves through global memory: per kernel, each array it loads or stores
+        once (re-reads of small invariant subvectors by several blocks are not counted)."""
+        n = self.entries(dims)
+        size = np.dtype(self.dtype).itemsize
+        total = 0
+        for k in self.kernels:
+            moved = {a.value.id for a in k.launch.args if a.kind == "array"}
+            total += sum(n[v] for v in moved) * size
+        return total
+
+    def compulsory_traffic(self, dims: dict[int, int]) -> int:
+        """Bytes if every input were read once and every output written once."""
+        n = self.entries(dims)
+        size = np.dtype(self.dtype).itemsize
+        vals = [v for v in self.program.inputs if v.type != "scalar"] + list(self.program.outputs)
+        return sum(n[v.id] for v in vals) * size
+
+    def flops(self, dims: dict[int, int]) -> int:
+        """Floating-point operations of the script, from the library's per-function counts."""
+        n = self.entries(dims)
+        total = 0
+        for c in self.program.calls:
+            if c.function.flops is None:
+                raise KfuseError(f"{c.function.name} ({c.function.file}) declares no flops count")
+            scope = {p: (n[v.id] if hasattr(v, "id") else 1) for p, v in c.bindings().items()}
+            total += int(eval(c.function.flops, {"__builtins__": {}}, scope))  # noqa: S307 - library field
+        return total
+
+    def __call__(self, out: dict | None = None, sync: bool = False, **inputs):
+        """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, numbers for
+        scalars); returns CuPy arrays in the order of the script's return statement (a single
+        array when it returns one value).  ``out`` maps returned names to preallocated arrays;
+        ``sync=True`` waits for the kernels and reports any execution error."""
+        from .runtime.executor import run
+        return run(self, inputs, out=out, sync=sync)
+
+    def tune(self, top: int = 20, sizes: dict[str, int] | None = None, reps: int = 30, store=True,
+             log=None, iterations: bool = True) -> "CompiledScript":
+        """Empirical search: compile the ``top`` plans ranked first by the model (one NVRTC
+        compile for all of them), check each against the float64 reference on random inputs of
+        ``sizes`` (script size name -> value; default the model's), time each with CUDA events,
+        and return the program with the fastest; then (``iterations``) try explicit serial-iteration
+        counts for each of its kernels against the launch-time choice.  The winner is remembered in the tuning store
+        (``store=False``: not; a path or TuningStore: that one), and later compiles for the same
+        GPU, script, library, dtype and size class use it at once."""
+        from .tuning.search import tune
+        return tune(self, top=top, sizes=sizes, reps=reps, store=store, log=log, iterations=iterations)
+
+    def bind(self, out: dict | None = None, **inputs):
+        """Check and bind arguments once; the returned callable only launches (for repeated runs
+        and timing). Its outputs are allocated once and reused."""
+        from .runtime.executor import BoundCall
+        return BoundCall(self, inputs, out=out)

@@ -1,0 +1,62 @@
+"""A plan: which calls run in which kernel, in launch order, with every implementation choice;
+and its JSON form (the tuning store's records), rebuilt only after checking it fits the program."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import KfuseError
+from .kernel import KernelCall, KernelSpec
+from .program import Program
+
+
+@dataclass(frozen=True)
+class Plan:
+    program: Program
+    kernels: tuple[KernelSpec, ...]
+    predicted: float | None = None                  # seconds, by the model, at the model's sizes
+    parts: tuple[float, ...] = ()                   # predicted seconds per kernel
+    # the fusion implementations it was built from (fusion.space.Implementation), when searched
+    implementations: tuple = field(default=(), compare=False)
+
+    def describe(self) -> str:
+        head = f"plan for {self.program.name}: {len(self.kernels)} kernel(s)"
+        if self.predicted is not None:
+            head += f", predicted {self.predicted * 1e6:.1f} us"
+        lines = [head]
+        for n, k in enumerate(self.kernels):
+            extra = f", {k.ipb} instance(s) per block" if k.nesting == 1 else ""
+            pred = f", predicted {self.parts[n] * 1e6:.1f} us" if self.parts else ""
+            lines.append(f"  kernel {n} {k.name}: loop along {k.loop}, {k.iters or 'auto'} serial iteration(s)"
+                         + (f" unrolled by {k.unroll}" if k.unroll > 1 else "")
+                         + (f", {k.span} instances across it per block" if k.span > 1 else "") + extra + pred)
+            for kc in k.calls:
+                lines.append(f"    {kc.call.text():40s} [{kc.describe()}]  (line {kc.call.line})")
+        return "\n".join(lines)
+
+
+def plan_to_json(plan: Plan) -> list[dict]:
+    return [{"name": k.name, "iters": k.iters, "ipb": k.ipb, "loop": k.loop, "unroll": k.unroll, "span": k.span,
+             "stores": sorted(k.stores),
+             "calls": [{"call": kc.call.index, "variant": kc.variant.name, "macros": dict(kc.macros)}
+                       for kc in k.calls]} for k in plan.kernels]
+
+
+def plan_from_json(program: Program, data: list[dict]) -> Plan:
+    """Rebuild a plan; raises KfuseError when it does not fit the program (never trusted blindly)."""
+    try:
+        kernels = []
+        for k in data:
+            calls = []
+            for c in k["calls"]:
+                call = program.calls[c["call"]]
+                var = next(v for v in call.function.variants if v.name == c["variant"])
+                calls.append(KernelCall(call, var, tuple((m, int(c["macros"][m])) for m in var.macros)))
+            kernels.append(KernelSpec(str(k["name"]), tuple(calls), iters=int(k["iters"]), ipb=int(k["ipb"]),
+                                      stores=frozenset(int(s) for s in k["stores"]), loop=str(k["loop"]),
+                                      unroll=int(k["unroll"]), span=int(k.get("span", 1))))
+    except (KeyError, IndexError, StopIteration, TypeError, ValueError) as e:
+        raise KfuseError(f"stored plan does not fit the program: {e!r}") from None
+    covered = sorted(kc.call.index for k in kernels for kc in k.calls)
+    if covered != list(range(len(program.calls))):
+        raise KfuseError("stored plan does not cover every call exactly once")
+    return Plan(program, tuple(kernels))

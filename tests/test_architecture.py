@@ -1,0 +1,109 @@
+"""The package's shape: imports point one way (no circle between modules or between folders),
+no module over 500 lines, and the README's Architecture section names the tree's folders."""
+import ast
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "kfuse"
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """kfuse module -> kfuse modules it imports (at any depth: lazy imports count too)."""
+    modules = {_module(p): p for p in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                # "from . import x" and "from .pkg import module" name modules too
+                targets = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+                targets.append(target)
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:
+                while t and t not in modules:
+                    t = t.rpartition(".")[0]
+                if t and t != mod and t.startswith("kfuse"):
+                    graph[mod].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_init(mod: str) -> bool:
+    return (SRC.parent / mod.replace(".", "/") / "__init__.py").exists()
+
+
+def test_no_import_circle_between_modules():
+    # a package's __init__ re-exporting its modules is not an edge of the data flow
+    graph = {m: {t for t in ts if not (_is_init(m) and t.startswith(m + "."))} for m, ts in import_graph().items()}
+    assert _cycles(graph) == []
+
+
+def test_no_import_circle_between_folders():
+    folder = {}
+    for m in import_graph():
+        parts = m.split(".")
+        folder[m] = ".".join(parts[:2]) if len(parts) > 2 or _is_init(m) else m
+    graph: dict[str, set[str]] = {}
+    for m, ts in import_graph().items():
+        graph.setdefault(folder[m], set()).update(folder[t] for t in ts if folder[t] != folder[m])
+    assert _cycles(graph) == []
+
+
+def test_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_over_500_lines():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
+
+
+def test_readme_architecture_names_every_folder():
+    text = README.read_text()
+    section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([a-z_]+)/`", section))
+    folders = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert named == folders
