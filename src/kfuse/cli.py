@@ -187,16 +187,16 @@ def cmd_report(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def _common(p) -> None:
+    p.add_argument("script", help="script file (.kf)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--library", action="append", default=None,
+                   help="extra library folder (repeatable); the shipped BLAS library is always loaded")
 
-    def common(p):
-        p.add_argument("script", help="script file (.kf)")
-        p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-        p.add_argument("--library", action="append", default=None,
-                       help="extra library folder (repeatable); the shipped BLAS library is always loaded")
 
+def _script_commands(sub) -> None:
+    """compile, plan, run, tune: commands on one script."""
+    common = _common
     p = sub.add_parser("compile", help="generate CUDA for a script (no GPU needed)")
     common(p)
     p.add_argument("-o", "--output", help="write the CUDA source here instead of stdout")
@@ -219,6 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--reps", type=int, default=50)
     p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
+    common(p)
+    p.add_argument("--top", type=int, default=20, help="plans to measure (default 20)")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
+    p.set_defaults(fn=cmd_tune)
+
+
+def _measure_commands(sub) -> None:
+    """bench, calibrate, report: measurement campaigns on the GPU."""
     p = sub.add_parser("bench", help="benchmark the examples against cuBLAS, PyTorch eager and torch.compile (GPU)",
                        description="Measure the copy bandwidth, then check (against a float64 NumPy reference) "
                                    "and time kfuse's plan, cuBLAS through CuPy, PyTorch eager and torch.compile "
@@ -237,14 +249,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip the (slow to compile) torch.compile peer")
     p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
-    common(p)
-    p.add_argument("--top", type=int, default=20, help="plans to measure (default 20)")
-    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
-                   help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
-    p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("calibrate", help="measure every library routine in simulated fusion environments (GPU)",
                        description="Time every routine of every function, variant and macro value of the library "
                                    "(shipped BLAS plus --library folders) in simulated fusion environments, plus "
@@ -269,7 +273,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=20, help="timed repetitions per plan, median (default 20)")
     p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
     p.set_defaults(fn=cmd_report)
-    args = ap.parse_args(argv)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    _script_commands(sub)
+    _measure_commands(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.fn(args)

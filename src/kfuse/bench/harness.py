@@ -334,6 +334,77 @@ def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[Benc
     return run
 
 
+def _sequence_inputs(cp, p, dims, dtype: str, seed: int, sets: int):
+    """Input sets on the device and the float64 reference of set 0 [(name, value, magnitude)].
+    Scalars are the same in every set (so that torch.compile sees one set of constants) and
+    rounded to the dtype for everyone."""
+    dt = np.dtype(dtype)
+    first = random_inputs(p, dims, seed)
+    scalars = {k: float(dt.type(v)) for k, v in first.items() if not isinstance(v, np.ndarray)}
+    rounded = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else scalars[k])
+               for k, v in first.items()}
+    ref, mag = evaluate(p, rounded), evaluate(p, rounded, magnitude=True)
+    expected = [(v.name, ref[v.id], mag[v.id]) for v in p.outputs]
+    del ref, mag, rounded
+
+    def upload(host):
+        return {k: (cp.asarray(v.astype(dt)) if isinstance(v, np.ndarray) else scalars[k]) for k, v in host.items()}
+
+    dev = [upload(first)]
+    del first
+    dev += [upload(random_inputs(p, dims, seed + 1 + s)) for s in range(sets - 1)]
+    return dev, expected
+
+
+class _Contenders:
+    """The prepare step (check call, timed call) of each contender on one sequence's input sets."""
+
+    def __init__(self, cp, prog, dims, dtype: str, dev: list[dict]):
+        self.cp, self.prog, self.dev = cp, prog, dev
+        self.dt = np.dtype(dtype)
+        self.shapes = {v.name: tuple(dims[d] for d in v.dims) for v in prog.program.outputs}
+        self.names = [v.name for v in prog.program.outputs]
+
+    def outputs(self):
+        return [{k: self.cp.full(s, np.nan, dtype=self.dt) for k, s in self.shapes.items()} for _ in self.dev]
+
+    def kfuse(self):
+        outs = self.outputs()
+        check = functools.partial(self.prog, out=outs[0], sync=True, **self.dev[0])
+        # timed calls are bound once: arguments checked and launches prepared outside the timing;
+        # their outputs are kfuse's own, as a caller gets them without out= (reduced outputs in
+        # one buffer, cleared by one memset)
+        return check, cycle_calls([self.prog.bind(**d) for d in self.dev])
+
+    def cublas(self, build, cb) -> Prepare:
+        def prepare():
+            outs = self.outputs()
+            runs = [build(cb, self.cp.copyto, d, o) for d, o in zip(self.dev, outs)]
+
+            def check():
+                runs[0]()
+                self.cp.cuda.get_current_stream().synchronize()
+                return tuple(outs[0][k] for k in self.names)
+            return check, cycle_calls(runs)
+        return prepare
+
+    def torch(self, torch, fn, compiled: bool) -> Prepare:
+        def prepare():
+            tdev = [{k: (torch.from_dlpack(v) if not isinstance(v, float) else v) for k, v in d.items()}
+                    for d in self.dev]
+            f = fn
+            if compiled:
+                torch._dynamo.reset()
+                f = torch.compile(fn)
+
+            def check():
+                result = f(**tdev[0])
+                torch.cuda.synchronize()
+                return result
+            return check, cycle_calls([functools.partial(f, **t) for t in tdev])
+        return prepare
+
+
 def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, timer: Timer, log: Log,
                   cb, torch, torch_fns: dict) -> None:
     from ..api import compile as kcompile
@@ -352,7 +423,6 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
         return
     p = prog.program
     dims = sequence_dims(p, opts.n, opts.N)
-    dt = np.dtype(dtype)
     nbytes = input_bytes(p, dims, dtype)
     sets = rotation_sets(nbytes, run.l2_bytes)
     info = SequenceInfo(sequence=stem, dtype=dtype, sizes={d.name: dims[d.id] for d in p.dims},
@@ -363,65 +433,9 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
     log(f"[{dtype}] {display_name(stem)}: " + ", ".join(f"{k}={v}" for k, v in info.sizes.items())
         + f"; inputs {fmt_bytes(nbytes)}, {sets} input set(s); traffic: plan {fmt_bytes(info.plan_bytes)}, "
         f"one-pass {fmt_bytes(info.onepass_bytes)}; {info.kernels} kernel(s)")
-
-    # Inputs: set 0 is checked against the reference; scalars are the same in every set (so that
-    # torch.compile sees one set of constants) and rounded to the dtype for everyone.
-    first = random_inputs(p, dims, opts.seed)
-    scalars = {k: float(dt.type(v)) for k, v in first.items() if not isinstance(v, np.ndarray)}
-    rounded = {k: (v.astype(dt).astype(np.float64) if isinstance(v, np.ndarray) else scalars[k])
-               for k, v in first.items()}
-    ref, mag = evaluate(p, rounded), evaluate(p, rounded, magnitude=True)
-    expected = [(v.name, ref[v.id], mag[v.id]) for v in p.outputs]
-    del ref, mag, rounded
-
-    def upload(host):
-        return {k: (cp.asarray(v.astype(dt)) if isinstance(v, np.ndarray) else scalars[k]) for k, v in host.items()}
-
-    dev = [upload(first)]
-    del first
-    dev += [upload(random_inputs(p, dims, opts.seed + 1 + s)) for s in range(sets - 1)]
-    shapes = {v.name: tuple(dims[d] for d in v.dims) for v in p.outputs}
-    names = [v.name for v in p.outputs]
-
-    def outputs():
-        return [{k: cp.full(s, np.nan, dtype=dt) for k, s in shapes.items()} for _ in dev]
-
-    def prepare_kfuse():
-        outs = outputs()
-        check = functools.partial(prog, out=outs[0], sync=True, **dev[0])
-        # timed calls are bound once: arguments checked and launches prepared outside the timing;
-        # their outputs are kfuse's own, as a caller gets them without out= (reduced outputs in
-        # one buffer, cleared by one memset)
-        return check, cycle_calls([prog.bind(**d) for d in dev])
-
-    def prepare_cublas(build):
-        def prepare():
-            outs = outputs()
-            runs = [build(cb, cp.copyto, d, o) for d, o in zip(dev, outs)]
-
-            def check():
-                runs[0]()
-                cp.cuda.get_current_stream().synchronize()
-                return tuple(outs[0][k] for k in names)
-            return check, cycle_calls(runs)
-        return prepare
-
-    def prepare_torch(fn, compiled: bool):
-        def prepare():
-            tdev = [{k: (torch.from_dlpack(v) if not isinstance(v, float) else v) for k, v in d.items()} for d in dev]
-            f = fn
-            if compiled:
-                torch._dynamo.reset()
-                f = torch.compile(fn)
-
-            def check():
-                result = f(**tdev[0])
-                torch.cuda.synchronize()
-                return result
-            return check, cycle_calls([functools.partial(f, **t) for t in tdev])
-        return prepare
-
-    prepares: dict[str, Prepare | Record] = {KFUSE: prepare_kfuse}
+    dev, expected = _sequence_inputs(cp, p, dims, dtype, opts.seed, sets)
+    contenders = _Contenders(cp, prog, dims, dtype, dev)
+    prepares: dict[str, Prepare | Record] = {KFUSE: contenders.kfuse}
     for name in (CUBLAS, TORCH_EAGER, TORCH_COMPILE):
         if name in run.peer_notes:
             prepares[name] = Record(stem, dtype, name, NOT_AVAILABLE, note=run.peer_notes[name])
@@ -430,9 +444,9 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
         if entry is None:
             prepares[name] = Record(stem, dtype, name, MISSING, note=f"no {name} peer written for {stem}")
         elif name == CUBLAS:
-            prepares[name] = prepare_cublas(entry)
+            prepares[name] = contenders.cublas(entry, cb)
         else:
-            prepares[name] = prepare_torch(entry, compiled=name == TORCH_COMPILE)
+            prepares[name] = contenders.torch(torch, entry, compiled=name == TORCH_COMPILE)
 
     for name in CONTENDERS:
         item = prepares[name]

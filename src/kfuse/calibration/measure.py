@@ -185,52 +185,24 @@ def _compile_all(sources: list[str], prog: Progress, log) -> list:
     return modules
 
 
-def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: list[Calibration] = (),
-              log=None) -> Calibration:
-    """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
-    calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""
-    from ..runtime.gpu import gpu_name
-    cp = cupy()
-    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    t0 = time.perf_counter()
-    device = cp.cuda.Device().id
-    dev = device_info(device)
-    gpu = gpu_name() or "unknown GPU"
-    sizes, reps = SIZES[quick], REPS[quick]
-    routines, probes = library_probes(lib)
-    known: dict[str, dict] = {}
-    for cal in reuse:
-        if cal.gpu == gpu and cal.dtype == dtype and bool(cal.meta.get("quick")) == quick:
-            for pid, data in cal.probes.items():
-                known.setdefault(pid, data)
-    todo = [p for pid, p in probes.items() if pid not in known]
-    bars = barrier_probes(probes)
+def _jobs(probes: dict[str, Probe], todo: list[Probe], quick: bool):
+    """Kernel name -> (probe, environment) for every environment to time, and (nesting, threads)
+    -> (kernel without, kernel with a barrier) for the barrier probes."""
     jobs: dict[str, tuple[Probe, Env]] = {}
     for p in todo:
         for env in p.environments(quick):
             jobs[p.kernel_name(env)] = (p, env)
     bar_jobs = {}
-    for nest, threads, p, plain in bars:
+    for nest, threads, p, plain in barrier_probes(probes):
         with_bar = replace(plain, barrier=True)
         for env in (plain, with_bar):
             jobs.setdefault(p.kernel_name(env), (p, env))
         bar_jobs[(nest, threads)] = (p.kernel_name(plain), p.kernel_name(with_bar))
-    log(f"calibrate {gpu}, library {lib.name} ({lib.digest}), {dtype}: {len(routines)} routines, "
-        f"{len(probes)} distinct micro-kernels ({len(probes) - len(todo)} already measured), "
-        f"{len(jobs)} environments to time" + (" [quick]" if quick else ""))
+    return jobs, bar_jobs
 
-    # compile: NVRTC modules in worker threads (NVRTC releases the GIL), one by one if that fails
-    names = list(jobs)
-    chunks = [names[k:k + CHUNK] for k in range(0, len(names), CHUNK)] or [[]]
-    sources = [probe_module(lib, dtype, [jobs[k] for k in chunk], title=f"chunk {n + 1}/{len(chunks)}",
-                            empty=(n == 0)) for n, chunk in enumerate(chunks)]
-    prog = Progress("compiling (NVRTC)", len(chunks), log if not sys.stderr.isatty() else None)
-    modules = _compile_all(sources, prog, log)
-    funcs = {k: modules[n].get_function(k) for n, chunk in enumerate(chunks) for k in chunk}
-    empty = modules[0].get_function("kfc_empty")
 
-    # launch overhead and clears
-    arrays = _Arrays(lib, dtype, sizes["n"], sizes["N"])
+def _overheads(cp, empty, dtype: str, log) -> tuple[float, float]:
+    """(launch overhead, clear) in microseconds."""
     sink = cp.zeros(1, dtype=np.dtype(dtype))
     empty_args = (np.int32(0), sink)
     launch_us = median_us(lambda: empty((1,), (32,), empty_args), reps=200, warmup=20)
@@ -240,11 +212,15 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
         cleared.data.memset_async(0, cleared.nbytes)
         empty((1,), (32,), empty_args)
     clear_us = max(0.0, median_us(clear_and_launch, reps=200, warmup=20) - launch_us)
-    launch_ns = launch_us * 1e3
     log(f"  launch overhead {launch_us:.2f} us, clear {clear_us:.2f} us")
+    return launch_us, clear_us
 
-    # routines (after half a second of the first one: clocks up, memory warm)
-    times: dict[str, tuple[float, float]] = {}          # kernel name -> (ns per execution, resident)
+
+def _time_all(cp, jobs, funcs, arrays, dev, sink, reps: int, launch_ns: float, log) -> dict[str, tuple[float, float]]:
+    """Kernel name -> (ns per execution, resident fraction), after half a second of the first
+    kernel (clocks up, memory warm)."""
+    names = list(jobs)
+    times: dict[str, tuple[float, float]] = {}
     if names:
         run, _, _ = _launch(*jobs[names[0]], funcs[names[0]], arrays, dev, sink)
         t_end = time.perf_counter() + 0.5
@@ -261,7 +237,11 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
             times[k] = (max(0.0, t * 1e3 - launch_ns) / instances, resident)
         prog.step()
     cp.cuda.get_current_stream().synchronize()
+    return times
 
+
+def _results(todo: list[Probe], known: dict, times: dict, bar_jobs: dict, quick: bool, log):
+    """(probe id -> measured points, nesting -> threads -> barrier ns per instance)."""
     measured = dict(known)
     for p in todo:
         points = []
@@ -276,9 +256,49 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     log("  barrier per instance: " + "; ".join(
         f"{'nested' if n == 2 else 'unnested'} " + ", ".join(f"{v:.3f} ns ({t} threads)" for t, v in sorted(b.items()))
         for n, b in sorted(barrier.items())))
+    return measured, barrier
+
+
+def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: list[Calibration] = (),
+              log=None) -> Calibration:
+    """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
+    calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""
+    from ..runtime.gpu import gpu_name
+    cp = cupy()
+    log = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    t0 = time.perf_counter()
+    dev = device_info(cp.cuda.Device().id)
+    gpu = gpu_name() or "unknown GPU"
+    sizes, reps = SIZES[quick], REPS[quick]
+    routines, probes = library_probes(lib)
+    known: dict[str, dict] = {}
+    for cal in reuse:
+        if cal.gpu == gpu and cal.dtype == dtype and bool(cal.meta.get("quick")) == quick:
+            for pid, data in cal.probes.items():
+                known.setdefault(pid, data)
+    todo = [p for pid, p in probes.items() if pid not in known]
+    jobs, bar_jobs = _jobs(probes, todo, quick)
+    log(f"calibrate {gpu}, library {lib.name} ({lib.digest}), {dtype}: {len(routines)} routines, "
+        f"{len(probes)} distinct micro-kernels ({len(probes) - len(todo)} already measured), "
+        f"{len(jobs)} environments to time" + (" [quick]" if quick else ""))
+
+    # compile: NVRTC modules in worker threads (NVRTC releases the GIL), one by one if that fails
+    names = list(jobs)
+    chunks = [names[k:k + CHUNK] for k in range(0, len(names), CHUNK)] or [[]]
+    sources = [probe_module(lib, dtype, [jobs[k] for k in chunk], title=f"chunk {n + 1}/{len(chunks)}",
+                            empty=(n == 0)) for n, chunk in enumerate(chunks)]
+    prog = Progress("compiling (NVRTC)", len(chunks), log if not sys.stderr.isatty() else None)
+    modules = _compile_all(sources, prog, log)
+    funcs = {k: modules[n].get_function(k) for n, chunk in enumerate(chunks) for k in chunk}
+
+    launch_us, clear_us = _overheads(cp, modules[0].get_function("kfc_empty"), dtype, log)
+    arrays = _Arrays(lib, dtype, sizes["n"], sizes["N"])
+    sink = cp.zeros(1, dtype=np.dtype(dtype))
+    times = _time_all(cp, jobs, funcs, arrays, dev, sink, reps, launch_us * 1e3, log)
+    measured, barrier = _results(todo, known, times, bar_jobs, quick, log)
     meta = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kfuse": __version__,
             "quick": quick, "sizes": sizes, "reps": reps}
-    cal = Calibration(gpu, lib.digest, dtype, dev, round(launch_ns, 1), round(clear_us * 1e3, 1), barrier,
+    cal = Calibration(gpu, lib.digest, dtype, dev, round(launch_us * 1e3, 1), round(clear_us * 1e3, 1), barrier,
                       routines, {pid: measured[pid] for pid in probes}, meta)
     log(f"calibrate {dtype}: done in {time.perf_counter() - t0:.1f} s")
     return cal

@@ -1,0 +1,1 @@
+"""The intermediate representation, frozen: program, dependency graph, kernel vocabulary, plan."""

@@ -1,0 +1,1 @@
+"""Empirical tuning: the store of measured winners, measuring candidate plans, the search."""
