@@ -121,12 +121,12 @@ def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
     dims = {d.id: (1000 if has_matrix(prog) else 100_003) for d in p.dims}
     dev, host0, _ = device_case(p, dims, dtype, 0)
     bound = prog.bind(**dev)
-    dependent = [L.packed is not None for L in bound.launches]
+    dependent = [L.dependent for L in bound.binding.kernel_launches]
     if pdl == "0" or int(cp.cuda.Device().compute_capability) < 90:
         assert not any(dependent)
     else:      # exactly the kernels that wait, launched after a fill or another kernel
-        assert dependent == [(bool(L.fills) or i > 0) and k.launch.waits
-                             for i, (L, k) in enumerate(zip(bound.launches, prog.kernels))]
+        assert dependent == [(bool(fills) or i > 0) and k.launch.waits
+                             for i, (fills, k) in enumerate(zip(bound.binding.fills_before, prog.kernels))]
         assert dependent[0] and all(dependent)      # every later kernel reads what one before wrote
     got = bound.result if isinstance(bound.result, tuple) else (bound.result,)
     for seed in range(1, 4):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
         with timer("parse"):
             source, file = _read_script(script)
             program = parse_script(source, lib, file)
+            _check_reserved(program)
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
                                 model=_ranking_model(lib, dtype, calibration), timer=timer)
@@ -69,6 +71,22 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     compiled.search = search
     compiled.timings = timer
     return compiled
+
+
+def _check_reserved(program: Program) -> None:
+    """A script input named like a keyword of the call (``out``, ``sync``, ``stream``) could not
+    be passed: refused here, at its declaration."""
+    from .runtime.executor import RESERVED
+    for v in program.inputs:
+        if v.name in RESERVED:
+            line_no, col, text = 0, 0, None
+            for n, t in enumerate(program.source.splitlines(), 1):
+                m = re.search(rf"\binput\b[^;]*?\b({v.name})\b", t)
+                if m:
+                    line_no, col, text = n, m.start(1) + 1, t
+                    break
+            raise ScriptError(f"the input {v.name!r} has the name of a keyword of the call "
+                              f"({', '.join(RESERVED)}); rename it", program.file, line_no, col, text)
 
 
 @contextmanager

@@ -38,6 +38,7 @@ class CompiledScript:
     _modules: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _functions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _executor: object = field(default=None, init=False, repr=False, compare=False)
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search)."""
@@ -150,13 +151,24 @@ class CompiledScript:
             total += int(eval(c.function.flops, {"__builtins__": {}}, scope))  # noqa: S307 - library field
         return total
 
-    def __call__(self, out: dict | None = None, sync: bool = False, **inputs):
-        """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, numbers for
-        scalars); returns CuPy arrays in the order of the script's return statement (a single
-        array when it returns one value).  ``out`` maps returned names to preallocated arrays;
-        ``sync=True`` waits for the kernels and reports any execution error."""
-        from .runtime.executor import run
-        return run(self, inputs, out=out, sync=sync)
+    @property
+    def executor(self):
+        """The call path (runtime/executor.py): bindings per argument signature, graphs."""
+        if self._executor is None:
+            from .runtime.executor import Executor
+            self._executor = Executor(self)
+        return self._executor
+
+    def __call__(self, out: dict | None = None, sync: bool = False, stream=None, **inputs):
+        """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, any CUDA array
+        with ``__cuda_array_interface__`` or ``__dlpack__``; numbers for scalars); returns the
+        results in the order of the script's return statement (a single array when it returns one
+        value), as CuPy arrays -- or torch tensors when the inputs are torch tensors.  Launches go
+        to the caller's current stream (torch's with torch tensors, else CuPy's) or ``stream``
+        (a CuPy or torch stream or a raw handle).  ``out`` maps returned names to preallocated
+        arrays; ``sync=True`` waits for the kernels and reports any execution error.  A repeated
+        call with the same argument signature skips every check but the cheap ones."""
+        return self.executor.call(inputs, out, sync, stream)
 
     def tune(self, top: int = 20, sizes: dict[str, int] | None = None, reps: int = 30, store=True,
              log=None, iterations: bool = True) -> "CompiledScript":
@@ -172,6 +184,6 @@ class CompiledScript:
 
     def bind(self, out: dict | None = None, **inputs):
         """Check and bind arguments once; the returned callable only launches (for repeated runs
-        and timing). Its outputs are allocated once and reused."""
+        and timing; ``bound(sync=False, stream=None)``).  Its outputs are allocated once and reused."""
         from .runtime.executor import BoundCall
         return BoundCall(self, inputs, out=out)

@@ -1,198 +1,288 @@
-"""Run a compiled program: check arguments, bind sizes, allocate, clear, launch."""
+"""Calling a compiled program: the plain call ``prog(**inputs)`` and the bound call ``prog.bind``.
+
+The first call with a new argument signature (shapes, dtypes, strides, device, which outputs are
+given; ``args.signature``) builds a ``Binding`` with every check; a later call with the same
+signature finds it in a table, reads the arguments' pointers, takes its outputs from the memory
+pool of the caller's framework (CuPy in, CuPy out; torch in, torch out), patches pointers and
+scalars into the prepared argument blocks and launches on the caller's stream (torch's current
+stream with torch tensors, CuPy's otherwise, or ``stream=``).
+
+Launches replay from a CUDA graph when a program makes several launches and the same pointers and
+scalars come again (a loop over the same arrays): the launches are captured once on a private
+stream, and the graph is launched on the caller's stream.  Inside a caller's own stream capture
+(``torch.cuda.graph``, CuPy stream capture) the launches are made directly and get captured;
+nothing synchronises and nothing but the caller's framework allocates.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from collections import OrderedDict
 
 import numpy as np
 
 from ..errors import LaunchError
-from ..ir.program import Program
-from .arrays import check_array, check_no_overlap, to_cupy, to_scalar
+from . import driver
+from .args import adapt, facts, signature, torch_dtype, torch_tensor_type
+from .arrays import to_scalar
+from .binding import OUT, Binding, overlapping
 from .gpu import cupy
-from .launch import PackedArgs, launch_dependent, pdl_available
-from .order import launch_orders, launch_shape
 
-AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
-MAX_GRID = 2**31 - 1
-FILL_THREADS, FILL_BLOCKS = 256, 1024       # kf_fill: grid-stride loop over the cleared entries
+GRAPHS_PER_BINDING = 8        # captured graphs kept per binding (least recently used dropped)
+RESERVED = ("out", "sync", "stream")
 
 
-@dataclass
-class Launch:
-    """One kernel of a bound call, with the fills that clear its reduced outputs first."""
-    function: object
-    grid: int
-    threads: int
-    args: tuple
-    fills: list            # (array, entries, value) for kf_fill, launched before the kernel
-    name: str
-    packed: PackedArgs | None = None     # set: launched dependent on the launch before it (PDL)
+class _Graphs:
+    """Captured launch sequences of one binding, keyed by stream, pointers and scalars."""
+
+    def __init__(self):
+        self.execs: OrderedDict = OrderedDict()
+        self.seen: set = set()
+        self.failed = False
+
+    def run(self, key, binding: Binding, stream: int, capture_stream: int) -> bool:
+        """Replay the launches from a graph (capturing one the second time a key comes);
+        False when the caller must launch directly."""
+        g = self.execs.get(key)
+        if g is None:
+            if self.failed or key not in self.seen:
+                if len(self.seen) > 64:
+                    self.seen.clear()
+                self.seen.add(key)
+                return False
+            try:
+                g = driver.GraphExec(capture_stream, binding.launch_all)
+            except LaunchError:
+                self.failed = True         # e.g. a driver that cannot capture these launches
+                return False
+            self.execs[key] = g
+            if len(self.execs) > GRAPHS_PER_BINDING:
+                self.execs.popitem(last=False)
+        else:
+            self.execs.move_to_end(key)
+        g.launch(stream)
+        return True
 
 
-def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
-    """Dimension id -> size, from the input shapes; every constraint of the script checked."""
-    dims: dict[int, int] = {}
-    origin: dict[int, str] = {}
-    for v in prog.inputs:
-        if v.type == "scalar":
-            continue
-        shape = shapes[v.name]
-        for d, size, word in zip(v.dims, shape, AXIS_WORDS[len(v.dims)]):
-            dim = prog.dims[d]
-            if dim.literal is not None and size != dim.literal:
-                raise LaunchError(f"{v.name}: {word} is {size}, the script fixes it to {dim.literal}")
-            if d in dims and dims[d] != size:
-                raise LaunchError(f"{v.name}: {word} is {size}, but {origin[d]} (both are the script's "
-                                  f"size {dim.name})")
-            dims[d] = size
-            origin[d] = f"{v.name} has {word} {size}"
-    for v in prog.values:
-        for d in v.dims:
-            if d not in dims:
-                raise LaunchError(f"the size {prog.dims[d].name} of {v.name} follows from no input")
-    return dims
+class Executor:
+    """The call path of one compiled program (held by ``CompiledScript``)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        prog = compiled.program
+        self.names = [v.name for v in prog.inputs]
+        self.kinds = [v.type == "scalar" for v in prog.inputs]
+        self.dtype = np.dtype(compiled.dtype)
+        self.bindings: dict = {}
+        self.graphs: dict = {}
+        self._capture: dict[int, int] = {}      # device -> private capture stream
+
+    # -- the plain call -----------------------------------------------------------------------------
+    def call(self, inputs: dict, out: dict | None, sync: bool, stream):
+        cp = cupy()
+        key, arrays, scalars, torch_in = self._read(inputs, out, cp)
+        binding = self.bindings.get(key) if key is not None else None
+        if binding is None:
+            binding, arrays, scalars, torch_in = self._bind(inputs, out, key)
+        s = self._stream(stream, binding.device, torch_in, cp)
+        out_list = [out[n] for n in binding.out_names] if out else []
+        if out_list:
+            self._check_overlap(binding, arrays, out_list)
+        own, own_arrays = self._allocate(binding, torch_in, cp)
+        tmp = self._temporaries(binding, s, cp)
+        in_ptrs = [a.data.ptr if type(a) is cp.ndarray else a.data_ptr() for a in arrays]
+        out_ptrs = [a.data.ptr if type(a) is cp.ndarray else a.data_ptr() for a in out_list]
+        self._launch(binding, s, in_ptrs, out_ptrs, own, tmp, scalars)
+        if sync:
+            driver.synchronize(s)
+        return self._result(binding, own_arrays, out)
+
+    def _read(self, inputs: dict, out, cp):
+        """(signature key, array inputs, scalar values, torch?) of a call, or a None key when
+        something needs the slow path."""
+        if len(inputs) != len(self.names):
+            return None, None, None, False
+        arrays, scalars, keys = [], [], []
+        tensor = torch_tensor_type()
+        torch_in = False
+        try:
+            for name, is_scalar in zip(self.names, self.kinds):
+                x = inputs[name]
+                if is_scalar:
+                    if type(x) is float or type(x) is int:
+                        scalars.append(x)
+                        continue
+                    return None, None, None, False
+                if type(x) is cp.ndarray:
+                    keys.append((x.shape, x.dtype, x.strides, x.device.id))
+                elif tensor is not None and isinstance(x, tensor):
+                    keys.append((x.shape, x.dtype, x.stride(), x.device))
+                    torch_in = True
+                else:
+                    return None, None, None, False
+                arrays.append(x)
+        except KeyError:
+            return None, None, None, False
+        if out:
+            for name in sorted(out):
+                sig = signature(out[name])
+                if sig is None:
+                    return None, None, None, False
+                keys.append((name, sig))
+        return tuple(keys), arrays, scalars, torch_in
+
+    def _bind(self, inputs: dict, out, key):
+        """The slow path: every argument adapted and checked, a binding built (and kept when the
+        call had a signature)."""
+        adapted = {}
+        for name, x in inputs.items():
+            is_scalar = name in self.names and self.kinds[self.names.index(name)]
+            adapted[name] = x if is_scalar else adapt(x, name)
+        out_adapted = {n: adapt(x, f"out[{n!r}]") for n, x in (out or {}).items()}
+        binding = Binding(self.compiled, adapted, out_adapted)
+        if key is not None:
+            self.bindings[key] = binding
+        arrays = [adapted[n] for n in binding.array_inputs]
+        scalars = [float(to_scalar(adapted[n], n, self.dtype)) for n in binding.scalar_inputs]
+        tensor = torch_tensor_type()
+        torch_in = tensor is not None and any(isinstance(a, tensor) for a in arrays)
+        return binding, arrays, scalars, torch_in
+
+    def _stream(self, stream, device: int, torch_in: bool, cp) -> int:
+        if stream is not None:
+            if isinstance(stream, int):
+                return stream
+            for attr in ("ptr", "cuda_stream"):
+                if hasattr(stream, attr):
+                    return int(getattr(stream, attr))
+            raise LaunchError(f"stream: expected a CuPy or torch stream or a raw handle, got {type(stream).__name__}")
+        if torch_in:
+            torch = sys.modules["torch"]
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+        return cp.cuda.get_current_stream().ptr
+
+    def _check_overlap(self, binding: Binding, arrays, out_list) -> None:
+        spans = [(n, *_span(a, binding.nbytes[n])) for n, a in zip(binding.array_inputs, arrays)]
+        spans += [(f"out[{n!r}]", *_span(a, binding.nbytes[n])) for n, a in zip(binding.out_names, out_list)]
+        hit = overlapping(spans, {f"out[{n!r}]" for n in binding.out_names})
+        if hit:
+            raise LaunchError(f"{hit[0]} and {hit[1]} share memory; an output must not alias another argument")
+
+    def _allocate(self, binding: Binding, torch_in: bool, cp):
+        """(base pointer, block) of this call's own outputs, from the caller's framework's pool."""
+        if not binding.own_bytes:
+            return 0, None
+        if torch_in:
+            torch = sys.modules["torch"]
+            block = torch.empty(binding.own_bytes, dtype=torch.uint8, device=f"cuda:{binding.device}")
+            return block.data_ptr(), block
+        if cp.cuda.runtime.getDevice() != binding.device:
+            with cp.cuda.Device(binding.device):
+                block = cp.cuda.alloc(binding.own_bytes)
+        else:
+            block = cp.cuda.alloc(binding.own_bytes)
+        return block.ptr, block
+
+    def _temporaries(self, binding: Binding, stream: int, cp) -> int:
+        if not binding.tmp_bytes:
+            return 0
+        blocks = binding.tmp_blocks
+        block = blocks.get(stream)
+        if block is None:
+            with cp.cuda.Device(binding.device):
+                block = blocks[stream] = cp.cuda.alloc(binding.tmp_bytes)
+        return block.ptr
+
+    def _launch(self, binding: Binding, stream: int, in_ptrs, out_ptrs, own: int, tmp: int, scalars) -> None:
+        binding.patch(in_ptrs, out_ptrs, own, tmp, scalars)
+        if binding.launch_count > 1 and not driver.is_capturing(stream):
+            graphs = self.graphs.get(id(binding))
+            if graphs is None:
+                graphs = self.graphs[id(binding)] = _Graphs()
+            key = (stream, tuple(in_ptrs), tuple(out_ptrs), own, tuple(scalars))
+            if graphs.run(key, binding, stream, self._capture_stream(binding.device)):
+                return
+        binding.launch_all(stream)
+
+    def _capture_stream(self, device: int) -> int:
+        s = self._capture.get(device)
+        if s is None:
+            with cupy().cuda.Device(device):
+                s = self._capture[device] = driver.create_stream()
+        return s
+
+    def _result(self, binding: Binding, block, out):
+        results = []
+        for v in binding.prog.outputs:
+            if out and v.name in out:
+                results.append(out[v.name])
+                continue
+            _, off = binding.offsets[v.id]
+            shape = tuple(binding.dims[d] for d in v.dims)
+            results.append(_view(block, off, shape, binding.dtype, binding.nbytes[v.name]))
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def _span(a, nbytes: int) -> tuple[int, int]:
+    p = a.data.ptr if hasattr(a, "data") and hasattr(a.data, "ptr") else a.data_ptr()
+    return p, p + nbytes
+
+
+def _view(block, offset: int, shape, dtype: np.dtype, nbytes: int):
+    cp = cupy()
+    if isinstance(block, cp.cuda.MemoryPointer):
+        return cp.ndarray(shape, dtype, block + offset)
+    torch = sys.modules["torch"]
+    return block[offset:offset + nbytes].view(torch_dtype(dtype)).view(shape)
 
 
 class BoundCall:
-    """A program bound to its arguments: everything checked and allocated, launches prepared.
-
-    Calling it clears the reduced outputs and launches the kernels (no checks, no allocation),
-    returning the outputs; the same output arrays are reused by every call.
-    """
+    """A program bound to its arguments once: outputs allocated once and reused by every call,
+    which only launches (replayed from a CUDA graph from the second call on, when it makes
+    several launches).  For repeated runs on the same arrays and for timing."""
 
     def __init__(self, compiled, inputs: dict, out: dict | None = None):
-        cp = cupy()
-        prog: Program = compiled.program
-        dtype = np.dtype(compiled.dtype)
-        device = cp.cuda.Device().id
+        ex: Executor = compiled.executor
         out = dict(out or {})
-        names = [v.name for v in prog.inputs]
-        missing = [n for n in names if n not in inputs]
-        if missing:
-            raise LaunchError(f"missing input(s): {', '.join(missing)} (the script's inputs are {', '.join(names)})")
-        unknown = [n for n in inputs if n not in names]
-        if unknown:
-            raise LaunchError(f"unknown input(s): {', '.join(unknown)} (the script's inputs are {', '.join(names)})")
-        out_names = [v.name for v in prog.outputs]
-        bad = [n for n in out if n not in out_names]
-        if bad:
-            raise LaunchError(f"out: {', '.join(bad)} is not a returned value ({', '.join(out_names)})")
+        cp = cupy()
+        key, _, _, _ = ex._read(inputs, out, cp)
+        binding, arrays, scalars, torch_in = ex._bind(inputs, out, key)
+        self.binding, self.executor = binding, ex
+        self.dims = binding.dims
+        out_list = [adapt(out[n], f"out[{n!r}]") for n in binding.out_names]
+        if out_list:
+            ex._check_overlap(binding, arrays, out_list)
+        self._own, self._block = ex._allocate(binding, torch_in, cp)
+        self._in = [facts(a)[4] for a in arrays]
+        self._out = [facts(a)[4] for a in out_list]
+        self._scalars = scalars
+        self._torch = torch_in
+        self.result = ex._result(binding, self._block, out)
+        self._arrays = arrays + out_list        # kept alive with the binding
 
-        arrays: dict[int, object] = {}
-        scalars: dict[int, object] = {}
-        named: dict[str, object] = {}
-        for v in prog.inputs:
-            if v.type == "scalar":
-                scalars[v.id] = to_scalar(inputs[v.name], v.name, dtype)
-                continue
-            arr = to_cupy(inputs[v.name], v.name)
-            check_array(arr, v.name, len(v.dims), dtype, device)
-            arrays[v.id] = named[v.name] = arr
-        dims = bind_sizes(prog, {v.name: tuple(arrays[v.id].shape) for v in prog.inputs if v.type != "scalar"})
-
-        returned = {v.id for v in prog.outputs}
-        # reduced outputs that kfuse allocates and clears to zero share one buffer, cleared by one
-        # fill before the first kernel (no kernel reads an output of a later one); a clear costs
-        # about as much as a launch: BiCGK's two memsets took 4.7 us of 98 on the H100
-        user = {v.id for v in prog.outputs if v.name in out}
-        by_id = {v.id: v for v in prog.values}
-        offsets: dict[int, tuple[int, int]] = {}
-        total = 0
-        for code in compiled.kernels:
-            for v, identity in code.launch.clears:
-                if float(identity) == 0.0 and v.id not in user and v.id not in offsets:
-                    n = 1
-                    for d in by_id[v.id].dims:
-                        n *= dims[d]
-                    offsets[v.id] = (total, n * dtype.itemsize)
-                    total += -(-n * dtype.itemsize // 256) * 256
-        pool = cp.empty(total, dtype=np.uint8) if total else None
-        for v in prog.values:
-            if v.is_input:
-                continue
-            shape = tuple(dims[d] for d in v.dims)
-            if v.id in returned and v.name in out:
-                arr = to_cupy(out[v.name], f"out[{v.name!r}]")
-                if v.type == "scalar":
-                    if arr.shape not in ((), (1,)) or arr.dtype != dtype or not arr.flags.c_contiguous:
-                        raise LaunchError(f"out[{v.name!r}]: a scalar result needs a {dtype} array of shape ()")
-                else:
-                    check_array(arr, f"out[{v.name!r}]", len(shape), dtype, device)
-                    if tuple(arr.shape) != shape:
-                        raise LaunchError(f"out[{v.name!r}]: shape {tuple(arr.shape)}, expected {shape}")
-                named[f"out[{v.name!r}]"] = arr
-            elif v.id in offsets:
-                off, nbytes = offsets[v.id]
-                arr = pool[off:off + nbytes].view(dtype).reshape(shape)
-            else:
-                arr = cp.empty(shape, dtype=dtype)
-            arrays[v.id] = arr
-        check_no_overlap(named, {k for k in named if k.startswith("out[")})
-
-        self.dims = dims
-        self.launches: list[Launch] = []
-        pdl = pdl_available(device)
-        # the order of each kernel's blocks, compiled in (runtime/order.py): once per size and device
-        orders = launch_orders(compiled, dims, device, pdl)
-        fill = (compiled.fill_function(device, orders) if any(code.launch.clears for code in compiled.kernels)
-                else None)
-        shape = launch_shape(compiled, dims, device)
-        for (_, iters), code, function in zip(shape, compiled.kernels, compiled.functions(device, orders)):
-            L = code.launch
-            clears = [(arrays[v.id], float(identity)) for v, identity in L.clears if v.id not in offsets]
-            if pool is not None and not self.launches:      # the shared buffer, before the first kernel
-                clears.insert(0, (pool.view(dtype), 0.0))
-            fills = [(arr, np.int64(arr.size), dtype.type(identity)) for arr, identity in clears]
-            args = []
-            for g in L.args:
-                if g.kind == "array":
-                    arr = arrays[g.value.id]
-                    args.append(arr)
-                    if g.value.type != "scalar":
-                        args.extend(np.int64(s) for s in arr.shape)
-                elif g.kind == "scalar":
-                    args.append(scalars[g.value.id])
-                elif g.kind == "count":
-                    args.append(np.int64(-(-dims[g.axis] // g.divisor)))
-            args.append(np.int32(min(iters, 2**31 - 1)))
-            grid = L.grid(dims, iters)
-            if grid > MAX_GRID:
-                raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
-            args = tuple(args)
-            # after a fill or another kernel, a kernel starts at once and waits for it where it
-            # first touches a cleared output or what an earlier kernel wrote; one with no wait of
-            # its own (reading only script inputs, clearing nothing) starts after it as usual
-            packed = PackedArgs(args) if pdl and (fills or self.launches) and L.waits else None
-            self.launches.append(Launch(function, grid, L.threads, args, fills, L.kernel, packed))
-        self.fill = fill
-        result = tuple(arrays[v.id] for v in prog.outputs)
-        self.result = result[0] if len(result) == 1 else result
-        self.arrays = arrays
+    @property
+    def launches(self) -> list:
+        """The launches of one call (fills and kernels), each with ``name`` and ``dependent``."""
+        return [launch for launch, _ in self.binding.launches]
 
     @property
     def launch_count(self) -> int:
-        """Launches per call: the kernels and the fills clearing their reduced outputs."""
-        return sum(1 + len(L.fills) for L in self.launches)
+        return self.binding.launch_count
 
-    def __call__(self, sync: bool = False):
+    def __call__(self, sync: bool = False, stream=None):
+        ex, b = self.executor, self.binding
         cp = cupy()
-        for L in self.launches:
-            try:
-                for arr, n, value in L.fills:
-                    self.fill((min(-(-int(n) // FILL_THREADS), FILL_BLOCKS),), (FILL_THREADS,), (arr, n, value))
-                if L.packed is not None:
-                    launch_dependent(L.function, L.grid, L.threads, L.packed, L.name)
-                else:
-                    L.function((L.grid,), (L.threads,), L.args)
-            except cp.cuda.driver.CUDADriverError as e:
-                raise LaunchError(f"launch of {L.name} (grid {L.grid}, block {L.threads}) failed: {e}") from None
+        s = ex._stream(stream, b.device, self._torch, cp)
+        tmp = ex._temporaries(b, s, cp)
+        ex._launch(b, s, self._in, self._out, self._own, tmp, self._scalars)
         if sync:
-            try:
-                cp.cuda.get_current_stream().synchronize()
-            except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as e:
-                raise LaunchError(f"kernel execution failed: {e}") from None
+            driver.synchronize(s)
         return self.result
 
 
-def run(compiled, inputs: dict, out: dict | None = None, sync: bool = False):
-    return BoundCall(compiled, inputs, out)(sync=sync)
+def reserved_inputs(program) -> list:
+    """Script inputs whose names clash with the call's keywords."""
+    return [v for v in program.inputs if v.name in RESERVED]
+
+
+__all__ = ["BoundCall", "Executor", "OUT", "reserved_inputs"]

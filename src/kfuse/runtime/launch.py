@@ -10,8 +10,10 @@ touches a cleared output (``kf_wait_prior`` in the generated code).  Measured on
 kernel after another kernel of the plan is launched the same way and waits where it first reads
 what an earlier kernel wrote (GEMVER: 295.6 us -> 291.9).
 
-CuPy launches kernels with ``cuLaunchKernel``, which takes no launch attributes, so the
-launch goes through ``cuLaunchKernelEx`` of the driver library (``ctypes``).  PDL needs
+CuPy launches kernels with ``cuLaunchKernel``, which takes no launch attributes, so every
+kfuse launch goes through ``cuLaunchKernelEx`` of the driver library (``driver.py``), with its
+configuration and argument block prepared once per argument signature and only the pointers,
+scalars and stream patched per call (``KernelLaunch``).  PDL needs
 compute capability 9.0 or later and CUDA 12 or later; elsewhere, or with ``KFUSE_PDL=0`` in
 the environment, kernels launch the ordinary way after the clear (the device functions are
 no-ops then).
@@ -24,42 +26,11 @@ import os
 import numpy as np
 
 from ..errors import LaunchError
+from . import driver
 from .gpu import cupy
 
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6     # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-
-
-class _AttrValue(ctypes.Union):          # CUlaunchAttributeValue: a 64-byte union
-    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_void_p), ("flag", ctypes.c_int)]
-
-
-class _Attr(ctypes.Structure):           # CUlaunchAttribute
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _AttrValue)]
-
-
-class _Config(ctypes.Structure):         # CUlaunchConfig
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(_Attr)), ("numAttrs", ctypes.c_uint)]
-
-
-_driver: list = []      # [libcuda or None], loaded on first use
-
-
-def _libcuda():
-    if not _driver:
-        lib = None
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            lib.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p,
-                                             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-            lib.cuLaunchKernelEx.restype = ctypes.c_int
-            lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        except (OSError, AttributeError):
-            lib = None           # no driver library, or one older than CUDA 12
-        _driver.append(lib)
-    return _driver[0]
+_CTYPES = {np.dtype(np.int32): ctypes.c_int, np.dtype(np.int64): ctypes.c_longlong,
+           np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
 
 
 def pdl_available(device: int) -> bool:
@@ -69,44 +40,55 @@ def pdl_available(device: int) -> bool:
     cp = cupy()
     if int(cp.cuda.Device(device).compute_capability) < 90:
         return False
-    return _libcuda() is not None
+    return driver.libcuda() is not None
 
 
 class PackedArgs:
     """Kernel arguments as the driver takes them: an array of pointers to each value, kept
-    alive with the values.  Arrays pass their device pointer; NumPy scalars their C type."""
-    _CTYPES = {np.dtype(np.int32): ctypes.c_int, np.dtype(np.int64): ctypes.c_longlong,
-               np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
+    alive with the values.  Arrays pass their device pointer (a ``c_void_p`` that a later call
+    may patch), NumPy scalars their C type."""
 
     def __init__(self, args: tuple):
-        cp = cupy()
         self.values = []
         for a in args:
-            if isinstance(a, cp.ndarray):
-                self.values.append(ctypes.c_void_p(a.data.ptr))
-            elif isinstance(a, np.generic) and a.dtype in self._CTYPES:
-                self.values.append(self._CTYPES[a.dtype](a.item()))
+            if isinstance(a, np.generic) and a.dtype in _CTYPES:
+                self.values.append(_CTYPES[a.dtype](a.item()))
+            elif isinstance(a, int):
+                self.values.append(ctypes.c_void_p(a))          # a device pointer
+            elif hasattr(a, "data") and hasattr(a.data, "ptr"):
+                self.values.append(ctypes.c_void_p(a.data.ptr))   # a CuPy array
             else:
                 raise LaunchError(f"cannot pass a {type(a).__name__} to a kernel launched by the driver")
         self.pointers = (ctypes.c_void_p * max(1, len(self.values)))(
             *[ctypes.addressof(v) for v in self.values])
 
 
+class KernelLaunch:
+    """One launch with its configuration prepared: ``launch(stream)`` only sets the stream and
+    calls the driver.  ``dependent``: the kernel may start before the previous launch in the
+    stream has finished (it calls kf_wait_prior before using what that launch writes)."""
+
+    def __init__(self, function, grid: int | tuple[int, ...], threads: int, args: PackedArgs, name: str,
+                 dependent: bool = False):
+        g = ((grid,) if isinstance(grid, int) else tuple(grid)) + (1, 1)
+        self.grid, self.threads, self.args, self.name, self.dependent = g[0], threads, args, name, dependent
+        self._attr = driver.Attr()
+        self._attr.id = driver.PROGRAMMATIC_STREAM_SERIALIZATION
+        self._attr.value.flag = 1
+        self._cfg = driver.Config(g[0], g[1], g[2], threads, 1, 1, 0, None,
+                                  ctypes.pointer(self._attr) if dependent else None, 1 if dependent else 0)
+        self._cfg_ref = ctypes.byref(self._cfg)
+        self._handle = ctypes.c_void_p(function.kernel.ptr if hasattr(function, "kernel") else function.ptr)
+        self._call = driver.libcuda().cuLaunchKernelEx
+
+    def launch(self, stream: int) -> None:
+        self._cfg.hStream = stream
+        rc = self._call(self._cfg_ref, self._handle, self.args.pointers, None)
+        if rc != 0:
+            raise LaunchError(f"launch of {self.name} (grid {self.grid}, block {self.threads}) failed: "
+                              f"{driver.error_name(rc)} ({rc})")
+
+
 def launch_dependent(function, grid: int | tuple[int, ...], threads: int, packed: PackedArgs, name: str) -> None:
-    """Launch a kernel (grid: blocks, or blocks along x, y, z) that may start before the previous
-    kernel in the stream has finished (it must call kf_wait_prior before using what that kernel
-    writes)."""
-    cp = cupy()
-    lib = _libcuda()
-    attr = _Attr()
-    attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value.flag = 1
-    g = ((grid,) if isinstance(grid, int) else tuple(grid)) + (1, 1)
-    cfg = _Config(g[0], g[1], g[2], threads, 1, 1, 0, cp.cuda.get_current_stream().ptr, ctypes.pointer(attr), 1)
-    handle = function.kernel.ptr if hasattr(function, "kernel") else function.ptr
-    rc = lib.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(handle), packed.pointers, None)
-    if rc != 0:
-        msg = ctypes.c_char_p()
-        lib.cuGetErrorName(rc, ctypes.byref(msg))
-        raise LaunchError(f"launch of {name} (grid {grid}, block {threads}) failed: "
-                          f"{(msg.value or b'CUDA error').decode()} ({rc})")
+    """Launch a kernel on the current CuPy stream, dependent on the launch before it (PDL)."""
+    KernelLaunch(function, grid, threads, packed, name, dependent=True).launch(cupy().cuda.get_current_stream().ptr)

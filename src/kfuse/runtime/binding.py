@@ -1,0 +1,257 @@
+"""A program bound to one argument signature: everything a call needs that depends only on the
+arguments' shapes, dtypes, strides, device and which outputs the caller gives (sizes, launch
+shapes and orders, allocation layout, the launches with their argument blocks), built once with
+every check.  A call then only patches pointers and scalars into the prepared argument blocks.
+
+Memory: the returned outputs kfuse allocates live in one block per call (outputs cleared to zero
+first, so one fill clears them all); values that are neither inputs nor returned live in one
+block per stream, kept with the binding and reused by every call on that stream."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LaunchError
+from ..ir.program import Program
+from . import driver
+from .args import facts
+from .arrays import to_scalar
+from .gpu import cupy
+from .launch import KernelLaunch, PackedArgs, pdl_available
+from .order import launch_orders, launch_shape
+
+AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
+MAX_GRID = 2**31 - 1
+FILL_THREADS, FILL_BLOCKS = 256, 1024       # kf_fill: grid-stride loop over the cleared entries
+ALIGN = 256
+
+# where a patched pointer or scalar comes from
+IN, OUT, OWN, TMP, SCALAR = range(5)
+
+
+def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
+    """Dimension id -> size, from the input shapes; every constraint of the script checked."""
+    dims: dict[int, int] = {}
+    origin: dict[int, str] = {}
+    for v in prog.inputs:
+        if v.type == "scalar":
+            continue
+        shape = shapes[v.name]
+        for d, size, word in zip(v.dims, shape, AXIS_WORDS[len(v.dims)]):
+            dim = prog.dims[d]
+            if dim.literal is not None and size != dim.literal:
+                raise LaunchError(f"{v.name}: {word} is {size}, the script fixes it to {dim.literal}")
+            if d in dims and dims[d] != size:
+                raise LaunchError(f"{v.name}: {word} is {size}, but {origin[d]} (both are the script's "
+                                  f"size {dim.name})")
+            dims[d] = size
+            origin[d] = f"{v.name} has {word} {size}"
+    for v in prog.values:
+        for d in v.dims:
+            if d not in dims:
+                raise LaunchError(f"the size {prog.dims[d].name} of {v.name} follows from no input")
+    return dims
+
+
+def check_names(prog: Program, inputs: dict, out: dict) -> None:
+    names = [v.name for v in prog.inputs]
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise LaunchError(f"missing input(s): {', '.join(missing)} (the script's inputs are {', '.join(names)})")
+    unknown = [n for n in inputs if n not in names]
+    if unknown:
+        raise LaunchError(f"unknown input(s): {', '.join(unknown)} (the script's inputs are {', '.join(names)})")
+    out_names = [v.name for v in prog.outputs]
+    bad = [n for n in out if n not in out_names]
+    if bad:
+        raise LaunchError(f"out: {', '.join(bad)} is not a returned value ({', '.join(out_names)})")
+
+
+def check_array(name: str, f, ndim: int, dtype: np.dtype, device: int) -> None:
+    shape, dt, strides, dev, _ = f
+    if len(shape) != ndim:
+        kind = {0: "a scalar (0-d)", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[ndim]
+        raise LaunchError(f"{name}: expected {kind} array, got shape {shape}")
+    if dt != dtype:
+        raise LaunchError(f"{name}: dtype is {dt}, the program was compiled for {dtype} "
+                          f"(convert with .astype({dtype.name}) or compile with dtype={dt.name!r})")
+    if dev != device:
+        raise LaunchError(f"{name}: array is on GPU {dev}, but the first array argument is on GPU {device}; "
+                          "put every array of a call on one GPU")
+    expected, step = [], dtype.itemsize
+    for n in reversed(shape):
+        expected.insert(0, step)
+        step *= n
+    if any(n > 1 and s != e for n, s, e in zip(shape, strides, expected)):
+        raise LaunchError(f"{name}: array is not C-contiguous (row-major); pass a contiguous copy "
+                          "(cupy.ascontiguousarray / tensor.contiguous())")
+    if ndim and 0 in shape:
+        raise LaunchError(f"{name}: array is empty; sizes must be at least 1")
+
+
+def overlapping(spans: list[tuple[str, int, int]], outputs: set[str]) -> tuple[str, str] | None:
+    """The first pair of (name, start, end) spans that overlap where one is an output."""
+    for n, (a, s1, e1) in enumerate(spans):
+        for b, s2, e2 in spans[n + 1:]:
+            if (a in outputs or b in outputs) and s1 < e2 and s2 < e1:
+                return a, b
+    return None
+
+
+def _entries(v, dims: dict[int, int]) -> int:
+    n = 1
+    for d in v.dims:
+        n *= dims[d]
+    return n
+
+
+class Binding:
+    """See the module docstring.  ``inputs`` and ``out`` hold adapted arrays (CuPy or torch)
+    and numbers."""
+
+    def __init__(self, compiled, inputs: dict, out: dict):
+        prog: Program = compiled.program
+        self.compiled, self.prog = compiled, prog
+        self.dtype = dtype = np.dtype(compiled.dtype)
+        check_names(prog, inputs, out)
+        arrays = [v for v in prog.inputs if v.type != "scalar"]
+        if not arrays:
+            raise LaunchError("a program without array inputs cannot be called (nothing fixes its sizes or device)")
+        f = {v.name: facts(inputs[v.name]) for v in arrays}
+        self.device = device = f[arrays[0].name][3]
+        for v in arrays:
+            check_array(v.name, f[v.name], len(v.dims), dtype, device)
+        for v in prog.inputs:
+            if v.type == "scalar":
+                to_scalar(inputs[v.name], v.name, dtype)
+        self.dims = dims = bind_sizes(prog, {v.name: f[v.name][0] for v in arrays})
+        self.out_names = [v.name for v in prog.outputs if v.name in out]
+        for v in prog.outputs:
+            if v.name in out:
+                name = f"out[{v.name!r}]"
+                of = facts(out[v.name])
+                check_array(name, of, len(v.dims), dtype, device)
+                if of[0] != tuple(dims[d] for d in v.dims):
+                    raise LaunchError(f"{name}: shape {of[0]}, expected {tuple(dims[d] for d in v.dims)}")
+        self.array_inputs = [v.name for v in arrays]
+        self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar"]
+        self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values}
+        self.tmp_blocks: dict[int, object] = {}      # stream -> the block of values neither input nor returned
+        self._layout()
+        self._prepare()
+
+    # -- memory ---------------------------------------------------------------------------------
+    def _layout(self) -> None:
+        """Offsets of kfuse's own outputs in the per-call block and of the other values in the
+        per-stream block: zero-cleared values first in each, so that one fill clears them."""
+        prog, user = self.prog, set(self.out_names)
+        cleared = {v.id for code in self.compiled.kernels for v, identity in code.launch.clears
+                   if float(identity) == 0.0}
+        returned = {v.id for v in prog.outputs}
+        own = [v for v in prog.values if v.id in returned and v.name not in user]
+        tmp = [v for v in prog.values if not v.is_input and v.id not in returned]
+        self.offsets: dict[int, tuple[int, int]] = {}      # value id -> (OWN or TMP, offset)
+        self.own_bytes, self.own_cleared = self._place(own, cleared, OWN)
+        self.tmp_bytes, self.tmp_cleared = self._place(tmp, cleared, TMP)
+        self.prefilled = {v for v in cleared if v in self.offsets}
+
+    def _place(self, values, cleared: set[int], where: int) -> tuple[int, int]:
+        total = 0
+        ordered = [v for v in values if v.id in cleared] + [v for v in values if v.id not in cleared]
+        n_cleared = 0
+        for v in ordered:
+            self.offsets[v.id] = (where, total)
+            total += -(-self.nbytes[v.name] // ALIGN) * ALIGN
+            if v.id in cleared:
+                n_cleared = total
+        return total, n_cleared
+
+    # -- launches -------------------------------------------------------------------------------
+    def _source(self, v) -> tuple[int, int]:
+        """(IN / OUT / OWN / TMP, index or offset) of an array value's pointer."""
+        if v.is_input:
+            return IN, self.array_inputs.index(v.name)
+        if v.name in self.out_names and any(o.id == v.id for o in self.prog.outputs):
+            return OUT, self.out_names.index(v.name)
+        return self.offsets[v.id]
+
+    def _fill(self, fill_fn, source: tuple[int, int], nbytes: int, value: float):
+        n = nbytes // self.dtype.itemsize
+        packed = PackedArgs((0, np.int64(n), self.dtype.type(value)))
+        launch = KernelLaunch(fill_fn, min(-(-n // FILL_THREADS), FILL_BLOCKS), FILL_THREADS, packed, "kf_fill")
+        return launch, [(packed.values[0], *source)]
+
+    def _prepare(self) -> None:
+        compiled, dims, device = self.compiled, self.dims, self.device
+        cp = cupy()
+        with cp.cuda.Device(device):
+            pdl = pdl_available(device)
+            orders = launch_orders(compiled, dims, device, pdl)
+            functions = compiled.functions(device, orders)
+            fill_fn = compiled.fill_function(device, orders) if (self.own_cleared or self.tmp_cleared or any(
+                code.launch.clears for code in compiled.kernels)) else None
+            shape = launch_shape(compiled, dims, device)
+        driver.require()
+        self.launches: list[tuple[KernelLaunch, list]] = []
+        self.fills_before: list[list[str]] = []      # per kernel: names of what its fills clear
+        pre = []
+        if self.own_cleared:
+            pre.append(self._fill(fill_fn, (OWN, 0), self.own_cleared, 0.0))
+        if self.tmp_cleared:
+            pre.append(self._fill(fill_fn, (TMP, 0), self.tmp_cleared, 0.0))
+        for k, ((_, iters), code, function) in enumerate(zip(shape, compiled.kernels, functions)):
+            L = code.launch
+            fills = list(pre) if k == 0 else []
+            fills += [self._fill(fill_fn, self._source(v), self.nbytes[v.name], float(identity))
+                      for v, identity in L.clears if v.id not in self.prefilled]
+            self.launches.extend(fills)
+            self.fills_before.append([f[0].name for f in fills])
+            args, patches = self._kernel_args(L, iters)
+            grid = L.grid(dims, iters)
+            if grid > MAX_GRID:
+                raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
+            packed = PackedArgs(tuple(args))
+            dependent = bool(pdl and (fills or k > 0) and L.waits)
+            launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
+            self.launches.append((launch, [(packed.values[i], src, a) for i, src, a in patches]))
+        self.patches = [p for _, ps in self.launches for p in ps]
+        self.kernel_launches = [launch for launch, _ in self.launches if launch.name != "kf_fill"]
+
+    def _kernel_args(self, L, iters: int) -> tuple[list, list]:
+        """The argument values (pointers as 0, patched per call) and the patches [(position,
+        source, index)]."""
+        args, patches = [], []
+        for g in L.args:
+            if g.kind == "array":
+                patches.append((len(args), *self._source(g.value)))
+                args.append(0)
+                if g.value.type != "scalar":
+                    args.extend(np.int64(self.dims[d]) for d in g.value.dims)
+            elif g.kind == "scalar":
+                patches.append((len(args), SCALAR, self.scalar_inputs.index(g.value.name)))
+                args.append(self.dtype.type(0))
+            elif g.kind == "count":
+                args.append(np.int64(-(-self.dims[g.axis] // g.divisor)))
+        args.append(np.int32(min(iters, 2**31 - 1)))
+        return args, patches
+
+    @property
+    def launch_count(self) -> int:
+        return len(self.launches)
+
+    def patch(self, in_ptrs, out_ptrs, own: int, tmp: int, scalars) -> None:
+        """Write this call's pointers and scalars into the prepared argument blocks."""
+        for obj, src, a in self.patches:
+            if src == IN:
+                obj.value = in_ptrs[a]
+            elif src == OWN:
+                obj.value = own + a
+            elif src == TMP:
+                obj.value = tmp + a
+            elif src == OUT:
+                obj.value = out_ptrs[a]
+            else:
+                obj.value = scalars[a]
+
+    def launch_all(self, stream: int) -> None:
+        for launch, _ in self.launches:
+            launch.launch(stream)
