@@ -125,6 +125,10 @@ def cmd_bench(args) -> int:
     dtypes = []
     for d in args.dtype or ["float32"]:
         dtypes += ["float32", "float64"] if d == "both" else [d]
+    if args.per_call:
+        return _bench_per_call(args, tuple(dict.fromkeys(dtypes)))
+    args.n = 8192 if args.n is None else args.n
+    args.N = 2**26 if args.N is None else args.N
     opts = BenchOptions(n=args.n, N=args.N, dtypes=tuple(dict.fromkeys(dtypes)),
                         sequences=tuple(resolve_sequences(args.seq)) if args.seq else (),
                         reps=args.reps, warmup=args.warmup, torch_compile=not args.no_torch_compile,
@@ -136,6 +140,26 @@ def cmd_bench(args) -> int:
         print(line, file=sys.stderr)
     failed = [r for r in run.records if r.contender == KFUSE and r.status != OK]
     return 1 if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
+
+
+def _bench_per_call(args, dtypes) -> int:
+    import shlex
+
+    from .bench import resolve_sequences
+    from .bench.harness import default_sequences, environment
+    from .bench.percall import SIZE_CLASSES, run_per_call, write_outputs
+    from .bench.records import OK
+    classes = SIZE_CLASSES if args.n is None and args.N is None else (
+        (args.n or SIZE_CLASSES[0][0], args.N or SIZE_CLASSES[0][1]),)
+    paths = resolve_sequences(args.seq) if args.seq else default_sequences()
+    rows, bw = run_per_call(paths, dtypes, classes, seed=args.seed, torch_compile=not args.no_torch_compile,
+                            log=lambda m: print(m, file=sys.stderr, flush=True))
+    env = environment(shlex.join(["kfuse", *args.argv]))
+    header = f"{env.get('gpu', '')}; {shlex.join(['kfuse', *args.argv])}"
+    for path in write_outputs(rows, bw, Path(args.out), header):
+        print(f"wrote {path}", file=sys.stderr)
+    wrong = [r for row in rows for k, r in row.records.items() if k.startswith("kfuse") and r.status != OK]
+    return 1 if wrong else 0
 
 
 def cmd_tune(args) -> int:
@@ -235,10 +259,14 @@ def _measure_commands(sub) -> None:
                        description="Measure the copy bandwidth, then check (against a float64 NumPy reference) "
                                    "and time kfuse's plan, cuBLAS through CuPy, PyTorch eager and torch.compile "
                                    "on each sequence; write results.md, results.csv, env.json and PNG charts.")
-    p.add_argument("--n", type=_bench_size, default=8192, help="size of every dimension of a script with a matrix "
-                   "(default 8192)")
-    p.add_argument("--N", type=_bench_size, default=2**26, help="size of every dimension of a script without a "
-                   "matrix (default 2^26)")
+    p.add_argument("--n", type=_bench_size, default=None, help="size of every dimension of a script with a matrix "
+                   "(default 8192; --per-call: 1024 and 8192)")
+    p.add_argument("--N", type=_bench_size, default=None, help="size of every dimension of a script without a "
+                   "matrix (default 2^26; --per-call: 2^20 and 2^26)")
+    p.add_argument("--per-call", action="store_true",
+                   help="wall time per call from a Python loop (plain, repeated and bound calls, cuBLAS, torch "
+                        "eager, torch.compile default and reduce-overhead) at n = 1024 / N = 2^20 and "
+                        "n = 8192 / N = 2^26; writes per-call.md, per-call.csv, per-call.png")
     p.add_argument("--dtype", action="append", choices=["float32", "float64", "both"], default=None,
                    help="element type (repeatable, or 'both'; default float32)")
     p.add_argument("--seq", action="append", default=None, metavar="NAME",

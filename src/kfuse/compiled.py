@@ -151,6 +151,10 @@ class CompiledScript:
             total += int(eval(c.function.flops, {"__builtins__": {}}, scope))  # noqa: S307 - library field
         return total
 
+    def __repr__(self) -> str:
+        return (f"<kfuse.CompiledScript {self.program.name} ({self.dtype}): {len(self.program.calls)} call(s) in "
+                f"{len(self.kernels)} kernel(s)>")
+
     @property
     def executor(self):
         """The call path (runtime/executor.py): bindings per argument signature, graphs."""

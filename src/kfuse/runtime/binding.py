@@ -124,7 +124,7 @@ class Binding:
             if v.type == "scalar":
                 to_scalar(inputs[v.name], v.name, dtype)
         self.dims = dims = bind_sizes(prog, {v.name: f[v.name][0] for v in arrays})
-        self.out_names = [v.name for v in prog.outputs if v.name in out]
+        self.out_names = sorted(v.name for v in prog.outputs if v.name in out)    # the order calls read them in
         for v in prog.outputs:
             if v.name in out:
                 name = f"out[{v.name!r}]"
@@ -136,6 +136,7 @@ class Binding:
         self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar"]
         self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values}
         self.tmp_blocks: dict[int, object] = {}      # stream -> the block of values neither input nor returned
+        self.graphs = None                            # executor.Graphs, set by the executor
         self._layout()
         self._prepare()
 
@@ -153,6 +154,9 @@ class Binding:
         self.own_bytes, self.own_cleared = self._place(own, cleared, OWN)
         self.tmp_bytes, self.tmp_cleared = self._place(tmp, cleared, TMP)
         self.prefilled = {v for v in cleared if v in self.offsets}
+        # per returned value: (name, offset in the per-call block or None when given, shape, bytes)
+        self.result_layout = [(v.name, None if v.name in user else self.offsets[v.id][1],
+                               tuple(self.dims[d] for d in v.dims), self.nbytes[v.name]) for v in prog.outputs]
 
     def _place(self, values, cleared: set[int], where: int) -> tuple[int, int]:
         total = 0

@@ -22,43 +22,45 @@ import numpy as np
 
 from ..errors import LaunchError
 from . import driver
-from .args import adapt, facts, signature, torch_dtype, torch_tensor_type
+from .args import adapt, facts, torch_dtype, torch_tensor_type
 from .arrays import to_scalar
-from .binding import OUT, Binding, overlapping
+from .binding import OUT, Binding, check_names, overlapping
 from .gpu import cupy
 
 GRAPHS_PER_BINDING = 8        # captured graphs kept per binding (least recently used dropped)
 RESERVED = ("out", "sync", "stream")
 
 
-class _Graphs:
-    """Captured launch sequences of one binding, keyed by stream, pointers and scalars."""
+class Graphs:
+    """Captured launch sequences of one binding, keyed by stream, pointers and scalars: a key is
+    captured the second time it comes (a loop over the same arrays), and replayed after."""
 
     def __init__(self):
         self.execs: OrderedDict = OrderedDict()
         self.seen: set = set()
         self.failed = False
 
-    def run(self, key, binding: Binding, stream: int, capture_stream: int) -> bool:
-        """Replay the launches from a graph (capturing one the second time a key comes);
-        False when the caller must launch directly."""
-        g = self.execs.get(key)
-        if g is None:
-            if self.failed or key not in self.seen:
-                if len(self.seen) > 64:
-                    self.seen.clear()
-                self.seen.add(key)
-                return False
-            try:
-                g = driver.GraphExec(capture_stream, binding.launch_all)
-            except LaunchError:
-                self.failed = True         # e.g. a driver that cannot capture these launches
-                return False
-            self.execs[key] = g
-            if len(self.execs) > GRAPHS_PER_BINDING:
-                self.execs.popitem(last=False)
-        else:
-            self.execs.move_to_end(key)
+    def should_capture(self, key) -> bool:
+        if self.failed:
+            return False
+        if key in self.seen:
+            return True
+        if len(self.seen) > 64:
+            self.seen.clear()
+        self.seen.add(key)
+        return False
+
+    def capture(self, key, binding: Binding, stream: int, capture_stream: int) -> bool:
+        """Capture the (patched) launches on the private stream and launch the graph on
+        ``stream``; False when the driver refuses (the caller launches directly)."""
+        try:
+            g = driver.GraphExec(capture_stream, binding.launch_all)
+        except LaunchError:
+            self.failed = True         # e.g. a driver that cannot capture these launches
+            return False
+        self.execs[key] = g
+        if len(self.execs) > GRAPHS_PER_BINDING:
+            self.execs.popitem(last=False)
         g.launch(stream)
         return True
 
@@ -73,37 +75,37 @@ class Executor:
         self.kinds = [v.type == "scalar" for v in prog.inputs]
         self.dtype = np.dtype(compiled.dtype)
         self.bindings: dict = {}
-        self.graphs: dict = {}
         self._capture: dict[int, int] = {}      # device -> private capture stream
 
     # -- the plain call -----------------------------------------------------------------------------
     def call(self, inputs: dict, out: dict | None, sync: bool, stream):
         cp = cupy()
-        key, arrays, scalars, torch_in = self._read(inputs, out, cp)
+        key, ptrs, scalars, torch_in = self._read(inputs, out, cp)
         binding = self.bindings.get(key) if key is not None else None
         if binding is None:
             binding, arrays, scalars, torch_in = self._bind(inputs, out, key)
+            ptrs = [facts(a)[4] for a in arrays] + [facts(adapt(out[n], n))[4] for n in binding.out_names]
+        n_in = len(binding.array_inputs)
+        in_ptrs, out_ptrs = ptrs[:n_in], ptrs[n_in:]
+        if out_ptrs:
+            self._check_overlap(binding, in_ptrs, out_ptrs)
         s = self._stream(stream, binding.device, torch_in, cp)
-        out_list = [out[n] for n in binding.out_names] if out else []
-        if out_list:
-            self._check_overlap(binding, arrays, out_list)
-        own, own_arrays = self._allocate(binding, torch_in, cp)
-        tmp = self._temporaries(binding, s, cp)
-        in_ptrs = [a.data.ptr if type(a) is cp.ndarray else a.data_ptr() for a in arrays]
-        out_ptrs = [a.data.ptr if type(a) is cp.ndarray else a.data_ptr() for a in out_list]
+        own, block = self._allocate(binding, torch_in, cp)
+        tmp = self._temporaries(binding, s, cp) if binding.tmp_bytes else 0
         self._launch(binding, s, in_ptrs, out_ptrs, own, tmp, scalars)
         if sync:
             driver.synchronize(s)
-        return self._result(binding, own_arrays, out)
+        return self._result(binding, block, out)
 
     def _read(self, inputs: dict, out, cp):
-        """(signature key, array inputs, scalar values, torch?) of a call, or a None key when
-        something needs the slow path."""
+        """(signature key, pointers of the array inputs then of the given outputs, scalar values,
+        torch?) of a call, or a None key when something needs the slow path."""
         if len(inputs) != len(self.names):
             return None, None, None, False
-        arrays, scalars, keys = [], [], []
+        ptrs, scalars, keys = [], [], []
         tensor = torch_tensor_type()
         torch_in = False
+        ndarray = cp.ndarray
         try:
             for name, is_scalar in zip(self.names, self.kinds):
                 x = inputs[name]
@@ -112,33 +114,43 @@ class Executor:
                         scalars.append(x)
                         continue
                     return None, None, None, False
-                if type(x) is cp.ndarray:
-                    keys.append((x.shape, x.dtype, x.strides, x.device.id))
+                if type(x) is ndarray:
+                    d = x.data
+                    keys.append((x.shape, x.dtype, x.strides, d.device_id))
+                    ptrs.append(d.ptr)
                 elif tensor is not None and isinstance(x, tensor):
                     keys.append((x.shape, x.dtype, x.stride(), x.device))
+                    ptrs.append(x.data_ptr())
                     torch_in = True
                 else:
                     return None, None, None, False
-                arrays.append(x)
+            if out:
+                for name in sorted(out):
+                    x = out[name]
+                    if type(x) is ndarray:
+                        d = x.data
+                        keys.append((name, x.shape, x.dtype, x.strides, d.device_id))
+                        ptrs.append(d.ptr)
+                    elif tensor is not None and isinstance(x, tensor):
+                        keys.append((name, x.shape, x.dtype, x.stride(), x.device))
+                        ptrs.append(x.data_ptr())
+                    else:
+                        return None, None, None, False
         except KeyError:
             return None, None, None, False
-        if out:
-            for name in sorted(out):
-                sig = signature(out[name])
-                if sig is None:
-                    return None, None, None, False
-                keys.append((name, sig))
-        return tuple(keys), arrays, scalars, torch_in
+        return tuple(keys), ptrs, scalars, torch_in
 
     def _bind(self, inputs: dict, out, key):
         """The slow path: every argument adapted and checked, a binding built (and kept when the
         call had a signature)."""
+        check_names(self.compiled.program, inputs, out or {})
         adapted = {}
         for name, x in inputs.items():
             is_scalar = name in self.names and self.kinds[self.names.index(name)]
             adapted[name] = x if is_scalar else adapt(x, name)
         out_adapted = {n: adapt(x, f"out[{n!r}]") for n, x in (out or {}).items()}
         binding = Binding(self.compiled, adapted, out_adapted)
+        binding.graphs = Graphs()
         if key is not None:
             self.bindings[key] = binding
         arrays = [adapted[n] for n in binding.array_inputs]
@@ -161,9 +173,9 @@ class Executor:
             return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
         return cp.cuda.get_current_stream().ptr
 
-    def _check_overlap(self, binding: Binding, arrays, out_list) -> None:
-        spans = [(n, *_span(a, binding.nbytes[n])) for n, a in zip(binding.array_inputs, arrays)]
-        spans += [(f"out[{n!r}]", *_span(a, binding.nbytes[n])) for n, a in zip(binding.out_names, out_list)]
+    def _check_overlap(self, binding: Binding, in_ptrs, out_ptrs) -> None:
+        spans = [(n, p, p + binding.nbytes[n]) for n, p in zip(binding.array_inputs, in_ptrs)]
+        spans += [(f"out[{n!r}]", p, p + binding.nbytes[n]) for n, p in zip(binding.out_names, out_ptrs)]
         hit = overlapping(spans, {f"out[{n!r}]" for n in binding.out_names})
         if hit:
             raise LaunchError(f"{hit[0]} and {hit[1]} share memory; an output must not alias another argument")
@@ -194,14 +206,22 @@ class Executor:
         return block.ptr
 
     def _launch(self, binding: Binding, stream: int, in_ptrs, out_ptrs, own: int, tmp: int, scalars) -> None:
-        binding.patch(in_ptrs, out_ptrs, own, tmp, scalars)
-        if binding.launch_count > 1 and not driver.is_capturing(stream):
-            graphs = self.graphs.get(id(binding))
-            if graphs is None:
-                graphs = self.graphs[id(binding)] = _Graphs()
-            key = (stream, tuple(in_ptrs), tuple(out_ptrs), own, tuple(scalars))
-            if graphs.run(key, binding, stream, self._capture_stream(binding.device)):
+        """Replay from a graph when the binding makes several launches and this key came before
+        (and the stream is not being captured by the caller); else patch and launch directly."""
+        if binding.launch_count > 1:
+            graphs = binding.graphs
+            key = (stream, *in_ptrs, *out_ptrs, own, *scalars)
+            g = graphs.execs.get(key)
+            if g is not None and not driver.is_capturing(stream):
+                graphs.execs.move_to_end(key)
+                g.launch(stream)
                 return
+            binding.patch(in_ptrs, out_ptrs, own, tmp, scalars)
+            if g is None and graphs.should_capture(key) and not driver.is_capturing(stream):
+                if graphs.capture(key, binding, stream, self._capture_stream(binding.device)):
+                    return
+        else:
+            binding.patch(in_ptrs, out_ptrs, own, tmp, scalars)
         binding.launch_all(stream)
 
     def _capture_stream(self, device: int) -> int:
@@ -212,27 +232,20 @@ class Executor:
         return s
 
     def _result(self, binding: Binding, block, out):
-        results = []
-        for v in binding.prog.outputs:
-            if out and v.name in out:
-                results.append(out[v.name])
-                continue
-            _, off = binding.offsets[v.id]
-            shape = tuple(binding.dims[d] for d in v.dims)
-            results.append(_view(block, off, shape, binding.dtype, binding.nbytes[v.name]))
+        if isinstance(block, cupy().cuda.MemoryPointer):
+            dtype = binding.dtype
+            results = [out[name] if off is None else cupy().ndarray(shape, dtype, block + off)
+                       for name, off, shape, _ in binding.result_layout]
+        else:
+            results = [out[name] if off is None else _view(block, off, shape, binding.dtype, nbytes)
+                       for name, off, shape, nbytes in binding.result_layout]
         return results[0] if len(results) == 1 else tuple(results)
-
-
-def _span(a, nbytes: int) -> tuple[int, int]:
-    p = a.data.ptr if hasattr(a, "data") and hasattr(a.data, "ptr") else a.data_ptr()
-    return p, p + nbytes
 
 
 def _view(block, offset: int, shape, dtype: np.dtype, nbytes: int):
     cp = cupy()
     if isinstance(block, cp.cuda.MemoryPointer):
         return cp.ndarray(shape, dtype, block + offset)
-    torch = sys.modules["torch"]
     return block[offset:offset + nbytes].view(torch_dtype(dtype)).view(shape)
 
 
@@ -250,11 +263,11 @@ class BoundCall:
         self.binding, self.executor = binding, ex
         self.dims = binding.dims
         out_list = [adapt(out[n], f"out[{n!r}]") for n in binding.out_names]
-        if out_list:
-            ex._check_overlap(binding, arrays, out_list)
-        self._own, self._block = ex._allocate(binding, torch_in, cp)
         self._in = [facts(a)[4] for a in arrays]
         self._out = [facts(a)[4] for a in out_list]
+        if out_list:
+            ex._check_overlap(binding, self._in, self._out)
+        self._own, self._block = ex._allocate(binding, torch_in, cp)
         self._scalars = scalars
         self._torch = torch_in
         self.result = ex._result(binding, self._block, out)
@@ -273,7 +286,7 @@ class BoundCall:
         ex, b = self.executor, self.binding
         cp = cupy()
         s = ex._stream(stream, b.device, self._torch, cp)
-        tmp = ex._temporaries(b, s, cp)
+        tmp = ex._temporaries(b, s, cp) if b.tmp_bytes else 0
         ex._launch(b, s, self._in, self._out, self._own, tmp, self._scalars)
         if sync:
             driver.synchronize(s)
