@@ -10,6 +10,9 @@ from ..library.schema import Library, Routine, Variant
 from .program import Call, Value
 
 
+SCALAR_SUM_ITERS = 8      # fewest automatic serial iterations of a kernel that sums into a scalar
+
+
 def target_blocks(sms: int, max_threads_per_sm: int, threads: int) -> int:
     """Blocks for two full waves of a GPU with ``sms`` multiprocessors: the grid size that
     automatic serial iterations aim at (the executor on the device, the calibrated model from a
@@ -117,7 +120,12 @@ class LaunchInfo:
             return 1
         along, across = self._split(dims)
         per_group = max(1, target_blocks // across) * self.ipb
-        return max(1, -(-along // per_group))
+        iters = max(1, -(-along // per_group))
+        if any(not v.dims for v, _ in self.clears):
+            # a sum into one scalar: every block adds its partials to the same address, so at small
+            # sizes fewer, longer blocks win (docs/experiments/README.md, "Reductions to a scalar")
+            iters = max(iters, min(SCALAR_SUM_ITERS, -(-along // self.ipb)))
+        return iters
 
     def grid(self, dims: dict[int, int], iters: int) -> int:
         along, across = self._split(dims)

@@ -66,7 +66,7 @@ def check_names(prog: Program, inputs: dict, out: dict) -> None:
         raise LaunchError(f"out: {', '.join(bad)} is not a returned value ({', '.join(out_names)})")
 
 
-def check_array(name: str, f, ndim: int, dtype: np.dtype, device: int) -> None:
+def check_array(name: str, f, ndim: int, dtype: np.dtype, device: int, first: str = "") -> None:
     shape, dt, strides, dev, _ = f
     if len(shape) != ndim:
         kind = {0: "a scalar (0-d)", 1: "a vector (1-D)", 2: "a matrix (2-D)"}[ndim]
@@ -75,7 +75,7 @@ def check_array(name: str, f, ndim: int, dtype: np.dtype, device: int) -> None:
         raise LaunchError(f"{name}: dtype is {dt}, the program was compiled for {dtype} "
                           f"(convert with .astype({dtype.name}) or compile with dtype={dt.name!r})")
     if dev != device:
-        raise LaunchError(f"{name}: array is on GPU {dev}, but the first array argument is on GPU {device}; "
+        raise LaunchError(f"{name} is on GPU {dev} but {first} is on GPU {device}; "
                           "put every array of a call on one GPU")
     expected, step = [], dtype.itemsize
     for n in reversed(shape):
@@ -119,7 +119,7 @@ class Binding:
         f = {v.name: facts(inputs[v.name]) for v in arrays}
         self.device = device = f[arrays[0].name][3]
         for v in arrays:
-            check_array(v.name, f[v.name], len(v.dims), dtype, device)
+            check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
         for v in prog.inputs:
             if v.type == "scalar":
                 to_scalar(inputs[v.name], v.name, dtype)
@@ -129,12 +129,14 @@ class Binding:
             if v.name in out:
                 name = f"out[{v.name!r}]"
                 of = facts(out[v.name])
-                check_array(name, of, len(v.dims), dtype, device)
+                check_array(name, of, len(v.dims), dtype, device, arrays[0].name)
                 if of[0] != tuple(dims[d] for d in v.dims):
                     raise LaunchError(f"{name}: shape {of[0]}, expected {tuple(dims[d] for d in v.dims)}")
         self.array_inputs = [v.name for v in arrays]
         self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar"]
         self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values}
+        self.in_nbytes = [self.nbytes[n] for n in self.array_inputs]
+        self.out_nbytes = [self.nbytes[n] for n in self.out_names]
         self.tmp_blocks: dict[int, object] = {}      # stream -> the block of values neither input nor returned
         self.graphs = None                            # executor.Graphs, set by the executor
         self._layout()

@@ -174,6 +174,19 @@ class Executor:
         return cp.cuda.get_current_stream().ptr
 
     def _check_overlap(self, binding: Binding, in_ptrs, out_ptrs) -> None:
+        ends = [p + n for p, n in zip(in_ptrs, binding.in_nbytes)] + [p + n for p, n in zip(out_ptrs, binding.out_nbytes)]
+        starts = in_ptrs + out_ptrs
+        n_in = len(in_ptrs)
+        for j in range(n_in, len(starts)):
+            s, e = starts[j], ends[j]
+            for i in range(len(starts)):
+                if i != j and starts[i] < e and s < ends[i]:
+                    break
+            else:
+                continue
+            break
+        else:
+            return
         spans = [(n, p, p + binding.nbytes[n]) for n, p in zip(binding.array_inputs, in_ptrs)]
         spans += [(f"out[{n!r}]", p, p + binding.nbytes[n]) for n, p in zip(binding.out_names, out_ptrs)]
         hit = overlapping(spans, {f"out[{n!r}]" for n in binding.out_names})

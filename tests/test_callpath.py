@@ -1,0 +1,150 @@
+"""The call path on the CPU: the signature cache re-binds (and re-checks) exactly when the
+arguments' shape, dtype, strides, device or given outputs change, a wrong argument raises before
+anything is launched, and script inputs named like the call's keywords are refused at compile
+time.  CuPy is replaced by a stand-in with host "device pointers"; nothing is compiled."""
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import kfuse
+from kfuse.errors import LaunchError, ScriptError
+
+BICGK = "matrix A; vector p, q, r, s; input A, p, r; q = gemv(A, p); s = gemtv(A, r); return q, s;"
+SCAL = "scalar a; vector x, y; input a, x; y = scal(a, x); return y;"
+
+
+class FakeArray:
+    """What the call path reads of a CuPy array: shape, dtype, strides, data.ptr, data.device_id."""
+    _next = [1 << 20]
+
+    def __init__(self, shape, dtype="float32", device=0, strides=None):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        itemsize, st = self.dtype.itemsize, []
+        for n in reversed(self.shape):
+            st.insert(0, itemsize)
+            itemsize *= n
+        self.strides = tuple(strides or st)
+        self.ndim, self.size = len(self.shape), int(np.prod(self.shape))
+        self.nbytes = self.size * self.dtype.itemsize
+        ptr = self._next[0]
+        self._next[0] += -(-max(self.nbytes, 1) // 256) * 256 + 256
+        self.data = types.SimpleNamespace(ptr=ptr, device_id=device)
+        self.device = types.SimpleNamespace(id=device)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """A CuPy stand-in, and the GPU steps of a binding and a launch replaced by records."""
+    cp = types.ModuleType("cupy")
+    cp.ndarray = FakeArray
+
+    class MemoryPointer(int):
+        def __add__(self, off):
+            return MemoryPointer(int(self) + off)
+
+        @property
+        def ptr(self):
+            return int(self)
+    cp.cuda = types.SimpleNamespace(
+        MemoryPointer=MemoryPointer, alloc=lambda n: MemoryPointer(FakeArray((max(n, 1),), "uint8").data.ptr),
+        runtime=types.SimpleNamespace(getDevice=lambda: 0),
+        get_current_stream=lambda: types.SimpleNamespace(ptr=0))
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    from kfuse.runtime import binding, executor
+    built, launched = [], []
+
+    def prepare(self):
+        built.append(self)
+        self.launches, self.patches, self.kernel_launches, self.fills_before = [], [], [], []
+
+    monkeypatch.setattr(binding.Binding, "_prepare", prepare)
+    monkeypatch.setattr(executor.Executor, "_launch", lambda self, b, s, i, o, own, tmp, sc: launched.append(
+        (b, list(i), list(o), sc)))
+    monkeypatch.setattr(executor, "_view", lambda block, off, shape, dtype, nbytes: ("view", off, shape))
+    monkeypatch.setattr(executor.Executor, "_result", lambda self, b, block, out: tuple(
+        out[n] if off is None else ("view", off, shape) for n, off, shape, _ in b.result_layout))
+    return types.SimpleNamespace(built=built, launched=launched)
+
+
+def test_same_signature_binds_once_new_pointers_launch(fake):
+    prog = kfuse.compile(BICGK, calibration=False)
+    A, p, r = FakeArray((40, 50)), FakeArray((50,)), FakeArray((40,))
+    prog(A=A, p=p, r=r)
+    prog(A=A, p=p, r=r)
+    A2, p2, r2 = FakeArray((40, 50)), FakeArray((50,)), FakeArray((40,))
+    prog(A=A2, p=p2, r=r2)
+    assert len(fake.built) == 1
+    assert [f[1] for f in fake.launched] == [[A.data.ptr, p.data.ptr, r.data.ptr]] * 2 + [
+        [A2.data.ptr, p2.data.ptr, r2.data.ptr]]
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "strides", "device", "out"])
+def test_a_changed_signature_binds_again(fake, change):
+    prog = kfuse.compile(BICGK, calibration=False)
+    args = {"A": FakeArray((40, 50)), "p": FakeArray((50,)), "r": FakeArray((40,))}
+    prog(**args)
+    out = None
+    if change == "shape":
+        args = {"A": FakeArray((41, 50)), "p": FakeArray((50,)), "r": FakeArray((41,))}
+    elif change == "out":
+        out = {"q": FakeArray((40,))}
+    else:
+        kw = {"dtype": "float64"} if change == "dtype" else {"device": 1} if change == "device" else {
+            "strides": (400, 4)}
+        args["A"] = FakeArray((40, 50), **kw) if change != "strides" else FakeArray((40, 50), strides=(400, 4))
+    expect = {"dtype": "A: dtype is float64", "device": "p is on GPU 0 but A is on GPU 1",
+              "strides": "A: array is not C-contiguous"}
+    if change in expect:                       # re-checked: the new signature's error, nothing launched
+        with pytest.raises(LaunchError, match=expect[change]):
+            prog(**args, out=out)
+        assert len(fake.launched) == 1 and len(fake.built) == 1
+    else:
+        prog(**args, out=out)
+        assert len(fake.built) == 2 and len(fake.launched) == 2
+        if change == "out":
+            assert fake.launched[-1][2] == [out["q"].data.ptr]
+
+
+def test_wrong_arguments_raise_before_launch_after_good_calls(fake):
+    prog = kfuse.compile(BICGK, calibration=False)
+    A, p, r = FakeArray((40, 50)), FakeArray((50,)), FakeArray((40,))
+    for _ in range(3):
+        prog(A=A, p=p, r=r)
+    cases = [({"A": A, "p": FakeArray((49,)), "r": r}, "p: length is 49, but A has columns 50"),
+             ({"A": A, "p": p}, "missing input"),
+             ({"A": A, "p": p, "r": r, "zz": 1.0}, "unknown input"),
+             ({"A": A, "p": np.ones(50, np.float32), "r": r}, "NumPy array lives in host memory"),
+             ({"A": A, "p": p, "r": "r"}, "r: expected a CuPy array")]
+    for args, match in cases:
+        with pytest.raises(LaunchError, match=match):
+            prog(**args)
+    with pytest.raises(LaunchError, match="share memory"):
+        prog(A=A, p=p, r=r, out={"q": r})
+    with pytest.raises(LaunchError, match="not a returned value"):
+        prog(A=A, p=p, r=r, out={"A": FakeArray((40,))})
+    assert len(fake.launched) == 3
+
+
+def test_scalars_are_read_each_call(fake):
+    prog = kfuse.compile(SCAL, calibration=False)
+    x = FakeArray((100,))
+    prog(a=2.0, x=x)
+    prog(a=3, x=x)
+    with pytest.raises(LaunchError, match="a: expected a real number"):
+        prog(a="2", x=x)
+    assert [f[3] for f in fake.launched] == [[2.0], [3]] and len(fake.built) == 1
+
+
+@pytest.mark.parametrize("name", ["out", "sync", "stream"])
+def test_input_named_like_a_call_keyword_is_refused(name):
+    src = f"scalar a; vector {name}, y; input a, {name};\ny = scal(a, {name}); return y;"
+    with pytest.raises(ScriptError, match=f"the input '{name}' has the name of a keyword") as e:
+        kfuse.compile(src, calibration=False)
+    assert e.value.line == 1 and e.value.column == src.index(name, src.index("input")) + 1
+
+
+def test_short_repr():
+    prog = kfuse.compile(BICGK, calibration=False)
+    assert repr(prog) == "<kfuse.CompiledScript <script> (float32): 2 call(s) in 1 kernel(s)>" or len(repr(prog)) < 120
