@@ -20,7 +20,7 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .space import Implementation, Space, build_space, stores_of
+from .space import SPANS, Implementation, Space, build_space, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
@@ -97,12 +97,13 @@ class PlanSearch:
     """All plans of a program, ranked by a model (default: the transfer model) at the given sizes."""
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
-                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer):
+                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer,
+                 spans: tuple[int, ...] = SPANS):
         self.program, self.lib, self.machine = program, lib, machine
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
         with timer("space"):
-            self.space: Space = build_space(program, lib)
+            self.space: Space = build_space(program, lib, spans)
         self.graph = self.space.graph
         sizes = sizes or {}
         matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
@@ -196,7 +197,7 @@ class PlanSearch:
         while heap:
             cost, pid, idx = heapq.heappop(heap)
             blocks = self.partitions[pid]
-            yield self._plan(blocks, idx)
+            yield self.plan(blocks, idx)
             for n in range(len(idx)):
                 if idx[n] + 1 < len(self.ranked[blocks[n]]):
                     nxt = idx[:n] + (idx[n] + 1,) + idx[n + 1:]
@@ -211,7 +212,7 @@ class PlanSearch:
         for pid, blocks in enumerate(self.partitions):
             for m in range(max(len(self.ranked[b]) for b in blocks)):
                 idx = tuple(min(m, len(self.ranked[b]) - 1) for b in blocks)
-                yield pid, self._plan(blocks, idx)
+                yield pid, self.plan(blocks, idx)
 
     def best(self) -> Plan:
         return next(self.plans())
@@ -219,7 +220,9 @@ class PlanSearch:
     def _cost(self, blocks, idx) -> float:
         return sum(self.ranked[b][i][0] for b, i in zip(blocks, idx))
 
-    def _plan(self, blocks, idx) -> Plan:
+    def plan(self, blocks, idx) -> Plan:
+        """The plan of partition ``blocks`` (one of ``partitions``) whose n-th kernel is the
+        ``idx[n]``-th implementation of ``ranked[blocks[n]]`` (0: the best predicted)."""
         choice = dict(zip(blocks, idx))
         specs, parts, impls = [], [], []
         for n, b in enumerate(self._kernel_order(list(blocks))):

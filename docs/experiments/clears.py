@@ -3,7 +3,7 @@ timed as it runs (fills, and the kernel after a fill launched dependent on it: P
 kernels launched only after the fills have finished (no PDL), and with the fills left out (the
 results are then wrong: timing only).
 
-    python benchmarks/clears.py [NAME ...]
+    python docs/experiments/clears.py [NAME ...]
 """
 import sys
 from dataclasses import replace
@@ -13,7 +13,7 @@ import kfuse
 from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 
 
 def main(names):
