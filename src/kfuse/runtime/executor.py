@@ -93,7 +93,7 @@ class BoundCall:
         returned = {v.id for v in prog.outputs}
         # reduced outputs that kfuse allocates and clears to zero share one buffer, cleared by one
         # fill before the first kernel (no kernel reads an output of a later one); a clear costs
-        # about as much as a launch: BiCGK's two memsets took 4.7 us of 98 on the H100
+        # about as much as a launch (H100: docs/experiments/README.md, 'Clears of reduced outputs')
         user = {v.id for v in prog.outputs if v.name in out}
         by_id = {v.id: v for v in prog.values}
         offsets: dict[int, tuple[int, int]] = {}
