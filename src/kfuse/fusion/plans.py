@@ -84,9 +84,9 @@ def _tile_access_width(code: KernelCode) -> int:
 def _preference(impl: Implementation, code: KernelCode) -> tuple:
     """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
     then choices that measured best on the H100 (docs/experiments/README.md, 'Implementation
-    sweeps'): for unnested kernels the
-    widest accesses (16-byte quad variants), 4 unrolled iterations and 32 instances per block;
-    for nested ones 16-byte tile accesses, 4 unrolled iterations, BY = 8 and the smallest span."""
+    sweeps'): for unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
+    iterations and 32 instances per block; for nested ones 16-byte tile accesses, 4 unrolled
+    iterations, BY = 8 and the smallest span."""
     if code.spec.nesting == 2:
         return (code.barriers, code.launch.smem_bytes_per_real, -_tile_access_width(code), abs(impl.unroll - 4),
                 abs((impl.by or DEFAULT_BY) - DEFAULT_BY), impl.span, sum(impl.variants), impl.order)
