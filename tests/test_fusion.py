@@ -146,3 +146,21 @@ def test_every_implementation_compiles(nvcc, tmp_path, path):
         proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-o", str(tmp_path / "m.cubin"),
                                str(cu)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_plan_search_spans_and_plan_by_index():
+    """The seams the experiments use: ``PlanSearch(spans=...)`` ranks a space with other spans (the
+    default is kfuse's), and ``plan(blocks, idx)`` gives the plan of chosen ranked implementations."""
+    from kfuse.fusion.plans import PlanSearch
+    from kfuse.fusion.space import SPANS
+    c = best("bicgk", tuned=False, calibration=False)
+    spans_of = lambda search: {i.span for impls in search.space.impls.values() for i, _ in impls}  # noqa: E731
+    assert spans_of(c.search) == set(SPANS)
+    assert spans_of(PlanSearch(c.program, c.library, spans=(1, 8))) == {1, 8}
+    s = c.search
+    first = s.best()
+    blocks = next(b for b in s.partitions if {frozenset(kc.call.index for kc in k.calls) for k in first.kernels}
+                  == set(b))
+    assert s.plan(blocks, (0,) * len(blocks)).describe() == first.describe()
+    second = s.plan(blocks, (1,) * len(blocks))
+    assert set(second.implementations) == {s.ranked[b][1][1] for b in blocks}

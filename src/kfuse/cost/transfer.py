@@ -7,9 +7,9 @@ time(plan)   = sum over its kernels
 
 Bytes count each array once per load or store routine that moves it.  The atomic term charges each warp that
 adds an instance's partial result to global memory (a reduced output that follows the loop
-axis is stored once per instance instead of once per block): fitted to H100 measurements
-(benchmarks/sweep.py, BiCGK and GEMVER implementations), such per-tile combines cost about
-0.17 ns per warp and instance, and a barrier inside the loop about 0.05 ns per instance.
+axis is stored once per instance instead of once per block) and each local barrier inside the
+loop per instance, both fitted to H100 sweeps of BiCGK and GEMVER implementations (``Machine``'s
+``atomic`` and ``barrier``; docs/experiments/README.md, 'Implementation sweeps').
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .space import Implementation, Space, build_space, stores_of
+from .space import SPANS, Implementation, Space, build_space, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
@@ -83,9 +83,10 @@ def _tile_access_width(code: KernelCode) -> int:
 
 def _preference(impl: Implementation, code: KernelCode) -> tuple:
     """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
-    then choices that measured best on the H100 (benchmarks/sweep.py): for unnested kernels the
-    widest accesses (16-byte quad variants), 4 unrolled iterations and 32 instances per block;
-    for nested ones 16-byte tile accesses, 4 unrolled iterations, BY = 8 and the smallest span."""
+    then choices that measured best on the H100 (docs/experiments/README.md, 'Implementation
+    sweeps'): for unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
+    iterations and 32 instances per block; for nested ones 16-byte tile accesses, 4 unrolled
+    iterations, BY = 8 and the smallest span."""
     if code.spec.nesting == 2:
         return (code.barriers, code.launch.smem_bytes_per_real, -_tile_access_width(code), abs(impl.unroll - 4),
                 abs((impl.by or DEFAULT_BY) - DEFAULT_BY), impl.span, sum(impl.variants), impl.order)
@@ -97,12 +98,13 @@ class PlanSearch:
     """All plans of a program, ranked by a model (default: the transfer model) at the given sizes."""
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
-                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer):
+                 itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer,
+                 spans: tuple[int, ...] = SPANS):
         self.program, self.lib, self.machine = program, lib, machine
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
         with timer("space"):
-            self.space: Space = build_space(program, lib)
+            self.space: Space = build_space(program, lib, spans)
         self.graph = self.space.graph
         sizes = sizes or {}
         matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
@@ -196,7 +198,7 @@ class PlanSearch:
         while heap:
             cost, pid, idx = heapq.heappop(heap)
             blocks = self.partitions[pid]
-            yield self._plan(blocks, idx)
+            yield self.plan(blocks, idx)
             for n in range(len(idx)):
                 if idx[n] + 1 < len(self.ranked[blocks[n]]):
                     nxt = idx[:n] + (idx[n] + 1,) + idx[n + 1:]
@@ -211,7 +213,7 @@ class PlanSearch:
         for pid, blocks in enumerate(self.partitions):
             for m in range(max(len(self.ranked[b]) for b in blocks)):
                 idx = tuple(min(m, len(self.ranked[b]) - 1) for b in blocks)
-                yield pid, self._plan(blocks, idx)
+                yield pid, self.plan(blocks, idx)
 
     def best(self) -> Plan:
         return next(self.plans())
@@ -219,7 +221,9 @@ class PlanSearch:
     def _cost(self, blocks, idx) -> float:
         return sum(self.ranked[b][i][0] for b, i in zip(blocks, idx))
 
-    def _plan(self, blocks, idx) -> Plan:
+    def plan(self, blocks, idx) -> Plan:
+        """The plan of partition ``blocks`` (one of ``partitions``) whose n-th kernel is the
+        ``idx[n]``-th implementation of ``ranked[blocks[n]]`` (0: the best predicted)."""
         choice = dict(zip(blocks, idx))
         specs, parts, impls = [], [], []
         for n, b in enumerate(self._kernel_order(list(blocks))):

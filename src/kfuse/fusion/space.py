@@ -131,16 +131,18 @@ def _orders(graph: DependencyGraph, calls: frozenset[int]) -> list[tuple[int, ..
     return out
 
 
-def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int]
+def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
+                    spans: tuple[int, ...] = SPANS
                     ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
-    """Buildable implementations of a fusion (or of a single call), with pruning counts."""
+    """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
+    kernel's span is one of ``spans`` (instances across the loop axis per block)."""
     fns = [program.calls[i].function for i in sorted(calls)]
     nesting = fns[0].nesting
     stores = stores_of(program, graph, calls)
     pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     loops = AXES[nesting] if nesting == 2 else ("i",)
-    spans = SPANS if nesting == 2 else (1,)
+    spans = tuple(spans) if nesting == 2 else (1,)
     for order in _orders(graph, calls):
         var_choices = [range(len(program.calls[i].function.variants)) for i in order]
         for variants in product(*var_choices):
@@ -184,13 +186,15 @@ def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants
     built[key] = (impl, code)
 
 
-def build_space(program: Program, lib: Library) -> Space:
+def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS) -> Space:
+    """Every legal fusion of ``program`` and the implementations of each (and of each single call),
+    nested kernels with the spans ``spans``."""
     graph = DependencyGraph(program)
     space = Space(program, graph)
     space.fusions, space.refused = enumerate_fusions(program, graph)
     candidates = [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in space.fusions]
     for calls in candidates:
-        impls, pruned = implementations(program, graph, lib, calls)
+        impls, pruned = implementations(program, graph, lib, calls, spans)
         space.pruned[calls] = pruned
         if impls:
             space.impls[calls] = impls

@@ -111,9 +111,8 @@ class LaunchInfo:
     def iterations(self, dims: dict[int, int], target_blocks: int) -> int:
         """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks.
         A kernel with nothing to amortise across its loop (no invariant loads, no accumulators)
-        runs one instance per slot: many small blocks balance best (measured on the H100,
-        benchmarks/iters.py, n = 8192, N = 2^26: MADD 266 us against 275 at two waves, SSCAL 180
-        against 192, VADD 346 against 359, WAXPBY 264 against 277)."""
+        runs one instance per slot: many small blocks balance best (measured best on the H100:
+        docs/experiments/README.md, 'Serial iterations')."""
         if self.iters:
             return self.iters
         if not self.carried:

@@ -1,14 +1,12 @@
 """Programmatic dependent launch (PDL) through the CUDA driver.
 
 A kernel whose reduced outputs must be cleared first used to wait for a memset: the memset's
-launch, its run and the kernel's launch came one after the other (about 2.5 us on the H100,
-against a 90 us BiCGK).  With PDL the clear is kfuse's own ``kf_fill`` kernel, which lets the
+launch, its run and the kernel's launch came one after the other.  With PDL the clear is kfuse's own ``kf_fill`` kernel, which lets the
 next kernel launch at once (``griddepcontrol.launch_dependents``), and the kernel, launched with
 the programmatic-stream-serialization attribute, waits for the clear only where it first
-touches a cleared output (``kf_wait_prior`` in the generated code).  Measured on the H100
-(benchmarks/strip_explore.py, a hand-written BiCGK): 93.6 us with a memset, 92.0 with PDL.  A
-kernel after another kernel of the plan is launched the same way and waits where it first reads
-what an earlier kernel wrote (GEMVER: 295.6 us -> 291.9).
+touches a cleared output (``kf_wait_prior`` in the generated code).  A kernel after another
+kernel of the plan is launched the same way and waits where it first reads what an earlier kernel
+wrote.  What both save on the H100: docs/experiments/README.md, 'Clears of reduced outputs'.
 
 CuPy launches kernels with ``cuLaunchKernel``, which takes no launch attributes, so every
 kfuse launch goes through ``cuLaunchKernelEx`` of the driver library (``driver.py``), with its

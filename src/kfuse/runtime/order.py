@@ -2,7 +2,8 @@
 kernel before it touched last, while that data is still in L2.
 
 Every generated kernel is built with an order (codegen/kernel.py: the macro ``KF_ORDER_<kernel>``,
-0 unless the module is built for another; a runtime argument cost BiCGK 6 us):
+0 unless the module is built for another; a runtime argument costs: docs/experiments/README.md,
+'Block order and PDL between kernels'):
   bit 0  the blocks are walked from the last one (block b does the work of block G-1-b);
   bit 1  (2-level nested kernels) consecutive blocks follow the loop axis: block groups across
          the loop axis are numbered first, the groups along it second.
@@ -128,9 +129,8 @@ def band_bit(code) -> int:
     """Bit 1 of a nested kernel's order: set when its loop walks the contiguous axis of the first
     matrix it reads or writes in global memory (the last axis the matrix follows; in the shipped
     library every matrix of a kernel follows (i, j)), so that consecutive blocks, which the GPU
-    runs together, always cover whole rows of it.  Measured on the H100 (benchmarks/block_order.py,
-    n = 8192): row bands are as fast or faster in every kernel alone (ATAX's t = A x 183.6 us
-    against 185.8), and numbering a column-sum kernel's blocks the other way costs 4-8 us."""
+    runs together, always cover whole rows of it (measured best on the H100:
+    docs/experiments/README.md, 'Block order and PDL between kernels')."""
     if code.launch.nesting != 2:
         return 0
     mats = [(v, index) for v, index in _global_params(code) if v.type == "matrix" and len(index) == 2]
@@ -191,8 +191,8 @@ def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tup
     and 1 (the block order, see the module's docstring; ``KFUSE_ORDER`` forces them), plus bit 2
     (kf_allow_next at the kernel's start) on a kernel whose next kernel is launched dependent on it
     (PDL: it waits for this one) and whose grid is at most two waves.  A kernel of many small
-    blocks pays for the signal in every block (SSCAL's one-instance blocks on the H100: 82.7 us
-    against 45.6 at N = 2^24), more than an early launch of the next saves."""
+    blocks pays for the signal in every block, more than an early launch of the next saves (H100:
+    docs/experiments/README.md, 'Block order and PDL between kernels')."""
     cache = compiled.launch_cache.setdefault("orders", {})
     key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""))
     if key not in cache:

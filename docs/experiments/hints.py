@@ -4,7 +4,7 @@ top plans of each sequence timed with each variant (cold L2, median of CUDA even
 alternating the variants so that drift falls on all of them.  torch.compile's time for the
 sequences without a matrix is taken in the same rounds.
 
-    python benchmarks/hints.py [--rounds R] [--variants a,b] SEQ:TOP ...   (e.g. bicgk:16 vadd:6)
+    python docs/experiments/hints.py [--rounds R] [--variants a,b] SEQ:TOP ...   (e.g. bicgk:16 vadd:6)
 """
 import argparse
 import os

@@ -2,16 +2,16 @@
 timed as generated, with the row-partial atomics (rowsum_store, qrowsum_store) disabled, with
 the column-partial atomics (colsum_store, qcolsum_store) disabled, and with both.  "Disabled"
 guards the add with a test on the value that never holds, so every load and every sum stays;
-the results are then wrong (timing only).  Cold L2, median of CUDA events.
+the results are then wrong (timing only).  Cold L2, median of CUDA events.  The edits are made
+to the candidates' shared module text before it is compiled (``CompiledScript.share_source``).
 
-    python benchmarks/atomics_cost.py [--top K] SEQ ...
+    python docs/experiments/atomics_cost.py [--top K] SEQ ...
 """
 import argparse
 
-import cupy as cp
 from explore_util import candidates, describe, max_error, top_plans
 
-import kfuse.runtime.compiler as compiler
+from kfuse.runtime.gpu import cupy
 from kfuse.runtime.timing import median_us
 
 NEVER = "real(-1.2345e-30)"
@@ -47,28 +47,30 @@ MODES = {"as generated": [], "no row atomics": ROW, "no column atomics": COL, "n
          "v4 rows": RED4 + V4ROW, "v4 columns": RED4 + V4COL, "v4 both": RED4 + V4ROW + V4COL}
 
 
+def edited(edits):
+    """The module text with ``edits`` (old, new) made in it."""
+    def edit(source):
+        for old, new in edits:
+            assert old in source or "rowsum_store" not in source, old
+            source = source.replace(old, new)
+        return source
+    return edit
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("seqs", nargs="+")
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--modes", default=None, help="comma-separated subset of the modes")
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--spans", default=None, help="replace kfuse.fusion.space.SPANS, e.g. 1,2,4,8")
+    ap.add_argument("--spans", default=None, help="spans of the nested kernels instead of kfuse's, e.g. 1,2,4,8")
     a = ap.parse_args()
-    if a.spans:
-        import kfuse.fusion.space as space
-        space.SPANS = tuple(int(x) for x in a.spans.split(","))
-    original = compiler.load_module
+    spans = tuple(int(x) for x in a.spans.split(",")) if a.spans else None
+    cp = cupy()
     for seq in a.seqs:
         for mode, edits in ((m, MODES[m]) for m in (a.modes.split(",") if a.modes else MODES)):
-            def patched(source, edits=edits):
-                for old, new in edits:
-                    assert old in source or "rowsum_store" not in source, old
-                    source = source.replace(old, new)
-                return original(source)
-            compiler.load_module = patched
-            c, dims, plans = top_plans(seq, a.top)
-            cands, case = candidates(c, plans, dims, f"{seq} {mode}")
+            c, dims, plans = top_plans(seq, a.top, spans=spans)
+            cands, case = candidates(c, plans, dims, f"{seq} {mode}", edit=edited(edits))
             times = [median_us(x.bind(**case[0]), reps=a.reps, cold_l2=True) for x in cands]
             if mode.startswith("v4"):       # these must still be right
                 for n, x in enumerate(cands):
@@ -81,7 +83,6 @@ def main():
             print(f"{seq:8s} {mode:18s} " + " ".join(f"{t:6.1f}" for t in times) + f"   best {min(times):6.1f}",
                   flush=True)
             cp.get_default_memory_pool().free_all_blocks()
-    compiler.load_module = original
 
 
 if __name__ == "__main__":

@@ -2,23 +2,26 @@
 
 Prints, per kernel, the implementations ranked by measured time next to the model's rank: the
 data that tells which choices the model cannot see (unroll, BY, variants).
+
+    python docs/experiments/sweep.py [NAME ...]
 """
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-import cupy as cp
 import numpy as np
 
 import kfuse
-from kfuse.codegen.module import module_source
 from kfuse.reference import device_case
+from kfuse.runtime.gpu import cupy
 from kfuse.runtime.timing import median_us
+from kfuse.tuning.measure import share_module
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 
 
 def main(names):
+    cp = cupy()
     src = cp.empty(2**28, dtype=np.float32)
     dst = cp.empty_like(src)
     t = median_us(lambda: cp.copyto(dst, src), reps=20)
@@ -39,12 +42,10 @@ def main(names):
             progs = []
             for i, (pred, impl, code) in enumerate(s.ranked[b]):
                 idx = tuple(i if m == n else 0 for m in range(len(blocks)))
-                plan = s._plan(blocks, idx)
+                plan = s.plan(blocks, idx)
                 plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_s{i}") for k in plan.kernels))
                 progs.append(base.with_plan(plan))
-            source = module_source([k for p in progs for k in p.kernels], base.library, "float32", title="sweep")
-            for prog in progs:
-                prog.__dict__["cuda_source"] = source           # one NVRTC compile for the kernel's sweep
+            share_module(progs, "sweep", dims)                  # one NVRTC compile for the kernel's sweep
             for i, (pred, impl, code) in enumerate(s.ranked[b]):
                 prog = progs[i]
                 bound = prog.bind(out=outs, **dev)

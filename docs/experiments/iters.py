@@ -1,6 +1,6 @@
 """Time chosen implementations of an example's kernels with several serial-iteration counts.
 
-    python benchmarks/iters.py NAME 'IMPLEMENTATION' [...]   (n = 8192, N = 2^26, float32)
+    python docs/experiments/iters.py NAME 'IMPLEMENTATION' [...]   (n = 8192, N = 2^26, float32)
 
 For each named implementation (as `describe` prints it) of a kernel of the best partition, every
 kernel of the plan gets iters = 1, 2, 4, ..., 128 and auto (0): the data behind the launch
@@ -11,11 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import kfuse
-from kfuse.codegen.module import module_source
 from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
+from kfuse.tuning.measure import share_module
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 ITERS = (0, 1, 2, 4, 8, 16, 32, 64, 128)
 
 
@@ -36,13 +36,11 @@ def main(name, wanted):
                 continue
             idx = tuple(i if m == n else 0 for m in range(len(blocks)))
             for it in ITERS:
-                plan = s._plan(blocks, idx)
+                plan = s.plan(blocks, idx)
                 plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_c{len(cases)}", iters=it)
                                                    for k in plan.kernels))
                 cases.append((d, it, base.with_plan(plan)))
-    source = module_source([k for _, _, c in cases for k in c.kernels], base.library, "float32", title="iters")
-    for _, _, c in cases:
-        c.__dict__["cuda_source"] = source
+    share_module([c for _, _, c in cases], "iters", dims)     # one NVRTC compile for all cases
     last = None
     for d, it, c in cases:
         if d != last:

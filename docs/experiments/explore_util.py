@@ -1,35 +1,46 @@
 """What the exploration scripts (atomics_cost, rotate_explore, span_explore, hints) share: an
-example's model-ranked top plans at the benchmark sizes, built into one module, and the check of
-one against the float64 reference."""
+example's model-ranked top plans at the benchmark sizes (with other spans if asked), built into
+one module (edited if asked), and the check of one against the float64 reference."""
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 import kfuse
-from kfuse.tuning.measure import share_module
+from kfuse.fusion.plans import PlanSearch
 from kfuse.reference import device_case, evaluate, relative_error
+from kfuse.tuning.measure import share_module
 from kfuse.tuning.search import search_dims
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 
 
-def top_plans(seq: str, top: int, n: int = 8192, N: int = 2**26):
+def top_plans(seq: str, top: int, n: int = 8192, N: int = 2**26, spans: tuple[int, ...] | None = None):
     """(compiled script, its sizes, the model's first ``top`` plans) of examples/SEQ.kf, sized n
-    (scripts with a matrix) or N."""
+    (scripts with a matrix) or N.  ``spans``: rank the plans of a space whose nested kernels take
+    these spans instead of kfuse's (``PlanSearch(spans=...)``, same model)."""
     c = kfuse.compile(ROOT / "examples" / f"{seq}.kf", tuned=False)
     p = c.program
     size = n if any(x.type == "matrix" for x in p.values) else N
     dims = search_dims(c, {d.name: size for d in p.dims})
-    return c, dims, [pl for _, pl in zip(range(top), c.search.plans())]
+    search = c.search
+    if spans is not None:
+        search = PlanSearch(p, c.library, itemsize=np.dtype(c.dtype).itemsize, model=c.search.model,
+                            spans=tuple(spans))
+    return c, dims, [pl for _, pl in zip(range(top), search.plans())]
 
 
-def candidates(c, plans, dims, title: str):
+def candidates(c, plans, dims, title: str, edit=None):
     """The plans as programs sharing one NVRTC module (kernels renamed apart), and a fresh random
-    case for them: (programs, (device inputs, host inputs, output arrays))."""
+    case for them: (programs, (device inputs, host inputs, output arrays)).  ``edit``: a function
+    of the module's CUDA text returning the text actually compiled (``CompiledScript.share_source``)."""
     cands = [c.with_plan(replace(pl, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in pl.kernels)))
              for n, pl in enumerate(plans)]
-    share_module(cands, title, dims)
+    source = share_module(cands, title, dims)
+    if edit is not None:
+        source = edit(source)
+        for x in cands:
+            x.share_source(source)
     return cands, device_case(c.program, dims, "float32", 0)
 
 

@@ -4,18 +4,18 @@ entries.  Modes, each on the model's top plans (cold L2, median of CUDA events):
   generated     as kfuse builds it
   order2        blocks numbered along the loop (KFUSE_ORDER=2): running blocks are in different chunks
   rotG          each block starts its chunk at iteration (blk_j / G) * 5 % iters and wraps around
-                (source edit of the generated loop; results checked against the reference)
+                (edit of the generated loop in the candidates' shared module text before it is
+                compiled, CompiledScript.share_source; results checked against the reference)
 
-    python benchmarks/rotate_explore.py [--top K] SEQ ...
+    python docs/experiments/rotate_explore.py [--top K] SEQ ...
 """
 import argparse
 import os
 import re
 
-import cupy as cp
 from explore_util import candidates, max_error, top_plans
 
-import kfuse.runtime.compiler as compiler
+from kfuse.runtime.gpu import cupy
 from kfuse.runtime.timing import median_us
 
 
@@ -35,14 +35,14 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--modes", default="generated,order2,rot1,rot4,rot16")
     a = ap.parse_args()
-    original = compiler.load_module
+    cp = cupy()
     for seq in a.seqs:
         for mode in a.modes.split(","):
             G = int(mode[3:]) if mode.startswith("rot") else None
-            compiler.load_module = (lambda s, G=G: original(rotate(s, G))) if G else original
             os.environ["KFUSE_ORDER"] = "2" if mode == "order2" else ""
             c, dims, plans = top_plans(seq, a.top)
-            cands, case = candidates(c, plans, dims, f"{seq} {mode}")
+            cands, case = candidates(c, plans, dims, f"{seq} {mode}",
+                                     edit=(lambda s, G=G: rotate(s, G)) if G else None)
             cells = []
             for x in cands:
                 err = max_error(x, case)
@@ -50,7 +50,6 @@ def main():
                 cells.append(f"{t:6.1f}" + ("" if err < 1e-5 else "!"))
             print(f"{seq:8s} {mode:10s} " + " ".join(cells), flush=True)
             cp.get_default_memory_pool().free_all_blocks()
-    compiler.load_module = original
     os.environ["KFUSE_ORDER"] = ""
 
 

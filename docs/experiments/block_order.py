@@ -3,7 +3,7 @@ arguments timed on the examples' first-choice plans (n = 8192, float32), with th
 before left it (calls back to back) and read over (flushed of this call's arrays) before each
 call; beside them the order the model chooses.
 
-    python benchmarks/block_order.py [NAME ...]
+    python docs/experiments/block_order.py [NAME ...]
 """
 import itertools
 import os
@@ -19,7 +19,7 @@ from kfuse.runtime.gpu import cupy
 from kfuse.runtime.order import launch_orders
 from kfuse.runtime.timing import median_us
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 
 
 def main(names):

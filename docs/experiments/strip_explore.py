@@ -5,7 +5,7 @@ loads, several rows in flight per warp, reaches on the GPU, and what programmati
 launch (a clear kernel that lets the main kernel start at once, the main kernel waiting for
 it only before its first atomic) saves against a memset before the kernel.
 
-    python benchmarks/strip_explore.py
+    python docs/experiments/strip_explore.py
 """
 import itertools
 import sys
@@ -20,7 +20,7 @@ from kfuse.reference import device_case
 from kfuse.runtime.launch import PackedArgs, launch_dependent
 from kfuse.runtime.timing import median_us
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 
 SRC = r"""
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,9 +1,10 @@
 """What the clears of reduced outputs cost: each example's bound call (n = 8192, N = 2^26, float32)
 timed as it runs (fills, and the kernel after a fill launched dependent on it: PDL), with the
 kernels launched only after the fills have finished (no PDL), and with the fills left out (the
-results are then wrong: timing only).
+results are then wrong: timing only).  The variants are the bound call's prepared launches
+(``BoundCall.launches``) with ``packed`` (the PDL launch) or ``fills`` left out.
 
-    python benchmarks/clears.py [NAME ...]
+    python docs/experiments/clears.py [NAME ...]
 """
 import sys
 from dataclasses import replace
@@ -13,7 +14,7 @@ import kfuse
 from kfuse.reference import device_case
 from kfuse.runtime.timing import median_us
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]     # the repository (this file is docs/experiments/*.py)
 
 
 def main(names):
