@@ -285,9 +285,9 @@ def main():
     for i, plan in enumerate(itertools.islice(base.search.plans(), 10)):
         c = base.with_plan(plan)
         bound = c.bind(**dev)
-        L = bound.launches[0]
-        t_all = median_us(bound, reps=50)
-        t_k = median_us(lambda: L.function((L.grid,), (L.threads,), L.args), reps=50)
+        L = bound.binding.kernel_launches[0]
+        t_all = median_us(bound, reps=50)          # the call patched L's arguments
+        t_k = median_us(lambda: L.launch(cp.cuda.get_current_stream().ptr), reps=50)
         k = plan.kernels[0]
         print(f"  plan {i}: {t_all:6.1f} | {t_k:6.1f} us  {k.loop} U{k.unroll} S{k.span} "
               + " ".join(f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls), flush=True)
@@ -351,8 +351,9 @@ def main():
     prog = base.program
     dev, _, outs = device_case(prog, {d.id: n for d in prog.dims}, "float32", 0)
     bound = base.bind(**dev)
-    for L in bound.launches:
-        t_k = median_us(lambda: L.function((L.grid,), (L.threads,), L.args), reps=30)
+    bound()                                        # patches the launches' arguments
+    for L in bound.binding.kernel_launches:
+        t_k = median_us(lambda: L.launch(cp.cuda.get_current_stream().ptr), reps=30)
         print(f"kfuse GEMVER {L.name}: {t_k:.1f} us alone (grid {L.grid}, {L.threads} threads)", flush=True)
     print(f"kfuse GEMVER whole: {median_us(bound, reps=30):.1f} us")
     u1, v1, u2, v2, y, z = (rng.standard_normal(n).astype(np.float32) for _ in range(6))
