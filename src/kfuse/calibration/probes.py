@@ -1,7 +1,7 @@
 """Micro-kernels that time one library routine in a simulated fusion environment.
 
 A *probe* is one routine of one variant with its macro values bound (``gemv(A,x)/shfl/BY=8/load_A``).
-Its micro-kernel has the structure of a generated kernel (``codegen/kernel.py``): the same
+Its micro-kernel is built on the skeleton of a generated kernel (``codegen/skeleton.py``): the same
 thread and instance indices, the same serial loop along ``i`` or ``j`` with ``unroll`` copies
 whose loads are issued together, the same register views (``KfReg<N>``) and shared-memory views,
 and the routine template called exactly as a kernel calls it -- but only that routine runs.
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from ..codegen.kernel import MAX_SHARED_BYTES, Element, _view_struct
+from ..codegen import skeleton as sk
+from ..codegen.layout import MAX_SHARED_BYTES
 from ..codegen.module import DTYPES, PRELUDE
 from ..fusion.space import PREFERRED_IPB, UNROLLS
 from ..library.mappings import MAPPINGS
@@ -124,132 +125,133 @@ class Probe:
 
     def kernel(self, env: Env) -> tuple[str, list[str]]:
         """(the __global__ function, shared-view struct definitions it needs)."""
-        T, ipb, U, L = self.threads, env.ipb, env.unroll, env.loop
-        X, Y = self.shape
-        nest = self.nesting
-        threads = T * ipb
-        views: dict[str, str] = {}
+        k = _ProbeKernel(self, env)
+        k.head()
+        k.prologue()
+        k.loop()
+        k.w("    if (kill) sink[0] = kf_acc;   // never true: keeps every load and compute alive")
+        k.w("}")
+        return "\n".join(k.out), list(k.views.values())
+
+
+class _ProbeKernel:
+    """The text of one probe's micro-kernel in one environment, built on the kernel skeleton
+    (``codegen/skeleton.py``) that generated kernels use."""
+
+    def __init__(self, probe: Probe, env: Env):
+        self.p, self.env = probe, env
+        self.T, self.ipb, self.U, self.L = probe.threads, env.ipb, env.unroll, env.loop
+        self.X, self.Y = probe.shape
+        self.nest = probe.nesting
+        self.elems = [a for kind, a in probe.args if kind == "element"]
+        self.out: list[str] = []
+        self.views: dict[str, str] = {}
+
+    def w(self, line: str) -> None:
+        self.out.append(line)
+
+    def head(self) -> None:
+        p, env = self.p, self.env
         params = []
-        for name, typ, _axis in self.globals():
-            params.append(f"real* __restrict__ {name}_p")
-            params += {"vector": [f"long long {name}_n"], "matrix": [f"long long {name}_rows", f"long long {name}_cols"],
-                       "scalar": []}[typ]
-        params += [f"real s_{s}" for s in self.scalars()]
-        params += ["long long n_i"] + (["long long n_j"] if nest == 2 else [])
+        for name, typ, _axis in p.globals():
+            params += sk.array_params(name, typ)
+        params += [f"real s_{s}" for s in p.scalars()]
+        params += ["long long n_i"] + (["long long n_j"] if self.nest == 2 else [])
         params += ["int iters", "int kill", "real* __restrict__ sink"]
-        out: list[str] = []
-        w = out.append
-        w(f"// probe {self.id}: {self.fn}" + (f"<{', '.join(str(v) for _, v in self.macros)}>" if self.macros else "")
-          + f" ({self.kind}); loop {L}, unroll {U}, {ipb} instance(s) per block, occupancy {env.occupancy}"
-          + (", barrier every iteration" if env.barrier else ""))
-        w(f'extern "C" __global__ void __launch_bounds__({threads})')
-        w(f"{self.kernel_name(env)}(" + ",\n    ".join(params) + ")")
-        w("{")
-        smem = self.shared_entries() * ipb
-        if smem:
-            w(f"    __shared__ real kf_smem[{smem}];")
-        for name, typ, _axis in self.globals():
-            if typ == "matrix":
-                w(f"    const KfMat g_{name}{{{name}_p, {name}_rows, {name}_cols}};")
-            elif typ == "vector":
-                w(f"    const KfVec g_{name}{{{name}_p, {name}_n}};")
-            else:
-                w(f"    const KfVec g_{name}{{{name}_p, 1}};")
-        if nest == 1:
-            w(f"    const int lt = threadIdx.x % {T};")
-            w(f"    const int inst = threadIdx.x / {T};")
-            w(f"    const long long first_i = (long long)blockIdx.x * iters * {ipb};")
-            w("    KfIx ix{lt, 0, first_i + inst, 0};")
-            first_expr, count = "first_i", "n_i"
+        self.w(f"// probe {p.id}: {p.fn}{sk.template_args(p.macros)} ({p.kind}); loop {self.L}, unroll {self.U}, "
+               f"{self.ipb} instance(s) per block, occupancy {env.occupancy}"
+               + (", barrier every iteration" if env.barrier else ""))
+        self.out += sk.kernel_open(p.kernel_name(env), self.T * self.ipb, params, p.shared_entries() * self.ipb)
+        for name, typ, _axis in p.globals():
+            self.w(sk.global_view(name, typ, notes=False))
+
+    def prologue(self) -> None:
+        """Indices, the accumulator, the elements (inputs filled), a barrier after the fills."""
+        p, w, L, U = self.p, self.w, self.L, self.U
+        if self.nest == 1:
+            self.out += sk.unnested_indices(self.T, self.ipb, "(long long)blockIdx.x", notes=False)
         else:
             other = "j" if L == "i" else "i"
-            w("    const int lt = threadIdx.x;")
+            w(sk.nested_thread(notes=False))
             w(f"    const long long first_{L} = (long long)(blockIdx.x / n_{other}) * iters;")
             w(f"    const long long blk_{other} = (long long)(blockIdx.x % n_{other});")
-            w(f"    KfIx ix{{lt, 0, {'first_i' if L == 'i' else 'blk_i'}, {'blk_j' if L == 'i' else 'first_j'}}};")
-            first_expr, count = f"first_{L}", f"n_{L}"
-        w(f"    const int tx = lt % {X}, ty = lt / {X};")
+            w(sk.nested_index(L))
+        w(sk.thread_coords("tx", "ty", self.X))
         w("    real kf_acc = 0;")
         offset = 0
-        elems = [a for kind, a in self.args if kind == "element"]
-        for a in elems:
+        for a in self.elems:
             if a.registers:
                 for u in range(U):
-                    init = "{}" if self.kind == "load" or a.mode != "r" else ""
-                    w(f"    KfReg<{a.registers}> e_{a.name}_u{u}{init};   // {a.kind} {a.name}: registers")
-                    if self.kind != "load" and a.mode == "r":
+                    init = "{}" if p.kind == "load" or a.mode != "r" else ""
+                    w(sk.register_decl(a.registers, f"e_{a.name}_u{u}", f"{a.kind} {a.name}", init))
+                    if p.kind != "load" and a.mode == "r":
                         w(f"    for (int k = 0; k < {a.registers}; ++k) e_{a.name}_u{u}.v[k] = real(lt % 7 + k + {u});")
             else:
-                base = f"kf_smem + {offset}" + (f" + inst * {self.shared_entries()}" if ipb > 1 else "")
-                w(f"    real* const sh_{a.name} = {base};   // {a.kind} {a.name}: shared")
-                w(f"    for (int e = lt; e < {_size(a)}; e += {T}) sh_{a.name}[e] = real(e % 5);")
+                stride = p.shared_entries() if self.ipb > 1 else None
+                w(sk.shared_decl(a.name, offset, stride, f"{a.kind} {a.name}"))
+                w(f"    for (int e = lt; e < {_size(a)}; e += {self.T}) sh_{a.name}[e] = real(e % 5);")
                 offset += _size(a)
-        if smem:
+        if p.shared_entries() * self.ipb:
             w("    __syncthreads();")
-        w(f"    for (int it = 0; it < iters; it += {U}) {{")
-        block_first = f"{first_expr} + (long long)it * {ipb}" if nest == 1 else f"{first_expr} + it"
-        w(f"        if ({block_first} >= {count}) break;")
-        if env.barrier:
+
+    def loop(self) -> None:
+        """The serial loop: the routine in every unrolled copy, then (loads) what they brought."""
+        nest, U, ipb, L, w = self.nest, self.U, self.ipb, self.L, self.w
+        self.out += sk.loop_open(nest, U, ipb, L, notes=False)
+        if self.env.barrier:
             w("        __syncthreads();   // the barrier probe: one local barrier per iteration")
-        guarded = nest == 1 or U > 1
         for u in range(U):
-            if nest == 1:
-                w(f"        KfIx ix_u{u} = ix; ix_u{u}.i = {first_expr} + (long long)(it + {u}) * {ipb} + inst;")
-                w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.i < n_i;")
-            else:
-                w(f"        KfIx ix_u{u} = ix; ix_u{u}.{L} = {first_expr} + it + {u};")
-                if U > 1:
-                    w(f"        const bool act_u{u} = it + {u} < iters && ix_u{u}.{L} < {count};")
-        targs = f"<{', '.join(str(v) for _, v in self.macros)}>" if self.macros else ""
+            self.out += sk.unrolled_index(nest, U, ipb, L, u)
         for u in range(U):
-            conds = ([f"act_u{u}"] if guarded else []) + ([f"lt < {X * Y}"] if X * Y < T else [])
-            w(f"        if ({' && '.join(conds)}) {{" if conds else "        {")
-            # inputs that must change every iteration
-            if self.kind != "load":
-                step = "kf_acc" if self.kind == "compute" else f"real(it + {u})"
-                for a in elems:
-                    if a.mode != "r":
-                        continue
-                    if a.registers:
-                        w(f"            for (int k = 0; k < {a.registers}; ++k) e_{a.name}_u{u}.v[k] += {step};")
-                    else:
-                        w(f"            sh_{a.name}[lt % {_size(a)}] = {step};")
-            w(f"            const KfIx rix{{tx, ty, ix_u{u}.i, ix_u{u}.j}};")
-            cargs = ["rix"]
-            for kind, a in self.args:
-                if kind == "global":
-                    cargs.append(f"g_{a[0]}")
-                elif kind == "scalar":
-                    cargs.append(f"s_{a}")
-                elif a.registers:
-                    cargs.append(f"e_{a.name}_u{u}")
-                else:
-                    el = Element(a.name, a.kind, a.shape, _pitch(a), None)
-                    vname, vdef = _view_struct(el, a.mapping, X, Y)
-                    views[vname] = vdef
-                    w(f"            {vname} v_{a.name}{{sh_{a.name}, tx, ty}};")
-                    cargs.append(f"v_{a.name}")
-            w(f"            {self.fn}{targs}({', '.join(cargs)});")
-            if self.kind == "compute":
-                for a in elems:
-                    if a.mode == "r":
-                        continue
-                    if a.registers:
-                        w(f"            for (int k = 0; k < {a.registers}; ++k) kf_acc += e_{a.name}_u{u}.v[k];")
-                    else:
-                        w(f"            kf_acc += sh_{a.name}[lt % {_size(a)}];")
-            w("        }")
-        if self.kind == "load":       # fold what the loads brought, after all of them were issued
+            self.call(u)
+        if self.p.kind == "load":       # fold what the loads brought, after all of them were issued
             for u in range(U):
-                for a in elems:
-                    if a.registers:
-                        w(f"        for (int k = 0; k < {a.registers}; ++k) kf_acc += e_{a.name}_u{u}.v[k];")
-                    else:
-                        w(f"        kf_acc += sh_{a.name}[lt % {_size(a)}];")
+                for a in self.elems:
+                    w(self.fold(a, u, "        "))
         w("    }")
-        w("    if (kill) sink[0] = kf_acc;   // never true: keeps every load and compute alive")
-        w("}")
-        return "\n".join(out), list(views.values())
+
+    def fold(self, a: _ElementArg, u: int, indent: str) -> str:
+        """Add an element's entries to the accumulator."""
+        if a.registers:
+            return f"{indent}for (int k = 0; k < {a.registers}; ++k) kf_acc += e_{a.name}_u{u}.v[k];"
+        return f"{indent}kf_acc += sh_{a.name}[lt % {_size(a)}];"
+
+    def call(self, u: int) -> None:
+        """Unrolled copy u: inputs changed, the routine called, outputs folded (computes)."""
+        p, w, X, Y = self.p, self.w, self.X, self.Y
+        guarded = self.nest == 1 or self.U > 1
+        conds = ([f"act_u{u}"] if guarded else []) + ([f"lt < {X * Y}"] if X * Y < self.T else [])
+        inner = "            "
+        w(sk.guard("        ", conds))
+        if p.kind != "load":        # inputs that must change every iteration
+            step = "kf_acc" if p.kind == "compute" else f"real(it + {u})"
+            for a in self.elems:
+                if a.mode != "r":
+                    continue
+                if a.registers:
+                    w(f"{inner}for (int k = 0; k < {a.registers}; ++k) e_{a.name}_u{u}.v[k] += {step};")
+                else:
+                    w(f"{inner}sh_{a.name}[lt % {_size(a)}] = {step};")
+        w(sk.routine_index(inner, "tx", "ty", f"ix_u{u}"))
+        cargs = ["rix"]
+        for kind, a in p.args:
+            if kind == "global":
+                cargs.append(f"g_{a[0]}")
+            elif kind == "scalar":
+                cargs.append(f"s_{a}")
+            elif a.registers:
+                cargs.append(f"e_{a.name}_u{u}")
+            else:
+                vname, vdef = sk.view_struct(a.kind, a.shape, _pitch(a), a.mapping, X, Y)
+                self.views[vname] = vdef
+                w(sk.view_decl(inner, vname, a.name, "tx", "ty"))
+                cargs.append(f"v_{a.name}")
+        w(sk.call_line(inner, p.fn, p.macros, cargs))
+        if p.kind == "compute":
+            for a in self.elems:
+                if a.mode != "r":
+                    w(self.fold(a, u, inner))
+        w("        }")
 
 
 def _size(a: _ElementArg) -> int:

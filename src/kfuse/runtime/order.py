@@ -1,7 +1,7 @@
 """The order in which a kernel walks its blocks, chosen at launch so that it starts on the data the
 kernel before it touched last, while that data is still in L2.
 
-Every generated kernel is built with an order (codegen/kernel.py: the macro ``KF_ORDER_<kernel>``,
+Every generated kernel is built with an order (codegen/emit.py: the macro ``KF_ORDER_<kernel>``,
 0 unless the module is built for another; a runtime argument costs: docs/experiments/README.md,
 'Block order and PDL between kernels'):
   bit 0  the blocks are walked from the last one (block b does the work of block G-1-b);

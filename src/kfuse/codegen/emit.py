@@ -1,0 +1,294 @@
+"""A kernel's layout (``layout.py``) as CUDA text.
+
+The __global__ function holds, in order:
+
+1. shared-memory allocation (one array, one slice per on-chip element that needs it)
+2. register arrays for elements whose every access has the same thread-to-data mapping
+3. thread and instance indices
+4. invariant loads (inputs that do not follow the loop axis)
+5. clears of accumulated outputs (reduce outputs that do not follow the loop axis)
+6. the serial loop over ``iters`` instances along the loop axis: loads, computes, stores; with
+   ``unroll`` U the loads of U instances are issued before their computes (more memory requests
+   in flight); with ``span`` V, V instances across the loop share the block
+7. stores of accumulated outputs
+
+Each routine call is preceded by the local barrier the layout marked, and runs only in the
+threads it needs (whole warps), with its own thread indices.  The text shared with the
+calibration's micro-kernels comes from ``skeleton.py``.
+"""
+from __future__ import annotations
+
+from ..ir.program import ScalarArg
+from ..library.mappings import MAPPINGS
+from . import skeleton as sk
+from .layout import Access, Layout, Step
+
+
+def render(lay: Layout) -> tuple[str, tuple[str, ...]]:
+    """(the __global__ function, the shared-view struct definitions it needs)."""
+    e = _Emitter(lay)
+    e.head()
+    e.indices()
+    e.declarations()
+    e.phases()
+    return "\n".join(e.out), tuple(e.views.values())
+
+
+def _scalar_expr(a: ScalarArg) -> str:
+    if a.value is None:
+        return f"real({a.literal!r})"
+    return f"{'-' if a.negate else ''}s_{a.value.label}"
+
+
+def _accesses_in_order(s: Step) -> list[Access | None]:
+    """Align the routine's args with its element accesses (None for non-element args)."""
+    it = iter(s.accesses)
+    return [next(it) if a.kind == "element" else None for a in s.routine.args]
+
+
+def _is_load(s: Step) -> bool:
+    return s.routine is not None and s.routine.kind == "load"
+
+
+class _Emitter:
+    """The emission state: the layout read, the lines and view structs written."""
+
+    def __init__(self, lay: Layout):
+        self.lay, self.spec, self.pl, self.fr = lay, lay.spec, lay.placement, lay.frame
+        spec = lay.spec
+        self.nest, self.U, self.V, self.L = spec.nesting, spec.unroll, spec.span, spec.loop
+        self.other = ("j" if self.L == "i" else "i") if self.nest == 2 else None
+        self.T = self.fr.T
+        self.first_expr, self.count = sk.loop_bounds(self.nest, self.L)
+        self.out: list[str] = []
+        self.views: dict[str, str] = {}
+
+    def w(self, line: str) -> None:
+        self.out.append(line)
+
+    def ename(self, key: str, u: int, v: int = 0) -> str:
+        name = f"e_{key}" if self.U == 1 or key in self.lay.outside else f"e_{key}_u{u}"
+        return name + (f"_v{v}" if self.V > 1 and key in self.lay.per_slot else "")
+
+    def slot(self, u: int | None, v: int) -> str:
+        """Suffix of the instance index (and activity flag) of unrolled copy u, span slot v."""
+        return ("" if u is None else f"_u{u}") + (f"_v{v}" if self.V > 1 else "")
+
+    # -- before the loop -----------------------------------------------------------------
+    def params(self) -> list[str]:
+        params_c = []
+        for g in self.fr.args:
+            if g.kind == "array":
+                params_c += sk.array_params(g.name, g.value.type)
+            elif g.kind == "scalar":
+                params_c.append(f"real s_{g.name}")
+            elif g.kind == "count":
+                params_c.append(f"long long {g.name}")
+            else:
+                params_c.append("int iters")
+        return params_c
+
+    def head(self) -> None:
+        spec, fr, w = self.spec, self.fr, self.w
+        first = spec.calls[0]
+        for kc in spec.calls:
+            w(f"// kernel {spec.name}: {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})"
+              if kc is first else f"//     + {kc.call.text()}  [{kc.describe()}]  (script line {kc.call.line})")
+        w(f"// {'2-level nested' if self.nest == 2 else 'unnested'}; {self.T} threads per instance, "
+          f"{spec.ipb} instance(s) per block; serial loop along {self.L}, {spec.iters or 'auto'} iteration(s)"
+          + (f", unrolled by {self.U}" if self.U > 1 else "") + f"; {fr.smem} shared entries, "
+          f"{len(self.pl.registers)} element(s) in registers")
+        # the block order is chosen at launch and compiled in (runtime/order.py, the module is built
+        # per choice): bit 0 walks the blocks from the last, so that a kernel starts on the data
+        # the kernel before it touched last (still in L2); bit 1 (nested kernels) numbers the
+        # blocks along the loop axis first; bit 2 lets the next kernel launch early (PDL)
+        w(f"#ifndef KF_ORDER_{spec.name}")
+        w(f"#define KF_ORDER_{spec.name} 0")
+        w("#endif")
+        self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem)
+        for g in fr.args:
+            if g.kind == "array":
+                w(sk.global_view(g.name, g.value.type))
+
+    def indices(self) -> None:
+        spec, w, L, other, V = self.spec, self.w, self.L, self.other, self.V
+        w(f"    constexpr int order = KF_ORDER_{spec.name};   // block order (runtime/order.py)")
+        w("    if (order & 4) kf_allow_next();   // the next kernel may launch now (it waits for this one)")
+        w("    const long long kf_b = (order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
+        if self.nest == 1:
+            self.out += sk.unnested_indices(self.T, spec.ipb, "kf_b")
+        else:
+            w(sk.nested_thread())
+            nb = f"n_{other}"
+            if V > 1:
+                nb = f"nb_{other}"
+                w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
+                  f"{V} instances each")
+            w(f"    const long long kf_groups = gridDim.x / {nb};   // block groups along the loop")
+            w(f"    const long long first_{L} = ((order & 2) ? kf_b % kf_groups : kf_b / {nb}) * iters;  // loop axis {L}")
+            w(f"    const long long blk_{other} = ((order & 2) ? kf_b / kf_groups : kf_b % {nb})"
+              + (f" * {V};" if V > 1 else ";"))
+            w(sk.nested_index(L))
+        for X, Y in self.fr.shapes:
+            w(sk.thread_coords(f"tx_{X}x{Y}", f"ty_{X}x{Y}", X))
+
+    def declarations(self) -> None:
+        """Elements in registers (one copy per unrolled iteration and span slot where they have
+        one) and in shared memory; the span slots' instance indices."""
+        lay, pl, U, V, w = self.lay, self.pl, self.U, self.V, self.w
+        for key, el in lay.elements.items():
+            desc = f"{el.kind} {'x'.join(map(str, el.shape))}" + (f" ({el.value.name})" if el.value else "")
+            if key in pl.registers:
+                for u in range(1 if key in lay.outside else U):
+                    for v in range(V if key in lay.per_slot else 1):
+                        w(sk.register_decl(pl.registers[key], self.ename(key, u, v), desc))
+            elif key in pl.shared:
+                stride = pl.shared_size if self.spec.ipb > 1 else None
+                w(sk.shared_decl(key, pl.shared[key], stride, desc))
+        if V > 1:
+            for v in range(V):
+                w(f"    KfIx ix_v{v} = ix; ix_v{v}.{self.other} = blk_{self.other} + {v};   // span slot {v}")
+                w(f"    const bool act_v{v} = ix_v{v}.{self.other} < n_{self.other};")
+        w("")
+
+    # -- steps -------------------------------------------------------------------------------
+    def routine_call(self, s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
+        kc, r, U, V = s.kc, s.routine, self.U, self.V
+        X, Y = kc.shape(r)
+        conds = []
+        if u is not None and (self.nest == 1 or U > 1 or V > 1):
+            conds.append(f"act{self.slot(u, v)}")
+        elif V > 1 and v > 0:
+            conds.append(f"act_v{v}")
+        if X * Y < self.T:
+            conds.append(f"lt < {X * Y}")
+        inner = indent + "    "
+        head = f"{indent}// {kc.call.name}: {kc.call.text()} -- {r.name}"
+        if X * Y < self.T:
+            head += f" ({X}x{Y} threads, the rest idle)"
+        if U > 1 and u is not None:
+            head += f" [iteration +{u}]"
+        if V > 1:
+            head += " [once for the span]" if s.once_per_span else f" [span slot {v}]"
+        lines = [head, sk.guard(indent, conds)]
+        tx, ty = f"tx_{X}x{Y}", f"ty_{X}x{Y}"
+        lines.append(sk.routine_index(inner, tx, ty, "ix" if u is None and V == 1 else f"ix{self.slot(u, v)}"))
+        cargs = ["rix"]
+        binds = kc.call.bindings()
+        for a, acc in zip(r.args, _accesses_in_order(s)):
+            if a.kind == "global":
+                cargs.append(f"g_{binds[a.name].label}")
+            elif a.kind == "scalar":
+                cargs.append(_scalar_expr(binds[a.name]))
+            elif acc.element in self.pl.registers:
+                cargs.append(self.ename(acc.element, u or 0, v))
+            else:
+                vname = self.view(acc, X, Y)
+                lines.append(sk.view_decl(inner, vname, acc.element, tx, ty))
+                cargs.append(f"v_{acc.element}")
+        lines.append(sk.call_line(inner, r.fn, kc.macros, cargs))
+        lines.append(f"{indent}}}")
+        return lines
+
+    def view(self, acc: Access, X: int, Y: int) -> str:
+        """The name of the view struct of a shared element under an access (defined once)."""
+        el = self.lay.elements[acc.element]
+        vname, vdef = sk.view_struct(el.kind, el.shape, el.pitch, acc.mapping, X, Y)
+        self.views[vname] = vdef
+        return vname
+
+    def clear(self, s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
+        acc = s.accesses[0]
+        el = self.lay.elements[acc.element]
+        X, Y = acc.threads
+        T = self.T
+        ident = f"real({el.identity})"
+        lines = [f"{indent}// {s.kc.call.name}: clear {el.key} (reduction identity)"]
+        if acc.element in self.pl.registers:
+            lines.append(f"{indent}#pragma unroll")
+            lines.append(f"{indent}for (int k = 0; k < {self.pl.registers[acc.element]}; ++k) "
+                         f"{self.ename(acc.element, u or 0, v)}.v[k] = {ident};")
+        elif acc.mapping == "any":
+            lines.append(f"{indent}for (int e = lt; e < {el.size}; e += {T}) sh_{el.key}[e] = {ident};")
+        else:
+            vname = self.view(acc, X, Y)
+            slots = MAPPINGS[acc.mapping].slots(el.shape, X, Y)
+            guard = f"if (lt < {X * Y}) " if X * Y < T else ""
+            lines.append(f"{indent}{guard}{{ {vname} v{{sh_{el.key}, tx_{X}x{Y}, ty_{X}x{Y}}}; "
+                         f"for (int k = 0; k < {slots}; ++k) v(k) = {ident}; }}")
+        return lines
+
+    def step(self, s: Step, indent: str, u: int | None, v: int = 0) -> None:
+        if s.barrier:
+            self.w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
+        self.out += self.clear(s, indent, u, v) if s.kind == "clear" else self.routine_call(s, indent, u, v)
+
+    def step_slots(self, s: Step, indent: str, u: int | None) -> None:
+        """A step once per span slot when it touches per-slot data, else once."""
+        for v in range(1 if s.once_per_span else self.V):
+            self.step(s, indent, u, v)
+
+    # -- phases ------------------------------------------------------------------------------
+    def wait(self, phase: str) -> None:
+        if phase == self.fr.wait_phase:
+            self.w("    kf_wait_prior();   // the launch before this one (a clear, a kernel) has finished")
+
+    def phases(self) -> None:
+        steps, w = self.lay.steps, self.w
+        self.wait("pre")
+        if any(s.phase == "pre" for s in steps):
+            w("    // ---- before the serial loop: invariant loads, cleared accumulators")
+            for s in steps:
+                if s.phase == "pre":
+                    self.step_slots(s, "    ", None)
+            w("")
+        self.wait("loop")
+        self.loop()
+        self.wait("post")
+        if any(s.phase == "post" for s in steps):
+            w("    // ---- after the serial loop: stores of accumulated outputs")
+            for s in steps:
+                if s.phase == "post":
+                    self.step_slots(s, "    ", None)
+        w("}")
+
+    def loop(self) -> None:
+        U, V, L, w = self.U, self.V, self.L, self.w
+        w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if self.nest == 1 else 'block'}"
+          + (f", {U} at a time" if U > 1 else ""))
+        self.out += sk.loop_open(self.nest, U, self.spec.ipb, L)
+        for u in range(U):
+            if self.nest == 1 or V == 1:
+                self.out += sk.unrolled_index(self.nest, U, self.spec.ipb, L, u)
+                continue
+            for v in range(V):
+                w(f"        KfIx ix_u{u}_v{v} = ix_v{v}; ix_u{u}_v{v}.{L} = {self.first_expr} + it + {u};")
+                w(f"        const bool act_u{u}_v{v} = act_v{v} && it + {u} < iters && ix_u{u}_v{v}.{L} < {self.count};")
+        loop_steps = [s for s in self.lay.steps if s.phase == "loop"]
+        if U == 1 and V == 1:
+            for s in loop_steps:
+                self.step(s, "        ", 0)
+        else:
+            self.copies(loop_steps)
+        w("    }")
+
+    def copies(self, loop_steps: list[Step]) -> None:
+        """Loads of every unrolled copy first, then the rest copy by copy: per-slot steps slot by
+        slot, between the clears and the stores of the elements the span's slots share (their
+        partial results summed over the slots on chip)."""
+        for u in range(self.U):
+            for s in loop_steps:
+                if _is_load(s):
+                    self.step_slots(s, "        ", u)
+        rest = [s for s in loop_steps if not _is_load(s)]
+        for u in range(self.U):
+            for s in rest:
+                if s.kind == "clear" and s.once_per_span:
+                    self.step(s, "        ", u)
+            for v in range(self.V):
+                for s in rest:
+                    if not s.once_per_span:
+                        self.step(s, "        ", u, v)
+            for s in rest:
+                if s.kind != "clear" and s.once_per_span:
+                    self.step(s, "        ", u)

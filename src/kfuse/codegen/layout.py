@@ -1,0 +1,358 @@
+"""One kernel laid out on chip: schedule, element placement, barriers, frame -- no text.
+
+The analysis follows the paper's Algorithms 1 and 2.  The calls' routines are scheduled into
+three phases (``pre``: invariant loads and clears of accumulated outputs before the serial loop,
+``loop``: loads, computes and stores of each instance along the loop axis, ``post``: stores of
+accumulated outputs); each on-chip element is placed in registers when every access has the same
+thread-to-data mapping, else in shared memory; a routine call is preceded by a local barrier
+exactly when a shared element it accesses was accessed since the last barrier by another routine
+with a different mapping (one access being a write) -- the paper's two conditions, with the
+loop's back edge taken into account.
+
+The result, a ``Layout``, is frozen: emission (``emit.py``) and the cost models only read it.
+An (unroll, span) copy of a kernel shares the analysis of the single one (``copy_layouts``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
+
+from ..errors import FusionError
+from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.program import Value
+from ..library.mappings import MAPPINGS
+from ..library.schema import AXES, REDUCE_OPS, Library
+from .schedule import Access, Element, Scheduler, Step
+
+MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
+MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
+
+
+__all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
+           "analyse", "copy_layouts", "finish", "layout"]
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Placement:
+    registers: Mapping[str, int] = field(default_factory=_empty)    # element -> slots per thread
+    shared: Mapping[str, int] = field(default_factory=_empty)       # element -> offset (entries)
+    shared_size: int = 0                                            # entries per instance
+
+
+class Frame(NamedTuple):
+    """What the kernel derives from the calls, the placement and the instances per block -- the
+    same for every (unroll, span) copy of a kernel."""
+    shapes: list[tuple[int, int]]       # thread shapes of the routines and accesses
+    T: int                              # threads per instance
+    threads: int                        # per block
+    smem: int                           # shared entries per block
+    extents: tuple[int, ...]
+    axis_dims: tuple[int, ...]
+    args: tuple[GlobalArg, ...]
+    clears: tuple[tuple[Value, str], ...]
+    sources: tuple[str, ...]
+    wait_phase: str | None              # "pre", "loop", "post": where kf_wait_prior goes; None: none
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A kernel laid out: its elements, steps (barriers and spans marked) and placement; ``frame``
+    and the copy sets are filled in by ``finish`` (None / empty in the analysis it starts from)."""
+    spec: KernelSpec
+    lib: Library = field(repr=False, compare=False)
+    tile: tuple[int, int] | None                # nested kernels: the instances' tile
+    elements: Mapping[str, Element]
+    steps: tuple[Step, ...]
+    placement: Placement
+    frame: Frame | None = None
+    outside: frozenset[str] = frozenset()       # elements used outside the serial loop
+    per_slot: frozenset[str] = frozenset()      # elements with one copy per span slot
+
+
+# ----------------------------------------------------------------------------------------
+def layout(spec: KernelSpec, lib: Library) -> Layout:
+    """Lay out one kernel (raises FusionError when the choices cannot be realised)."""
+    return finish(analyse(spec, lib))
+
+
+def analyse(spec: KernelSpec, lib: Library) -> Layout:
+    """Schedule, placement and barriers: what no (unroll, span) copy changes."""
+    tile = check_spec(spec, lib)
+    sch = Scheduler(spec, lib, tile)
+    sch.schedule()
+    pl = place(spec, sch.elements, sch.steps)
+    flags = barriers(sch.steps, pl)
+    steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))
+    return Layout(spec, lib, tile, MappingProxyType(dict(sch.elements)), steps, pl)
+
+
+def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = None) -> Layout:
+    """The layout of ``spec`` (an (unroll, span) copy of ``base``'s spec; default: ``base``'s)
+    with its checks, its steps run once per span marked and its frame."""
+    spec = spec or base.spec
+    pl = base.placement
+    check_copies_in_registers(spec, pl)
+    outside, per_slot = copy_sets(spec, base.elements, base.steps)
+    steps = base.steps
+    if spec.span > 1:
+        check_span(spec, base.elements, steps, per_slot)
+        steps = tuple(replace(s, once_per_span=not step_per_slot(s, per_slot)) for s in steps)
+    check_register_entries(spec, base.elements, steps, pl)
+    lay = replace(base, spec=spec, steps=steps, outside=frozenset(outside), per_slot=frozenset(per_slot))
+    return replace(lay, frame=frame or make_frame(lay))
+
+
+def copy_layouts(spec: KernelSpec, lib: Library, copies) -> list[Layout | FusionError]:
+    """The layout of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
+    its barriers once (none of which depends on them), finished per copy.  Each entry is the
+    layout or the FusionError that refused it."""
+    base = analyse(replace(spec, unroll=1, span=1), lib)
+    out: list[Layout | FusionError] = []
+    frame = None
+    for unroll, span in copies:
+        if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
+            out.append(out[0])          # copies only add constraints to the refused single one
+            continue
+        try:
+            copy_spec = base.spec if (unroll, span) == (1, 1) else replace(spec, unroll=unroll, span=span)
+            check_copies_in_registers(copy_spec, base.placement)   # before anything else
+            check_spec(copy_spec, lib)
+            check_register_entries(copy_spec, base.elements, base.steps, base.placement)
+            frame = frame or make_frame(replace(base, spec=copy_spec))   # the same for every copy
+            out.append(finish(base, copy_spec, frame))
+        except FusionError as e:
+            out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
+    return out
+
+
+def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
+    """Refuse impossible kernel choices; the instances' tile of a nested kernel (else None)."""
+    nest = {kc.call.function.nesting for kc in spec.calls}
+    if len(nest) != 1:
+        raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
+    if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1 or spec.span < 1:
+        raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block, "
+                          "unroll and span >= 1")
+    if spec.nesting == 1 and spec.span != 1:
+        raise FusionError(f"{spec.name}: a span across the loop axis needs a nested kernel")
+    if spec.nesting == 2 and spec.ipb != 1:
+        raise FusionError(f"{spec.name}: nested kernels run one instance per block")
+    if spec.loop not in AXES[spec.nesting]:
+        raise FusionError(f"{spec.name}: loop axis {spec.loop!r} is not an instance axis")
+    if spec.nesting != 2:
+        return None
+    tiles = {kc.tile(lib) for kc in spec.calls}
+    if len(tiles) != 1:
+        raise FusionError(f"{spec.name}: calls whose instances are tiles of different shapes "
+                          f"({', '.join(f'{r}x{c}' for r, c in sorted(tiles))}) cannot share a kernel")
+    (tile,) = tiles
+    return tile
+
+
+# -- placement -------------------------------------------------------------------------------
+def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement:
+    """Registers for elements whose every access has the same mapping, else shared memory."""
+    registers: dict[str, int] = {}
+    shared: dict[str, int] = {}
+    by_elem: dict[str, list[Access]] = {}
+    for s in steps:
+        for a in s.accesses:
+            by_elem.setdefault(a.element, []).append(a)
+    offset = 0
+    for key, accs in by_elem.items():
+        ids = {a.identity for a in accs}
+        first = accs[0]
+        if len(ids) == 1 and None not in ids and MAPPINGS[first.mapping].registers:
+            registers[key] = MAPPINGS[first.mapping].slots(elements[key].shape, *first.threads)
+            continue
+        bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
+        if bad:
+            raise FusionError(f"{spec.name}: element {key} is accessed with different mappings "
+                              f"but mapping {bad[0]} cannot use shared memory")
+        shared[key] = offset
+        offset += elements[key].size
+    return Placement(MappingProxyType(registers), MappingProxyType(shared), offset)
+
+
+# -- barriers --------------------------------------------------------------------------------
+def barriers(steps, pl: Placement) -> list[bool]:
+    """Which steps need a local barrier before them (paper, Algorithm 2, line 1)."""
+    flags = [False] * len(steps)
+    since: list[Access] = []
+
+    def visit(n: int) -> None:
+        nonlocal since
+        shared = [a for a in steps[n].accesses if a.element in pl.shared]
+        if any(_conflict(a, b) for a in shared for b in since):
+            flags[n] = True
+        if flags[n]:
+            since = []
+        since.extend(shared)
+
+    by_phase = {ph: [n for n, s in enumerate(steps) if s.phase == ph] for ph in ("pre", "loop", "post")}
+    for n in by_phase["pre"]:
+        visit(n)
+    entry = list(since)
+    for _ in range(3):              # until the loop body's barriers are stable
+        since = list(entry)
+        for n in by_phase["loop"]:
+            visit(n)
+        since = list(since)
+        before = list(flags)
+        for n in by_phase["loop"]:
+            visit(n)
+        if flags == before:
+            break
+    for n in by_phase["post"]:
+        visit(n)
+    return flags
+
+
+def _conflict(a: Access, b: Access) -> bool:
+    """Two shared-memory accesses race without a barrier between them."""
+    if a.element != b.element:
+        return False
+    if a.mode == "r" and b.mode == "r":
+        return False
+    return a.identity is None or a.identity != b.identity
+
+
+# -- frame -----------------------------------------------------------------------------------
+def make_frame(lay: Layout) -> Frame:
+    """The copy-independent part of a kernel, with its checks (raises FusionError)."""
+    spec, lib, steps = lay.spec, lay.lib, lay.steps
+    shapes = sorted({s.kc.shape(s.routine) for s in steps if s.routine is not None}
+                    | {a.threads for s in steps for a in s.accesses})
+    T = max(X * Y for X, Y in shapes)
+    threads = T * spec.ipb
+    if threads > 1024:
+        raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
+    if threads % 32:
+        raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
+                          f"({T} per instance: use more instances per block)")
+    if T < 32 and any(X * Y != T for X, Y in shapes):
+        raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
+    smem = lay.placement.shared_size * spec.ipb
+    if smem * 8 > MAX_SHARED_BYTES:
+        raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
+    first = spec.calls[0]
+    extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
+    axis_dims = first.call.axes
+    for kc in spec.calls[1:]:
+        if kc.call.axes != axis_dims:
+            raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
+                              f"{first.call.text()}")
+    args = kernel_args(steps, axis_dims, extents)
+    clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
+                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores)
+    sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
+    return Frame(shapes, T, threads, smem, tuple(extents), tuple(axis_dims), args, clears, sources,
+                 wait_phase(spec, steps, args, clears))
+
+
+def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
+    """Arrays first (in order of first use), then scalars, counts, iterations."""
+    args: list[GlobalArg] = []
+    seen_vals: set[int] = set()
+    scalars: dict[int, Value] = {}
+    for s in steps:
+        if s.routine is None:
+            continue
+        for a in s.routine.args:
+            if a.kind == "global":
+                v = s.kc.call.bindings()[a.name]
+                if v.id not in seen_vals:
+                    seen_vals.add(v.id)
+                    args.append(GlobalArg("array", v.label, v))
+            elif a.kind == "scalar":
+                sa = s.kc.call.bindings()[a.name]
+                if sa.value is not None:
+                    scalars[sa.value.id] = sa.value
+    args += [GlobalArg("scalar", v.label, v) for v in scalars.values()]
+    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
+             for ax, d, e in zip("ij", axis_dims, extents)]
+    args.append(GlobalArg("iters", "iters"))
+    return tuple(args)
+
+
+def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
+    """A kernel launched while the launch before it still runs (the clear of its reduced outputs,
+    or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
+    phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
+    is not a script input and not written here)."""
+    own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
+    prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
+                                         and not g.value.is_input and g.value.id not in own}
+    return next((ph for ph in ("pre", "loop", "post")
+                 if any(s.phase == ph and s.routine is not None
+                        and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in prior
+                                for a in s.routine.args)
+                        for s in steps)), None)
+
+
+# -- unrolled and spanned copies -------------------------------------------------------------
+def copy_sets(spec: KernelSpec, elements: Mapping[str, Element], steps) -> tuple[set[str], set[str]]:
+    """(elements used outside the serial loop, elements with one copy per span slot).  Elements
+    used only inside the loop get one copy per unrolled iteration; with a span, an element that
+    follows the axis across the loop has one copy per slot, and the others (vectors along the
+    loop axis) are shared by the slots: loaded once, or summed over the slots and stored once."""
+    outside = {a.element for s in steps if s.phase != "loop" for a in s.accesses}
+    other = "j" if spec.loop == "i" else "i"
+    per_slot = {key for key, el in elements.items() if spec.span == 1 or other in el.axes}
+    return outside, per_slot
+
+
+def check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
+    """Unrolled and spanned copies exist only for elements in registers."""
+    if spec.unroll > 1 and pl.shared:
+        raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
+                          f"({', '.join(pl.shared)} in shared memory)")
+    if spec.span > 1 and pl.shared:
+        raise FusionError(f"{spec.name}: a span of {spec.span} instances across the loop needs every element "
+                          f"in registers ({', '.join(pl.shared)} in shared memory)")
+
+
+def check_register_entries(spec: KernelSpec, elements: Mapping[str, Element], steps, pl: Placement) -> None:
+    """The elements in registers, with their unrolled and spanned copies, must not spill."""
+    U, V = spec.unroll, spec.span
+    outside, per_slot = copy_sets(spec, elements, steps)
+    slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
+                for key, n in pl.registers.items())
+    if slots > MAX_REGISTER_SLOTS:
+        raise FusionError(f"{spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
+                          f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
+
+
+def step_per_slot(s: Step, per_slot: set[str]) -> bool:
+    """Does the step run once per span slot?  Computes always do; loads, clears and stores when
+    their element has a copy per slot."""
+    if s.routine is not None and s.routine.kind == "compute":
+        return True
+    return any(a.element in per_slot for a in s.accesses)
+
+
+def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: set[str]) -> None:
+    """Elements shared by the span's slots are either loaded once and read by every slot, or
+    partial results that every slot adds to (cleared before the slots, stored after them)."""
+    for key, el in elements.items():
+        if key in per_slot:
+            continue
+        accs = [(s, a) for s in steps for a in s.accesses if a.element == key]
+        loaded = any(s.routine is not None and s.routine.kind == "load" for s, _ in accs)
+        for s, a in accs:
+            if s.routine is None or s.routine.kind != "compute":
+                continue
+            if (loaded and a.mode != "r") or (not loaded and a.mode != "acc"):
+                raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
+                                  f"({s.routine.name}) {'writes' if loaded else 'reads'} {key}, which "
+                                  "the span's instances share")
+    for s in steps:
+        if (s.routine is not None and s.routine.kind == "compute"
+                and all(a.element not in per_slot for a in s.accesses)):
+            raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
+                              f"({s.routine.name}) touches no per-instance data")

@@ -1,0 +1,220 @@
+"""The schedule of one kernel: the on-chip elements of its calls and the steps (routine calls
+and clears) that access them, in the order they run, by phase.
+
+1. ``pre``: invariant loads (inputs that do not follow the loop axis) and clears of accumulated
+   outputs (reduce outputs that do not follow the loop axis)
+2. ``loop``: the serial loop over ``iters`` instances along the loop axis (``i`` or ``j``,
+   chosen per kernel): loads, computes, stores
+3. ``post``: stores of accumulated outputs
+
+A value produced on chip by an earlier call of the kernel is not loaded again; the same load by
+two calls is issued once.  Placement, barriers and the frame follow in ``layout.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+from ..errors import FusionError
+from ..ir.kernel import KernelCall, KernelSpec
+from ..ir.program import Value
+from ..library.mappings import MAPPINGS
+from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine
+
+
+@dataclass(frozen=True)
+class Element:
+    key: str                        # C name in the kernel
+    kind: str                       # scalar | subvector | tile
+    shape: tuple[int, ...]
+    pitch: int                      # tile row pitch in shared memory (columns + padding)
+    value: Value | None             # None for a call-private local
+    identity: str = "0"             # value a clear writes
+    axes: tuple[str, ...] = ("i", "j")   # instance axes it follows (locals: private to the instance)
+
+    @property
+    def size(self) -> int:
+        if self.kind == "tile":
+            return self.shape[0] * self.pitch
+        return prod(self.shape) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class Access:
+    element: str
+    mode: str                       # r | w | acc
+    mapping: str
+    threads: tuple[int, int]
+
+    @property
+    def identity(self) -> tuple[str, int, int] | None:
+        """Same identity = same thread-to-data mapping; None = arbitrary indexing."""
+        return None if self.mapping == "any" else (self.mapping, *self.threads)
+
+
+@dataclass(frozen=True)
+class Step:
+    phase: str                      # pre | loop | post
+    kind: str                       # routine | clear
+    kc: KernelCall
+    routine: Routine | None
+    accesses: tuple[Access, ...]
+    element: str | None = None      # for clears
+    barrier: bool = False
+    once_per_span: bool = False     # runs once for the block's span of instances, not per instance
+
+
+
+
+class Scheduler:
+    """Builds the elements and steps of a kernel's calls (``schedule``), mutable while it runs;
+    ``layout.analyse`` freezes what it built."""
+
+    def __init__(self, spec: KernelSpec, lib: Library, tile: tuple[int, int] | None):
+        self.spec, self.lib, self.tile = spec, lib, tile
+        self.elements: dict[str, Element] = {}
+        self.call_elem: dict[tuple[int, str], str] = {}     # (call index, param/local) -> element
+        self.steps: list[Step] = []
+
+    def shape_of(self, p: Param) -> tuple[int, ...]:
+        """Entries of a parameter's element in this kernel (its tile, or the piece of a vector
+        along the tile side its axis runs)."""
+        return self.lib.element_shape(p.element, self.tile, p.index)
+
+    # -- elements ------------------------------------------------------------------------
+    def new_element(self, v: Value | None, base: str, p_elem: str, shape: tuple[int, ...], pad: int,
+                    identity: str = "0", axes: tuple[str, ...] = ("i", "j")) -> str:
+        name, n = base, 2
+        while name in self.elements:
+            name, n = f"{base}_{n}", n + 1
+        pitch = shape[1] + pad if p_elem == "tile" else 0
+        self.elements[name] = Element(name, p_elem, shape, pitch, v, identity, tuple(axes))
+        return name
+
+    def widen_pitch(self, name: str, p: Param) -> None:
+        el = self.elements[name]
+        if el.kind == "tile" and el.shape[1] + p.pad > el.pitch:
+            self.elements[name] = replace(el, pitch=el.shape[1] + p.pad)
+
+    def arg_element(self, kc: KernelCall, name: str) -> str:
+        """The element a routine argument refers to (outputs and locals created on first use)."""
+        key = (kc.call.index, name)
+        if key in self.call_elem:
+            return self.call_elem[key]
+        fn = kc.call.function
+        p = next((p for p in fn.params if p.name == name), None)
+        if p is not None:           # an output (inputs are bound by their load)
+            v = kc.call.bindings()[p.name]
+            ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
+            el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad, ident,
+                                  p.index)
+            self.produced[(v.id, p.index)] = (el, p)
+        else:
+            loc = next(loc for loc in kc.variant.locals if loc.name == name)
+            el = self.new_element(None, f"{kc.call.name}_{loc.name}", loc.element,
+                                  tuple(kc.value_of(x) for x in loc.shape), loc.pad)
+        self.call_elem[key] = el
+        return el
+
+    # -- schedule --------------------------------------------------------------------------
+    def schedule(self) -> None:
+        """Each call's loads, computes (with the clears they need) and stores, call by call."""
+        self.produced: dict[tuple[int, tuple[str, ...]], tuple[str, Param]] = {}
+        self.loaded: dict[tuple, str] = {}
+        self.cleared: set[str] = set()
+        for kc in self.spec.calls:
+            self.schedule_loads(kc)
+            self.schedule_computes(kc)
+            self.schedule_stores(kc)
+
+    def schedule_loads(self, kc: KernelCall) -> None:
+        loop = self.spec.loop
+        params = {p.name: p for p in kc.call.function.params}
+        binds = kc.call.bindings()
+        for r in kc.variant.routines:
+            if r.kind != "load":
+                continue
+            p = params[r.param]
+            v = binds[p.name]
+            made = self.produced.get((v.id, p.index))
+            if made is not None:    # produced on chip in this kernel: no load
+                el, prod = made
+                self.check_exchange(kc, p, v, prod)
+                self.call_elem[(kc.call.index, p.name)] = el
+                self.widen_pitch(el, p)
+                continue
+            hoisted = p.hoist and not p.follows(loop)
+            acc = r.elements[0]
+            key = (v.id, p.index, r.fn, acc.mapping, kc.shape(r), kc.macros, hoisted)
+            if key in self.loaded:  # the same load by an earlier call: read once
+                self.call_elem[(kc.call.index, p.name)] = self.loaded[key]
+                self.widen_pitch(self.loaded[key], p)
+                continue
+            # a partial-sum input is read by one instance of those it is summed over: its
+            # copy belongs to the instance, not to the axes it follows
+            el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad,
+                                  axes=AXES[2] if p.partial else p.index)
+            self.loaded[key] = self.call_elem[(kc.call.index, p.name)] = el
+            self.add_routine("pre" if hoisted else "loop", kc, r)
+
+    def schedule_computes(self, kc: KernelCall) -> None:
+        params = {p.name: p for p in kc.call.function.params}
+        binds = kc.call.bindings()
+        for r in kc.variant.computes:
+            for a in r.elements:
+                el = self.arg_element(kc, a.name)
+                if a.mode == "acc" and el not in self.cleared:
+                    # accumulated across the loop: cleared once before it; otherwise cleared
+                    # in each iteration before the first routine that accumulates into it
+                    # (an output only handed on as partial sums is cleared every iteration:
+                    # its consumer does the accumulating)
+                    p = params.get(a.name)
+                    accumulated = (p is not None and p.dir == "out" and not p.follows(self.spec.loop)
+                                   and binds[p.name].id in self.spec.stores)
+                    self.cleared.add(el)
+                    self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
+                                           (Access(el, "w", a.mapping, kc.shape(r)),), element=el))
+            self.add_routine("loop", kc, r)
+
+    def schedule_stores(self, kc: KernelCall) -> None:
+        params = {p.name: p for p in kc.call.function.params}
+        binds = kc.call.bindings()
+        for r in kc.variant.routines:
+            if r.kind != "store":
+                continue
+            p = params[r.param]
+            if binds[p.name].id not in self.spec.stores:
+                continue            # consumed on chip only
+            phase = "loop" if p.follows(self.spec.loop) else "post"
+            for f in kc.variant.finishes(p.name):   # the store's own steps before it, where it runs
+                self.add_routine(phase, kc, f)
+            self.add_routine(phase, kc, r)
+
+    def check_exchange(self, kc: KernelCall, p: Param, v: Value, prod: Param) -> None:
+        """May input p of kc take the element an earlier call of this kernel produced?"""
+        where = f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
+        if prod.reduce:
+            if not p.partial:
+                raise FusionError(f"{where} is the result of a reduction in the same kernel "
+                                  "(needs a global barrier)")
+            if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
+                raise FusionError(f"{where}: partial sums are exchanged only when the producer's "
+                                  f"output follows the loop axis {self.spec.loop} or stays on chip")
+        elif p.partial:
+            raise FusionError(f"{where}: takes partial sums, but {v.name} is a map result")
+
+    def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
+        X, Y = kc.shape(r)
+        if (X * Y) % 32 and 32 % (X * Y):
+            raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads neither divides a warp "
+                              "nor is whole warps")
+        acc = []
+        for a in r.elements:
+            key = self.arg_element(kc, a.name)
+            el = self.elements[key]
+            reason = MAPPINGS[a.mapping].check(el.shape, X, Y)
+            if reason:
+                raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
+            acc.append(Access(key, a.mode, a.mapping, (X, Y)))
+        self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
+
