@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ScriptError
 from ..library.schema import AXES, Library
@@ -29,8 +29,7 @@ TOKEN = re.compile(r"""
 KEYWORDS = {"input", "return"}
 
 
-@dataclass(frozen=True)
-class Tok:
+class Tok(NamedTuple):
     kind: str      # ident | num | punct | eof
     text: str
     line: int
@@ -40,16 +39,18 @@ class Tok:
 def tokenize(src: str, file: str) -> list[Tok]:
     toks, line, start = [], 1, 0
     lines = src.splitlines()
+    append, skip = toks.append, ("ws", "comment")
     for m in TOKEN.finditer(src):
-        kind, text = m.lastgroup, m.group()
-        col = m.start() - start + 1
+        kind = m.lastgroup
         if kind == "nl":
             line, start = line + 1, m.end()
+        elif kind in skip:
+            continue
         elif kind == "bad":
-            raise ScriptError(f"unexpected character {text!r}", file, line, col,
+            raise ScriptError(f"unexpected character {m.group()!r}", file, line, m.start() - start + 1,
                               lines[line - 1] if line <= len(lines) else "")
-        elif kind not in ("ws", "comment"):
-            toks.append(Tok(kind, text, line, col))
+        else:
+            append(Tok(kind, m.group(), line, m.start() - start + 1))
     toks.append(Tok("eof", "end of script", line, 1))
     return toks
 
@@ -64,6 +65,7 @@ class _Parser:
         self.inputs: dict[str, Tok] = {}
         self.current: dict[str, Value] = {}      # name -> latest value
         self.values: list[Value] = []
+        self.labels: set[str] = set()       # labels of the values so far (and their names)
         self.calls: list[Call] = []
         self.outputs: list[Value] | None = None
         self.parent: list[int] = []              # union-find over dimension ids
@@ -230,6 +232,7 @@ class _Parser:
             self.inputs[tok.text] = tok
             v = Value(len(self.values), tok.text, tok.text, vtype, dims, is_input=True)
             self.values.append(v)
+            self.labels.add(v.label)
             self.current[tok.text] = v
         self.expect(";")
 
@@ -320,14 +323,14 @@ class _Parser:
                 raise self.error(f"{fn.name} returns a {p.type} as {p.name}, {tok.text} is a {vtype}", tok)
             for d, a in zip(dims, p.index):
                 self.unify(axis_of[a], d, f"{tok.text}: size does not match the result of {fn.name}", tok)
-            taken = {v.label for v in self.values} | set(self.decls)
             label, n = tok.text, 2
-            if any(v.name == tok.text for v in self.values):
-                while f"{tok.text}_{n}" in taken:
+            if tok.text in self.labels:         # a value of this name exists (labels include names)
+                while f"{tok.text}_{n}" in self.labels or f"{tok.text}_{n}" in self.decls:
                     n += 1
                 label = f"{tok.text}_{n}"
             v = Value(len(self.values), tok.text, label, vtype, dims)
             self.values.append(v)
+            self.labels.add(label)
             outs.append(v)
         for tok, v in zip(targets, outs):
             self.current[tok.text] = v

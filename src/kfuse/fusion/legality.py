@@ -61,10 +61,15 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
 
 def no_cycle_outside(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
     """No dependency path may leave the fusion and come back (that call would have to run inside)."""
-    outside = [x for x in range(len(program.calls)) if x not in fusion]
-    for x in outside:
-        if any(graph.reaches(a, x) for a in fusion) and any(graph.reaches(x, b) for b in fusion):
-            return f"{program.calls[x].text()} depends on the fusion and the fusion depends on it"
+    inside = down = up = 0
+    for a in fusion:
+        inside |= 1 << a
+        down |= graph.descendants[a]
+        up |= graph.ancestors[a]
+    between = down & up & ~inside
+    if between:
+        x = (between & -between).bit_length() - 1          # the first such call
+        return f"{program.calls[x].text()} depends on the fusion and the fusion depends on it"
     return None
 
 

@@ -20,7 +20,7 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .space import SPANS, Implementation, Space, build_space, stores_of
+from .space import SPANS, Implementation, Space, build_space, refine, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
@@ -105,6 +105,7 @@ class PlanSearch:
         self.model = model if model is not None else machine
         with timer("space"):
             self.space: Space = build_space(program, lib, spans)
+        self.spans = spans
         self.graph = self.space.graph
         sizes = sizes or {}
         matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
@@ -126,7 +127,10 @@ class PlanSearch:
                 scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
                 self.ranked[calls] = scored
         with timer("search"):
-            self.partitions = self._partitions()
+            self.partitions = self._partitions() if self.space.bounded is None else self._greedy_partitions()
+        if self.space.bounded is not None:
+            with timer("space"):
+                self._refine(itemsize)
 
     # -- partitions --------------------------------------------------------------------------
     def _partitions(self) -> list[tuple[frozenset[int], ...]]:
@@ -147,6 +151,50 @@ class PlanSearch:
 
         rec(0, [])
         return out
+
+    def _score(self, code: KernelCode, itemsize: int) -> float:
+        return round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7
+
+    def _refine(self, itemsize: int) -> None:
+        """Bounded search: the chosen partition's fused kernels searched further (fusion/space.py
+        ``refine``) and ranked again."""
+        for calls in self.partitions[0]:
+            if len(calls) > 1:
+                refine(self.space, self.lib, calls, lambda code: self._score(code, itemsize), self.spans)
+                scored = [(self._score(code, itemsize), impl, code) for impl, code in self.space.impls[calls]]
+                scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
+                self.ranked[calls] = scored
+
+    def _greedy_partitions(self) -> list[tuple[frozenset[int], ...]]:
+        """Bounded search: from one kernel per call, repeatedly merge the blocks of the fusion that
+        saves the most predicted time (a fusion made of whole blocks, keeping the kernel graph
+        acyclic), until none saves; that partition, and one kernel per call."""
+        n = len(self.program.calls)
+        best = {c: r[0][0] for c, r in self.ranked.items()}
+        where = {i: frozenset({i}) for i in range(n)}
+        fusions = [c for c in self.ranked if len(c) > 1]
+        while True:
+            options = []
+            for c in fusions:
+                parts = {where[i] for i in c}
+                if len(parts) < 2 or any(not b <= c for b in parts):
+                    continue
+                saving = sum(best[b] for b in parts) - best[c]
+                if saving > 0:
+                    options.append((-saving, sorted(c), c, parts))
+            options.sort(key=lambda t: (t[0], t[1]))
+            for _, _, c, parts in options:
+                blocks = (set(where.values()) - parts) | {c}
+                if self._kernel_order(list(blocks)) is not None:
+                    for i in c:
+                        where[i] = c
+                    break
+            else:
+                break
+        order = self.graph.topological_order()
+        singles = tuple(frozenset({i}) for i in order)
+        chosen = tuple(self._kernel_order(list(set(where.values()))))
+        return [chosen] + ([singles] if set(chosen) != set(singles) else [])
 
     def _acyclic(self, blocks: list[frozenset[int]]) -> bool:
         return self._kernel_order(blocks) is not None
@@ -236,6 +284,12 @@ class PlanSearch:
 
     # -- explanation -------------------------------------------------------------------------------
     def explain(self) -> str:
+        lines = self._explain_lines()
+        if self.space.bounded:
+            lines.insert(1, "search: " + self.space.bounded)
+        return "\n".join(lines)
+
+    def _explain_lines(self) -> list[str]:
         lines = [f"{len(self.space.fusions)} legal fusion(s), {self.count_implementations()} fusion "
                  f"implementation(s), {len(self.partitions)} partition(s), {self.count_plans()} plan(s)"]
         for f in self.space.fusions:
@@ -250,4 +304,4 @@ class PlanSearch:
             for calls, reason in sorted(self.space.refused.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))):
                 names = "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
                 lines.append(f"  {names}: {reason}")
-        return "\n".join(lines)
+        return lines

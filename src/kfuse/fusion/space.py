@@ -83,6 +83,7 @@ class Space:
     refused: dict[frozenset[int], str] = field(default_factory=dict)
     impls: dict[frozenset[int], list[tuple[Implementation, KernelCode]]] = field(default_factory=dict)
     pruned: dict[frozenset[int], dict[str, int]] = field(default_factory=dict)
+    bounded: str | None = None      # what a bounded search left out (None: exhaustive)
 
 
 def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
@@ -91,8 +92,7 @@ def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -
     out = set()
     for i in calls:
         for v in program.calls[i].outputs:
-            readers = [c for c in range(len(program.calls)) if (i, c) in graph.edge_values
-                       and v in graph.edge_values[(i, c)]]
+            readers = [c for c in graph.succs[i] if v in graph.edge_values[(i, c)]]
             if v.id in returned or any(c not in calls for c in readers):
                 out.add(v.id)
     return frozenset(out)
@@ -131,11 +131,57 @@ def _orders(graph: DependencyGraph, calls: frozenset[int]) -> list[tuple[int, ..
     return out
 
 
+def _choices(program: Program, order, variants, nesting: int):
+    """(BY values, other macro assignments, instances per block) a variant choice allows."""
+    vars_ = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
+    bys = [set(v.macros["BY"]) for v in vars_ if "BY" in v.macros]
+    by_choices = sorted(set.intersection(*bys)) if bys else [None]
+    if bys and not by_choices:
+        by_choices = sorted(set.union(*bys))
+    others = sorted({m for v in vars_ for m in v.macros} - {"BY"})
+    other_choices = [[(m, x) for x in sorted(set.intersection(*(set(v.macros[m]) for v in vars_
+                                                                  if m in v.macros)))]
+                     for m in others]
+    ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
+    ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
+    return by_choices, other_choices, ipb_choices
+
+
+def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int], limit: int) -> int:
+    """Kernels ``implementations`` would lay out for these calls (counting stops past ``limit``)."""
+    nesting = program.calls[min(calls)].function.nesting
+    loops = len(AXES[nesting]) if nesting == 2 else 1
+    total = 0
+    for order in _orders(graph, calls):
+        for variants in product(*[range(len(program.calls[i].function.variants)) for i in order]):
+            by, others, ipb = _choices(program, order, variants, nesting)
+            n = len(by) * loops * len(ipb)
+            for o in others:
+                n *= len(o)
+            total += n
+            if total > limit:
+                return total
+    return total
+
+
+def _sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
+    """Variant choices of a bounded search: each call's k-th variant (its last when it has fewer),
+    for every k -- calls of one kernel then tend to share a thread-to-data mapping."""
+    counts = [len(program.calls[i].function.variants) for i in order]
+    return list(dict.fromkeys(tuple(min(k, c - 1) for c in counts) for k in range(max(counts))))
+
+
+def _middle(choices: list) -> list:
+    return [choices[len(choices) // 2]] if choices else choices
+
+
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                    spans: tuple[int, ...] = SPANS
+                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None
                     ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
-    kernel's span is one of ``spans`` (instances across the loop axis per block)."""
+    kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
+    (bounded search of a large script): one call order, the variant choices of
+    ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed)."""
     fns = [program.calls[i].function for i in sorted(calls)]
     nesting = fns[0].nesting
     stores = stores_of(program, graph, calls)
@@ -143,20 +189,15 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     loops = AXES[nesting] if nesting == 2 else ("i",)
     spans = tuple(spans) if nesting == 2 else (1,)
-    for order in _orders(graph, calls):
-        var_choices = [range(len(program.calls[i].function.variants)) for i in order]
-        for variants in product(*var_choices):
-            vars_ = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
-            bys = [set(v.macros["BY"]) for v in vars_ if "BY" in v.macros]
-            by_choices = sorted(set.intersection(*bys)) if bys else [None]
-            if bys and not by_choices:
-                by_choices = sorted(set.union(*bys))
-            others = sorted({m for v in vars_ for m in v.macros} - {"BY"})
-            other_choices = [[(m, x) for x in sorted(set.intersection(*(set(v.macros[m]) for v in vars_
-                                                                          if m in v.macros)))]
-                             for m in others]
-            ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
-            ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
+    orders = _orders(graph, calls)[:1] if sampled else _orders(graph, calls)
+    for order in orders:
+        var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
+                       product(*[range(len(program.calls[i].function.variants)) for i in order]))
+        for variants in var_choices:
+            by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
+            if sampled:
+                by_choices = [8] if 8 in by_choices else _middle(by_choices)
+                other_choices = [_middle(o) for o in other_choices]
             copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
@@ -186,21 +227,148 @@ def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants
     built[key] = (impl, code)
 
 
-def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS) -> Space:
+EXHAUSTIVE_CALLS = 12       # scripts up to this many calls may be searched exhaustively ...
+BUILD_BUDGET = 1000         # ... when their fusions' implementations take at most this many layouts
+CANDIDATES_PER_CALL = 8     # bounded search: candidate fusions grown from each call
+MAX_REFUSALS_KEPT = 200     # bounded search: refusal reasons kept for --explain (the rest counted)
+
+
+def _neighbours(program: Program, graph: DependencyGraph) -> list[set[int]]:
+    """Calls linked by a dependency or a shared input value: the calls a fusion may grow by."""
+    n = len(program.calls)
+    out = [set(graph.preds[i]) | set(graph.succs[i]) for i in range(n)]
+    readers: dict[int, list[int]] = {}
+    for c in program.calls:
+        for a in c.args:
+            v = getattr(a, "id", None)
+            if v is not None and program.values[v].is_input:
+                readers.setdefault(v, []).append(c.index)
+    for calls in readers.values():
+        window = sorted(set(calls))
+        for k, i in enumerate(window):      # neighbours along the readers of one input (a chain, not a clique)
+            for j in window[max(0, k - 2):k + 3]:
+                if j != i:
+                    out[i].add(j)
+    return out
+
+
+def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
+                 per_call: int = CANDIDATES_PER_CALL) -> tuple[list[Fusion], dict, int]:
+    """Bounded enumeration for large scripts: connected sets of calls grown from each call (at
+    most ``per_call`` candidates from each, smallest first), each checked by the rules.  Returns
+    (legal fusions, some refusals, candidates examined)."""
+    nbrs = _neighbours(program, graph)
+    seen: set[frozenset[int]] = set()
+    legal, refused, examined = [], {}, 0
+    for start in range(len(program.calls)):
+        frontier = [frozenset({start})]
+        grown = 0
+        while frontier and grown < per_call:
+            nxt = []
+            for f in frontier:
+                for j in sorted(set().union(*(nbrs[i] for i in f)) - f):
+                    if j < start:
+                        continue            # grown from the smallest call only
+                    g = f | {j}
+                    if g in seen or len(g) > max_size:
+                        continue
+                    seen.add(g)
+                    examined += 1
+                    grown += 1
+                    reason = why_not(program, graph, g)
+                    if reason is None:
+                        legal.append(Fusion(g))
+                        nxt.append(g)
+                    elif len(refused) < MAX_REFUSALS_KEPT:
+                        refused[g] = reason
+                    if grown >= per_call:
+                        break
+                if grown >= per_call:
+                    break
+            frontier = nxt
+    return legal, refused, examined
+
+
+def exhaustive_cost(program: Program, graph: DependencyGraph, fusions: list[Fusion]) -> int:
+    """Layouts an exhaustive search builds (counting stops past the budget)."""
+    total = 0
+    for calls in [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in fusions]:
+        total += count_builds(program, graph, calls, BUILD_BUDGET - total)
+        if total > BUILD_BUDGET:
+            break
+    return total
+
+
+def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, exhaustive: bool | None = None
+                ) -> Space:
     """Every legal fusion of ``program`` and the implementations of each (and of each single call),
-    nested kernels with the spans ``spans``."""
+    nested kernels with the spans ``spans``.  A script with few calls and few implementations is
+    searched exhaustively; a larger one (or ``exhaustive=False``) gets a bounded search: fusions
+    grown along the dependency graph, implementations sampled (``Space.bounded`` says what)."""
     graph = DependencyGraph(program)
     space = Space(program, graph)
-    space.fusions, space.refused = enumerate_fusions(program, graph)
+    n = len(program.calls)
+    if exhaustive is not False and n <= EXHAUSTIVE_CALLS:
+        space.fusions, space.refused = enumerate_fusions(program, graph)
+        cost = exhaustive_cost(program, graph, space.fusions)
+        if exhaustive or cost <= BUILD_BUDGET:
+            _fill(space, lib, spans, sampled=False)
+            return space
+    fusions, refused, examined = grow_fusions(program, graph)
+    space.fusions, space.refused = fusions, refused
+    space.bounded = (f"bounded search ({n} calls): {examined} candidate fusions examined along the dependency "
+                     f"graph ({len(fusions)} legal), implementations sampled (one call order, each call's k-th "
+                     "variant, one value per macro), calls grouped greedily by predicted saving")
+    _fill(space, lib, spans, sampled=True)
+    return space
+
+
+REFINE_BUILDS = 300         # bounded search: a chosen kernel searched in full when this cheap
+
+
+def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tuple[int, ...] = SPANS) -> None:
+    """Bounded search: more implementations of a fusion the search chose.  In full when that takes
+    at most REFINE_BUILDS layouts; else by changing one call's variant at a time from the best
+    found so far (``score(code)``: predicted seconds) while that helps."""
+    program, graph = space.program, space.graph
+    if count_builds(program, graph, calls, REFINE_BUILDS) <= REFINE_BUILDS:
+        impls, _ = implementations(program, graph, lib, calls, spans)
+        space.impls[calls] = impls or space.impls[calls]
+        return
+    found = {(i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros): (i, c)
+             for i, c in space.impls[calls]}
+    best = min(found.values(), key=lambda ic: score(ic[1]))
+    for _ in range(3):
+        order, current = best[0].order, best[0].variants
+        trials = []
+        for k, i in enumerate(order):
+            for v in range(len(program.calls[i].function.variants)):
+                if v != current[k]:
+                    trials.append(current[:k] + (v,) + current[k + 1:])
+        impls, _ = implementations(program, graph, lib, calls, spans, sampled=True,
+                                   variants_of=lambda o, t=trials: t if o == order else [])
+        for i, c in impls:
+            found.setdefault((i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros), (i, c))
+        new = min(found.values(), key=lambda ic: score(ic[1]))
+        if score(new[1]) >= score(best[1]):
+            break
+        best = new
+    space.impls[calls] = list(found.values())
+
+
+def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
+    program, graph = space.program, space.graph
     candidates = [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in space.fusions]
     for calls in candidates:
-        impls, pruned = implementations(program, graph, lib, calls, spans)
+        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled)
+        if sampled and not impls and len(calls) == 1:
+            impls, pruned = implementations(program, graph, lib, calls, spans)
         space.pruned[calls] = pruned
         if impls:
             space.impls[calls] = impls
         elif len(calls) > 1:
-            space.refused[calls] = "no implementation can be built (resources or mappings)"
+            if not sampled or len(space.refused) < MAX_REFUSALS_KEPT:
+                space.refused[calls] = "no implementation can be built (resources or mappings)"
         else:
             raise FusionError(f"{program.calls[min(calls)].text()}: no implementation can be built")
     space.fusions = [f for f in space.fusions if f.calls in space.impls]
-    return space

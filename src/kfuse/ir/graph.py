@@ -5,6 +5,8 @@ opportunities (BiCGK's two products both read A).
 """
 from __future__ import annotations
 
+import heapq
+
 from ..errors import ScriptError
 from .program import Program, ScalarArg, Value
 
@@ -32,37 +34,56 @@ class DependencyGraph:
             for v in c.outputs:
                 producer[v.id] = c.index
         self.producer = producer
+        self._topo: tuple[int, ...] | None = None
+        self._desc: list[int] | None = None
+        self._anc: list[int] | None = None
         self.shared_inputs: dict[int, list[int]] = {v: cs for v, cs in readers.items() if len(cs) > 1}
 
     def topological_order(self) -> list[int]:
         """Calls in an order that respects dependencies (script order among ready calls)."""
+        if self._topo is not None:
+            return list(self._topo)
         indeg = [len(p) for p in self.preds]
-        ready = sorted(i for i, d in enumerate(indeg) if d == 0)
+        ready = [i for i, d in enumerate(indeg) if d == 0]
+        heapq.heapify(ready)
         order = []
         while ready:
-            i = ready.pop(0)
+            i = heapq.heappop(ready)
             order.append(i)
-            for s in sorted(self.succs[i]):
+            for s in self.succs[i]:
                 indeg[s] -= 1
                 if indeg[s] == 0:
-                    ready.append(s)
-            ready.sort()
+                    heapq.heappush(ready, s)
         if len(order) != len(indeg):
             raise ScriptError("the calls form a dependency cycle", self.program.file)
+        self._topo = tuple(order)
         return order
 
     def reaches(self, a: int, b: int) -> bool:
         """Is there a path of data dependencies from call a to call b?"""
-        stack, seen = [a], set()
-        while stack:
-            x = stack.pop()
-            if x == b:
-                return True
-            for s in self.succs[x]:
-                if s not in seen:
-                    seen.add(s)
-                    stack.append(s)
-        return False
+        return bool((self.descendants[a] >> b) & 1)
+
+    @property
+    def descendants(self) -> list[int]:
+        """Per call, the calls reachable from it, as a bit set (bit c: call c); computed once."""
+        if self._desc is None:
+            desc = [0] * len(self.succs)
+            for i in reversed(self.topological_order()):
+                for s in self.succs[i]:
+                    desc[i] |= (1 << s) | desc[s]
+            self._desc = desc
+        return self._desc
+
+    @property
+    def ancestors(self) -> list[int]:
+        """Per call, the calls it is reachable from, as a bit set; computed once."""
+        if self._anc is None:
+            anc = [0] * len(self.preds)
+            for i in self.topological_order():
+                for p in self.preds[i]:
+                    anc[i] |= (1 << p) | anc[p]
+            self._anc = anc
+        return self._anc
 
     def dot(self) -> str:
         """Graphviz text of the graph (calls and the values on each edge)."""
