@@ -5,6 +5,7 @@ Every problem raises :class:`LibraryError` naming the file and the field.  See t
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import tomllib
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LibraryError
+from . import cusource
+from .expr import ExprError, check
 from .mappings import MAPPINGS
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
@@ -211,9 +214,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                          "routines", "tile"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
-    source = ctx.file.parent / ctx.get(v, "source", where, str)
-    if not source.is_file():
-        raise ctx.fail(f"{where}.source", f"{source.name} not found beside the metadata")
+    source = _source(ctx, ctx.get(v, "source", where, str), f"{where}.source")
     macros: dict[str, tuple[int, ...]] = {}
     for m, values in ctx.get(v, "macros", where, dict, {}).items():
         ctx.ident(m, f"{where}.macros")
@@ -259,7 +260,77 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile)
     _check_routines(ctx, variant, params, where)
+    _check_definitions(ctx, variant, where)
     return variant
+
+
+def _source(ctx: _Ctx, name: str, where: str) -> Path:
+    """A variant's routine file: a ``.cu`` file directly in the library folder (the digest covers
+    exactly those); no absolute paths, no ``..``, no symbolic link leading out of the folder."""
+    folder = ctx.file.parent.resolve()
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or len(rel.parts) > 1:
+        raise ctx.fail(where, f"{name!r}: a source is a file name in the library folder "
+                       "(no directories, no absolute path)")
+    source = ctx.file.parent / rel
+    if not source.is_file():
+        raise ctx.fail(where, f"{source.name} not found beside the metadata")
+    real = source.resolve()
+    if real.parent != folder or real.suffix != ".cu" or source.suffix != ".cu":
+        raise ctx.fail(where, f"{name!r}: a source is a .cu file in the library folder "
+                       f"(this one is {real})")
+    return source
+
+
+def _source_text(ctx: _Ctx, source: Path, where: str) -> str:
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        raise ctx.fail(where, f"{source.name}: cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LibraryError(source, "source", f"not UTF-8 text (byte {e.start})") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _scan(text: str):
+    return cusource.scan(text)
+
+
+def _check_definitions(ctx: _Ctx, v: Variant, where: str) -> None:
+    """Every routine is defined in the variant's source, as a template whose leading parameters
+    are the variant's macros in order (then classes), taking ix plus one parameter per argument,
+    and never reaching a barrier (the compiler places ``__syncthreads()``)."""
+    defs, syncing = _scan(_source_text(ctx, v.source, f"{where}.source"))
+    macros = list(v.macros)
+    want = ", ".join([f"int {m}" for m in macros] + ["class ..."])
+    for r in v.routines:
+        rw = f"{where}.routine.{r.name}.fn"
+        found = defs.get(r.fn)
+        if not found:
+            raise ctx.fail(rw, f"{r.fn} is not defined in {v.source.name}")
+
+        def fits(d: cusource.Definition) -> bool:
+            if d.template is None:
+                return not macros and not any(a.kind == "element" for a in r.args)
+            lead = d.template[:len(macros)]
+            return lead == tuple(("int", m) for m in macros) and all(k == "class" for k, _ in d.template[len(macros):])
+
+        fitting = [d for d in found if fits(d)]
+        if not fitting:
+            d = found[0]
+            got = "no template" if d.template is None else \
+                "<" + ", ".join(f"{k} {n}".strip() for k, n in d.template) + ">"
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) has template parameters {got}; "
+                           f"the variant's macros need <{want}>")
+        if not any(d.nparams == 1 + len(r.args) for d in fitting):
+            d = fitting[0]
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) takes {d.nparams} parameters; "
+                           f"the routine passes ix and {len(r.args)} argument(s)")
+        if r.fn in syncing:
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}) calls __syncthreads() or another barrier: "
+                           "routines never do, the compiler places barriers")
 
 
 def _threads(ctx: _Ctx, value: list, where: str, macros: dict, what: str = "[X, Y]") -> tuple[str | int, str | int]:
@@ -395,22 +466,23 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
 
 
 def _expression(ctx: _Ctx, t: dict, where: str, key: str, names: set[str], syntax: str, what: str) -> str | None:
-    """An optional Python expression field whose free names must all be in ``names``."""
+    """An optional expression field, checked by :mod:`.expr` (never run as Python): only the
+    constructs the library format documents, free names among ``names``."""
     expr = ctx.get(t, key, where, str, None)
     if expr is not None:
         try:
-            code = compile(expr, f"{ctx.file}:{where}.{key}", "eval")
-        except SyntaxError as e:
-            raise ctx.fail(f"{where}.{key}", f"{syntax}: {e.msg}") from None
-        unknown = sorted(set(code.co_names) - names)
-        if unknown:
-            raise ctx.fail(f"{where}.{key}", f"uses {unknown[0]}, which is not {what}")
+            check(expr, frozenset(names), key)
+        except ExprError as e:
+            msg = str(e)
+            if msg.startswith("syntax: "):
+                msg = f"{syntax}: {msg[8:]}"
+            raise ctx.fail(f"{where}.{key}", f"{msg} (in {expr[:80]!r})") from None
     return expr
 
 
 def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
     """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
-    names = {p.name for p in params if p.dir == "in"} | {"np", "outer", "dot", "T", "sum", "abs"}
+    names = {p.name for p in params if p.dir == "in"}
     return _expression(ctx, t, where, "reference", names, "not a Python expression", "an input parameter")
 
 
