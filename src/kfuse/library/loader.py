@@ -89,10 +89,10 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
         for path in sorted(root.glob("*.toml")):
             if path.name == "library.toml":
                 continue
-            digest.update(path.name.encode() + path.read_bytes())
+            digest.update(path.name.encode() + _read_bytes(path))
             functions.extend(_load_file(path, (sv,), tl))
         for path in sorted(root.glob("*.cu")):
-            digest.update(path.name.encode() + path.read_bytes())
+            digest.update(path.name.encode() + _read_bytes(path))
     by_name: dict[str, list[Function]] = {}
     for f in functions:
         for alias in (f.name, *f.aliases):
@@ -106,11 +106,26 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
                    by_name={k: tuple(v) for k, v in by_name.items()})
 
 
+def _read_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise LibraryError(path, "file", "is not a regular file")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise LibraryError(path, "file", f"cannot be read ({e.strerror or e})") from None
+
+
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text())
+        text = _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LibraryError(path, "toml", f"not UTF-8 text (byte {e.start})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise LibraryError(path, "toml", str(e)) from None
+    except RecursionError:
+        raise LibraryError(path, "toml", "nested too deeply") from None
 
 
 def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list[Function]:
