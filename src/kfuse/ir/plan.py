@@ -43,6 +43,11 @@ def plan_to_json(plan: Plan) -> list[dict]:
 
 def plan_from_json(program: Program, data: list[dict]) -> Plan:
     """Rebuild a plan; raises KfuseError when it does not fit the program (never trusted blindly)."""
+    from ..tuning.store import record_problem
+    problem = record_problem({"key": dict.fromkeys(("dtype", "gpu", "library", "script", "sizes"), ""),
+                              "time_us": 0, "plan": data})
+    if problem:
+        raise KfuseError(f"stored plan has an invalid {problem}")
     try:
         kernels = []
         for k in data:
@@ -50,11 +55,15 @@ def plan_from_json(program: Program, data: list[dict]) -> Plan:
             for c in k["calls"]:
                 call = program.calls[c["call"]]
                 var = next(v for v in call.function.variants if v.name == c["variant"])
-                calls.append(KernelCall(call, var, tuple((m, int(c["macros"][m])) for m in var.macros)))
+                macros = tuple((m, int(c["macros"][m])) for m in var.macros)
+                bad = [f"{m}={v}" for m, v in macros if v not in var.macros[m]]
+                if bad or set(c["macros"]) != set(var.macros):
+                    raise ValueError(f"macros {c['macros']} do not fit variant {var.name} {dict(var.macros)}")
+                calls.append(KernelCall(call, var, macros))
             kernels.append(KernelSpec(str(k["name"]), tuple(calls), iters=int(k["iters"]), ipb=int(k["ipb"]),
                                       stores=frozenset(int(s) for s in k["stores"]), loop=str(k["loop"]),
                                       unroll=int(k["unroll"]), span=int(k.get("span", 1))))
-    except (KeyError, IndexError, StopIteration, TypeError, ValueError) as e:
+    except (KeyError, IndexError, StopIteration, TypeError, ValueError, OverflowError) as e:
         raise KfuseError(f"stored plan does not fit the program: {e!r}") from None
     covered = sorted(kc.call.index for k in kernels for kc in k.calls)
     if covered != list(range(len(program.calls))):
