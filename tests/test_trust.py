@@ -257,3 +257,203 @@ def test_deeply_nested_toml(tmp_path, nest):
     (folder / "deep.toml").write_text(nest)
     err = load_error(folder)
     assert err.file == str(folder / "deep.toml")
+
+
+# ---- 4. tuning store and calibration records: every field checked, checksum or not ----------
+
+from kfuse.cost import calibrated, store as cal_store                      # noqa: E402
+from kfuse.cost.store import Calibration, read_file, write_entry            # noqa: E402
+from kfuse.errors import KfuseError                                         # noqa: E402
+from kfuse.ir.plan import plan_from_json, plan_to_json                      # noqa: E402
+from kfuse.tuning import store as tstore                                    # noqa: E402
+from kfuse.tuning.store import HEADER, TuningStore, store_key               # noqa: E402
+
+from calib_util import synthetic                                           # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gemver():
+    import kfuse
+    return kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
+
+
+def tkey(prog, gpu="NVIDIA H100 80GB HBM3"):
+    return store_key(prog.program, gpu, "float32", prog.search.dims)
+
+
+def resign(path: Path, mutate) -> None:
+    """Append a copy of the last record, changed by ``mutate`` and given a valid checksum."""
+    lines = [x for x in path.read_text().splitlines() if x]
+    rec = json.loads(lines[-1])
+    mutate(rec)
+    rec["sha256"] = tstore._digest(rec)
+    with open(path, "a") as f:
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("name", ["k0\n#include \"/etc/passwd\"\nint", "k 0", "k0;", "0k", "", "__k", 7])
+def test_stored_kernel_name_must_be_an_identifier(tmp_path, gemver, name):
+    path = tmp_path / "t.jsonl"
+    warnings = []
+    st = TuningStore(path, warn=warnings.append)
+    st.append(tkey(gemver), gemver.plan, 300.0)
+    resign(path, lambda r: (r["plan"][0].__setitem__("name", name), r.__setitem__("time_us", 1.0)))
+    assert st.lookup(tkey(gemver))["time_us"] == 300.0          # the re-signed record is not used
+    assert any("plan[0].name" in w for w in warnings)
+    data = plan_to_json(gemver.plan)
+    data[0]["name"] = name
+    with pytest.raises(KfuseError, match="name"):
+        plan_from_json(gemver.program, data)
+
+
+@pytest.mark.parametrize("field, value", [("iters", -1), ("ipb", True), ("loop", "k"), ("unroll", 1e300),
+                                          ("stores", ["1"]), ("span", 0)])
+def test_stored_plan_fields_are_checked(gemver, field, value):
+    data = plan_to_json(gemver.plan)
+    data[0][field] = value
+    with pytest.raises(KfuseError):
+        plan_from_json(gemver.program, data)
+
+
+def test_stored_macro_outside_the_variant_values(gemver):
+    data = plan_to_json(gemver.plan)
+    c = next(c for k in data for c in k["calls"] if c["macros"])
+    m = next(iter(c["macros"]))
+    c["macros"][m] = 3
+    with pytest.raises(KfuseError, match="do not fit"):
+        plan_from_json(gemver.program, data)
+
+
+def test_record_without_plan_is_a_warning(tmp_path, gemver, monkeypatch):
+    import kfuse
+    from kfuse.runtime import gpu as rgpu
+    path = tmp_path / "t.jsonl"
+    warnings = []
+    st = TuningStore(path, warn=warnings.append)
+    st.append(tkey(gemver, "Fake GPU"), gemver.plan, 300.0)
+    resign(path, lambda r: r.pop("plan"))
+    assert st.lookup(tkey(gemver, "Fake GPU"))["time_us"] == 300.0
+    assert any("invalid plan" in w for w in warnings)
+    # through compile(), as on a GPU machine: no KeyError, the plan is the search's or the stored one
+    monkeypatch.setattr(rgpu, "gpu_name", lambda: "Fake GPU")
+    path.write_text(json.dumps(HEADER) + "\n")
+    st.append(tkey(gemver, "Fake GPU"), gemver.plan, 300.0)
+    resign(path, lambda r: r.pop("plan"))
+    prog = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=path)
+    assert prog.plan.kernels == gemver.plan.kernels
+
+
+def test_calibration_entry_with_infinity_is_refused(tmp_path, lib):
+    path = tmp_path / "cal.json"
+    write_entry(path, synthetic(lib, lambda keys, p, env: 1.0, gpu="GPU A"))
+    for bad in (float("inf"), float("nan"), -1.0, "1.0", True):
+        data = json.loads(path.read_text())
+        e = data["entries"][0]
+        pid = next(iter(e["probes"]))
+        e["probes"][pid]["points"][0]["ns"] = bad
+        e["sha256"] = cal_store._digest(e)
+        bad_path = tmp_path / "bad.json"
+        bad_path.write_text(json.dumps(data))
+        warnings = []
+        assert read_file(bad_path, warnings.append) == [], bad
+        assert "malformed" in warnings[0]
+    data = json.loads(path.read_text())
+    e = data["entries"][0]
+    e["device"]["sms"] = float("inf")
+    e["sha256"] = cal_store._digest(e)
+    with pytest.raises(Exception) as info:
+        Calibration.from_json(e)
+    assert info.type.__name__ == "CalibrationError"
+
+
+# ---- 6. deeply nested JSON, and $KFUSE_CALIBRATION without a GPU ------------------------------
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_deeply_nested_json_in_the_tuning_store(tmp_path, gemver):
+    path = tmp_path / "t.jsonl"
+    warnings = []
+    st = TuningStore(path, warn=warnings.append)
+    st.append(tkey(gemver), gemver.plan, 300.0)
+    with open(path, "a") as f:
+        f.write(DEEP + "\n" + '{"key": ' + "{\"a\": " * 5000 + "1" + "}" * 5000 + "}\n")
+    assert len(st.records()) == 1
+    assert st.lookup(tkey(gemver))["time_us"] == 300.0
+    assert len([w for w in warnings if "skipped" in w]) >= 2
+    path.write_text(DEEP + "\n")                               # as the header
+    assert st.records() == [] and "not a kfuse tuning store" in warnings[-1]
+
+
+def test_deeply_nested_calibration_file(tmp_path, lib):
+    path = tmp_path / "cal.json"
+    path.write_text('{"format": "kfuse-calibration", "version": 1, "entries": [' + DEEP + "]}")
+    warnings = []
+    assert read_file(path, warnings.append) == [] and "nested too deeply" in warnings[0]
+    with pytest.raises(Exception, match="refusing to overwrite"):
+        write_entry(path, synthetic(lib, lambda keys, p, env: 1.0))
+
+
+def test_calibration_env_var_is_honoured_without_a_gpu(tmp_path, lib, monkeypatch):
+    from kfuse.runtime import gpu as rgpu
+    monkeypatch.setattr(rgpu, "gpu_name", lambda: None)
+    monkeypatch.setattr(calibrated, "_noticed", set())
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "mine.json"
+    write_entry(path, synthetic(lib, lambda keys, p, env: 1.0, gpu="My Own GPU"))
+    monkeypatch.setenv("KFUSE_CALIBRATION", str(path))
+    assert cal_store.SHIPPED.is_dir() and list(cal_store.SHIPPED.glob("*.json"))   # a shipped one exists
+    msgs = []
+    model = calibrated.choose_model(lib, "float32", warn=msgs.append)
+    assert isinstance(model, calibrated.CalibratedModel) and model.cal.gpu == "My Own GPU", msgs
+
+
+# ---- 5. concurrency and the cost of a large store ----------------------------------------------
+
+def _race(path, n, barrier, fn):
+    barrier.wait()
+    for i in range(n):
+        fn(path, i)
+    os._exit(0)
+
+
+def _forked(n_procs, target, *args):
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(n_procs)
+    procs = [ctx.Process(target=_race, args=(*args[:2], barrier, target(k))) for k in range(n_procs)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+
+
+def test_concurrent_creation_writes_one_header(tmp_path, gemver):
+    for trial in range(12):
+        path = tmp_path / f"t{trial}.jsonl"
+        _forked(6, lambda k: (lambda p, i: TuningStore(p).append(tkey(gemver, f"gpu{k}"), gemver.plan, 1.0)), path, 1)
+        warnings = []
+        assert len(TuningStore(path, warn=warnings.append).records()) == 6 and not warnings
+        assert path.read_text().count('"format": "kfuse-tuning-store"') == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tuning-")]
+
+
+def test_concurrent_calibration_writers_lose_nothing(tmp_path, lib):
+    cals = {k: [synthetic(lib, lambda keys, p, env: 1.0, gpu=f"GPU {k}-{i}") for i in range(6)] for k in range(3)}
+    path = tmp_path / "cal.json"
+    _forked(3, lambda k: (lambda p, i: write_entry(p, cals[k][i])), path, 6)
+    assert sorted(c.gpu for c in read_file(path)) == sorted(f"GPU {k}-{i}" for k in range(3) for i in range(6))
+
+
+def test_lookup_does_not_parse_unrelated_records(tmp_path, gemver, monkeypatch):
+    path = tmp_path / "t.jsonl"
+    st = TuningStore(path)
+    for n in range(200):
+        st.append(tkey(gemver, f"other GPU {n}"), gemver.plan, float(n))
+    st.append(tkey(gemver), gemver.plan, 42.0)
+    parsed = []
+    real = json.loads
+    monkeypatch.setattr(tstore.json, "loads", lambda s, *a, **k: (parsed.append(1), real(s, *a, **k))[1])
+    assert st.lookup(tkey(gemver))["time_us"] == 42.0
+    assert len(parsed) <= 2                                  # the header and the one matching record
