@@ -68,6 +68,25 @@ def test_flops_refuses_anything_undocumented_at_load(tmp_path, text):
     assert err.field == "function myscal.flops" and "function myscal" in str(err)
 
 
+def test_expressions_are_checked_again_when_evaluated(gemver):
+    """A Function built without the loader cannot smuggle code into flops or reference."""
+    import dataclasses
+
+    from kfuse.reference import evaluate, random_inputs
+    call = gemver.program.calls[0]
+    fn = call.function
+    dims = {d.id: 8 for d in gemver.program.dims}
+    inputs = random_inputs(gemver.program, dims, seed=1)
+    try:
+        for field in ("flops", "reference"):
+            bad = dataclasses.replace(fn, **{field: "().__class__.__base__.__subclasses__()"})
+            object.__setattr__(call, "function", bad)
+            with pytest.raises(KfuseError, match="not allowed"):
+                gemver.flops(dims) if field == "flops" else evaluate(gemver.program, inputs)
+    finally:
+        object.__setattr__(call, "function", fn)
+
+
 def test_refusal_names_the_construct(tmp_path):
     f = scal_function()
     f["reference"] = "().__class__.__base__.__subclasses__()"
@@ -127,6 +146,8 @@ def test_source_outside_the_folder_is_refused(tmp_path, source):
     (folder / "sub").mkdir()
     (folder / "sub" / "fn.cu").write_text(stub_sources([scal_function()], "")[SOURCE])
     (folder.parent / "fn.cu").write_text(stub_sources([scal_function()], "")[SOURCE])
+    (tmp_path / "a" / "etc").mkdir()
+    (tmp_path / "a" / "etc" / "hostname").write_text(stub_sources([scal_function()], "")[SOURCE])
     err = load_error(folder)
     assert err.field == "function myscal.variant.warp.source"
 
