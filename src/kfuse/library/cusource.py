@@ -6,8 +6,13 @@ a function template at namespace scope, ``template <int MACRO, ..., class V, ...
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LibraryError
+from .schema import Variant
 
 BARRIERS = re.compile(r"\b(__syncthreads(?:_count|_and|_or)?|__barrier_sync|bar\.sync|barrier\.sync)\b")
 _DEF = re.compile(r"(?:\btemplate\s*<(?P<tpl>[^<>{};]*(?:<[^<>{};]*>[^<>{};]*)*)>\s*)?"
@@ -123,3 +128,54 @@ def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
                 syncing.add(n)
                 changed = True
     return defs, syncing
+
+
+def _source_text(ctx, source: Path, where: str) -> str:
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        raise ctx.fail(where, f"{source.name}: cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LibraryError(source, "source", f"not UTF-8 text (byte {e.start})") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _scan(text: str):
+    return scan(text)
+
+
+def check_definitions(ctx, v: "Variant", where: str) -> None:
+    """Every routine is defined in the variant's source, as a template whose leading parameters
+    are the variant's macros in order (then classes), taking ix plus one parameter per argument,
+    and never reaching a barrier (the compiler places ``__syncthreads()``)."""
+    defs, syncing = _scan(_source_text(ctx, v.source, f"{where}.source"))
+    macros = list(v.macros)
+    want = ", ".join([f"int {m}" for m in macros] + ["class ..."])
+    for r in v.routines:
+        rw = f"{where}.routine.{r.name}.fn"
+        found = defs.get(r.fn)
+        if not found:
+            raise ctx.fail(rw, f"{r.fn} is not defined in {v.source.name}")
+
+        def fits(d: Definition) -> bool:
+            if d.template is None:
+                return not macros and not any(a.kind == "element" for a in r.args)
+            lead = d.template[:len(macros)]
+            return lead == tuple(("int", m) for m in macros) and all(k == "class" for k, _ in d.template[len(macros):])
+
+        fitting = [d for d in found if fits(d)]
+        if not fitting:
+            d = found[0]
+            got = "no template" if d.template is None else \
+                "<" + ", ".join(f"{k} {n}".strip() for k, n in d.template) + ">"
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) has template parameters {got}; "
+                           f"the variant's macros need <{want}>")
+        if not any(d.nparams == 1 + len(r.args) for d in fitting):
+            d = fitting[0]
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) takes {d.nparams} parameters; "
+                           f"the routine passes ix and {len(r.args)} argument(s)")
+        if r.fn in syncing:
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}) calls __syncthreads() or another barrier: "
+                           "routines never do, the compiler places barriers")

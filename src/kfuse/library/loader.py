@@ -5,7 +5,6 @@ Every problem raises :class:`LibraryError` naming the file and the field.  See t
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import tomllib
@@ -275,7 +274,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile)
     _check_routines(ctx, variant, params, where)
-    _check_definitions(ctx, variant, where)
+    cusource.check_definitions(ctx, variant, where)
     return variant
 
 
@@ -295,57 +294,6 @@ def _source(ctx: _Ctx, name: str, where: str) -> Path:
         raise ctx.fail(where, f"{name!r}: a source is a .cu file in the library folder "
                        f"(this one is {real})")
     return source
-
-
-def _source_text(ctx: _Ctx, source: Path, where: str) -> str:
-    try:
-        data = source.read_bytes()
-    except OSError as e:
-        raise ctx.fail(where, f"{source.name}: cannot be read ({e.strerror or e})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise LibraryError(source, "source", f"not UTF-8 text (byte {e.start})") from None
-
-
-@functools.lru_cache(maxsize=64)
-def _scan(text: str):
-    return cusource.scan(text)
-
-
-def _check_definitions(ctx: _Ctx, v: Variant, where: str) -> None:
-    """Every routine is defined in the variant's source, as a template whose leading parameters
-    are the variant's macros in order (then classes), taking ix plus one parameter per argument,
-    and never reaching a barrier (the compiler places ``__syncthreads()``)."""
-    defs, syncing = _scan(_source_text(ctx, v.source, f"{where}.source"))
-    macros = list(v.macros)
-    want = ", ".join([f"int {m}" for m in macros] + ["class ..."])
-    for r in v.routines:
-        rw = f"{where}.routine.{r.name}.fn"
-        found = defs.get(r.fn)
-        if not found:
-            raise ctx.fail(rw, f"{r.fn} is not defined in {v.source.name}")
-
-        def fits(d: cusource.Definition) -> bool:
-            if d.template is None:
-                return not macros and not any(a.kind == "element" for a in r.args)
-            lead = d.template[:len(macros)]
-            return lead == tuple(("int", m) for m in macros) and all(k == "class" for k, _ in d.template[len(macros):])
-
-        fitting = [d for d in found if fits(d)]
-        if not fitting:
-            d = found[0]
-            got = "no template" if d.template is None else \
-                "<" + ", ".join(f"{k} {n}".strip() for k, n in d.template) + ">"
-            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) has template parameters {got}; "
-                           f"the variant's macros need <{want}>")
-        if not any(d.nparams == 1 + len(r.args) for d in fitting):
-            d = fitting[0]
-            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) takes {d.nparams} parameters; "
-                           f"the routine passes ix and {len(r.args)} argument(s)")
-        if r.fn in syncing:
-            raise ctx.fail(rw, f"{r.fn} ({v.source.name}) calls __syncthreads() or another barrier: "
-                           "routines never do, the compiler places barriers")
 
 
 def _threads(ctx: _Ctx, value: list, where: str, macros: dict, what: str = "[X, Y]") -> tuple[str | int, str | int]:

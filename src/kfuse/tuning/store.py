@@ -16,7 +16,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KfuseError
-from ..ir.plan import Plan, plan_to_json
+from ..ir.plan import Plan, plan_problem, plan_to_json
 from ..ir.program import Program
 
 HEADER = {"format": "kfuse-tuning-store", "version": 1}
@@ -50,16 +49,7 @@ def _digest(record: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _KEY_FIELDS = ("dtype", "gpu", "library", "script", "sizes")
-
-
-def _is_int(v, low: int = 0, high: int = 1 << 31) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def record_problem(rec: dict) -> str | None:
@@ -68,34 +58,10 @@ def record_problem(rec: dict) -> str | None:
     if not isinstance(key, dict) or sorted(key) != list(_KEY_FIELDS) or \
             not all(isinstance(v, str) and len(v) < 1000 for v in key.values()):
         return "key"
-    if not _is_number(rec.get("time_us")):
+    t = rec.get("time_us")
+    if not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0):
         return "time_us"
-    plan = rec.get("plan")
-    if not isinstance(plan, list) or not plan:
-        return "plan"
-    for n, k in enumerate(plan):
-        where = f"plan[{n}]"
-        if not isinstance(k, dict):
-            return where
-        if not isinstance(k.get("name"), str) or not _IDENT.fullmatch(k["name"]) or k["name"].startswith("__"):
-            return f"{where}.name (not a C identifier)"
-        for f, low in (("iters", 0), ("ipb", 1), ("unroll", 1), ("span", 1)):
-            if (f in k or f != "span") and not _is_int(k.get(f), low, 1 << 20):
-                return f"{where}.{f}"
-        if k.get("loop") not in ("i", "j"):
-            return f"{where}.loop"
-        if not isinstance(k.get("stores"), list) or not all(_is_int(x) for x in k["stores"]):
-            return f"{where}.stores"
-        calls = k.get("calls")
-        if not isinstance(calls, list) or not calls:
-            return f"{where}.calls"
-        for c in calls:
-            if not isinstance(c, dict) or not _is_int(c.get("call"), 0, 1 << 20) \
-                    or not isinstance(c.get("variant"), str) or not _IDENT.fullmatch(c["variant"]) \
-                    or not isinstance(c.get("macros"), dict) \
-                    or not all(isinstance(m, str) and _is_int(v, 1, 1 << 16) for m, v in c["macros"].items()):
-                return f"{where}.calls"
-    return None
+    return plan_problem(rec.get("plan"))
 
 
 def _parse(line: bytes):
