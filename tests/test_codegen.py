@@ -136,7 +136,10 @@ def test_shared_memory_variant_barriers_exactly_where_needed(lib):
 def test_loop_back_edge_barrier(lib, tmp_path):
     # a routine writes a shared tile that the previous iteration read with another mapping
     (tmp_path / "library.toml").write_text('[library]\nname = "t"\n')
-    (tmp_path / "f.cu").write_text("")
+    (tmp_path / "f.cu").write_text(
+        "template <class V> KF_DEVICE void ld(const KfIx& ix, const KfMat& g, V& a) {}\n"
+        "template <class VA, class VO> KF_DEVICE void cp(const KfIx& ix, VA& a, VO& o) {}\n"
+        "template <class V> KF_DEVICE void st(const KfIx& ix, V& o, const KfVec& g) {}\n")
     (tmp_path / "f.toml").write_text('''
 [[function]]
 name = "rowsums"

@@ -137,7 +137,7 @@ def _stored_plan(program: Program, search: PlanSearch, dtype: str, tuned) -> Pla
     if rec is None:
         return None
     try:
-        plan = plan_from_json(program, rec["plan"])
+        plan = plan_from_json(program, rec.get("plan"))
         generate(plan, search.lib)          # must still build
     except KfuseError as e:
         store.warn(f"stored plan for {program.name} ignored: {e}")

@@ -10,6 +10,7 @@ import numpy as np
 
 from .errors import KfuseError
 from .ir.program import Program, ScalarArg
+from .library import expr as library_expr
 
 
 def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[int, np.ndarray]:
@@ -23,7 +24,7 @@ def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[in
         fn = c.function
         if fn.reference is None:
             raise KfuseError(f"{fn.name} ({fn.file}) has no reference expression to check against")
-        scope: dict[str, object] = {"np": np}
+        scope: dict[str, object] = {}
         for p, a in zip(fn.inputs, c.args):
             if isinstance(a, ScalarArg):
                 val = a.literal if a.value is None else env[a.value.id]
@@ -31,7 +32,7 @@ def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[in
                 scope[p.name] = abs(val) if magnitude else val
             else:
                 scope[p.name] = env[a.id]
-        result = eval(fn.reference, scope)  # noqa: S307 - library-provided NumPy expression
+        result = library_expr.evaluate(fn.reference, scope, "reference")   # checked, never eval
         results = result if len(fn.outputs) > 1 else (result,)
         for v, r in zip(c.outputs, results):
             env[v.id] = np.asarray(r, dtype=np.float64)

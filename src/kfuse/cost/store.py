@@ -25,9 +25,12 @@ written by ``kfuse calibrate``), then the calibrations shipped in ``kfuse/calibr
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import math
 import os
+import tempfile
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,39 +99,74 @@ class Calibration:
         if rec.get("sha256") != _digest(rec):
             raise CalibrationError("checksum mismatch (edited or corrupt)")
         try:
-            gpu, lib, dtype = str(rec["gpu"]), str(rec["library"]), str(rec["dtype"])
-            device = {k: int(v) for k, v in rec["device"].items()}
+            gpu, lib, dtype = _str(rec["gpu"]), _str(rec["library"]), _str(rec["dtype"])
+            if not isinstance(rec["device"], dict):
+                raise TypeError("device is not an object")
+            device = {str(k): _int(v, "device." + str(k)) for k, v in rec["device"].items()}
             for k in ("sms", "max_threads_per_sm", "max_blocks_per_sm", "smem_per_sm", "smem_reserved"):
                 if device.get(k, 0) < (0 if k == "smem_reserved" else 1):
                     raise CalibrationError(f"device.{k} missing or not positive")
-            launch, clear = float(rec["launch_ns"]), float(rec["clear_ns"])
-            barrier = {int(k): {int(t): float(v) for t, v in b.items()} for k, b in rec["barrier_ns"].items()}
-            routines = {str(k): str(v) for k, v in rec["routines"].items()}
+            launch, clear = _ns(rec["launch_ns"], "launch_ns"), _ns(rec["clear_ns"], "clear_ns")
+            barrier = {int(k): {int(t): _ns(v, "barrier_ns") for t, v in _obj(b).items()}
+                       for k, b in _obj(rec["barrier_ns"]).items()}
+            routines = {_str(k): _str(v) for k, v in _obj(rec["routines"]).items()}
             probes = {}
-            for pid, p in rec["probes"].items():
+            for pid, p in _obj(rec["probes"]).items():
+                p = _obj(p)
                 if p["kind"] not in KINDS:
                     raise CalibrationError(f"probe {pid}: kind {p['kind']!r}")
                 points = []
+                if not isinstance(p["points"], list):
+                    raise TypeError(f"probe {pid}: points is not a list")
                 for pt in p["points"]:
-                    q = {"loop": str(pt["loop"]), "unroll": int(pt["unroll"]), "ipb": int(pt["ipb"]),
-                         "occupancy": str(pt["occupancy"]), "resident": float(pt["resident"]),
-                         "ns": float(pt["ns"])}
+                    pt = _obj(pt)
+                    q = {"loop": _str(pt["loop"]), "unroll": _int(pt["unroll"], "unroll", 1),
+                         "ipb": _int(pt["ipb"], "ipb", 1), "occupancy": _str(pt["occupancy"]),
+                         "resident": _ns(pt["resident"], "resident"), "ns": _ns(pt["ns"], "ns")}
                     if not (q["ns"] >= 0 and 0 < q["resident"] <= 1):
                         raise CalibrationError(f"probe {pid}: point {pt} out of range")
                     points.append(q)
                 if not any(q["occupancy"] == "full" for q in points):
                     raise CalibrationError(f"probe {pid}: no point at full occupancy")
-                probes[str(pid)] = {"kind": p["kind"], "atomic": bool(p.get("atomic", False)),
-                                    "nesting": int(p["nesting"]), "points": points}
+                nesting = _int(p["nesting"], "nesting", 1)
+                if nesting not in (1, 2) or not isinstance(p.get("atomic", False), bool):
+                    raise CalibrationError(f"probe {pid}: nesting or atomic out of range")
+                probes[str(pid)] = {"kind": p["kind"], "atomic": p.get("atomic", False),
+                                    "nesting": nesting, "points": points}
             missing = sorted({v for v in routines.values()} - set(probes))
             if missing:
                 raise CalibrationError(f"routines refer to unmeasured probe(s) {', '.join(missing[:3])}")
             if not (launch >= 0 and clear >= 0 and all(v >= 0 for b in barrier.values() for v in b.values())):
                 raise CalibrationError("negative launch, clear or barrier cost")
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise CalibrationError(f"malformed entry ({e!r})") from None
         meta = {k: rec[k] for k in ("written", "kfuse", "quick", "sizes", "reps") if k in rec}
         return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source)
+
+
+def _obj(v) -> dict:
+    if not isinstance(v, dict):
+        raise TypeError(f"expected an object, got {type(v).__name__}")
+    return v
+
+
+def _str(v) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _int(v, what: str, low: int = 0) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v < 1 << 40:
+        raise ValueError(f"{what} {v!r} is not an integer >= {low}")
+    return v
+
+
+def _ns(v, what: str) -> float:
+    """A finite, non-negative number (JSON's Infinity, NaN, strings and booleans refused)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{what} {v!r} is not a finite non-negative number")
+    return float(v)
 
 
 def function_key(fn: Function) -> str:
@@ -173,8 +211,9 @@ def read_file(path: Path, warn=None, only: tuple[str, str] | None = None) -> lis
 def _read(path: Path, warn, only: tuple[str, str] | None = None) -> list[Calibration]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        warn(f"{path}: not a readable kfuse calibration file ({e.__class__.__name__}): ignored")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
+        what = "nested too deeply" if isinstance(e, RecursionError) else e.__class__.__name__
+        warn(f"{path}: not a readable kfuse calibration file ({what}): ignored")
         return []
     if not isinstance(data, dict) or {k: data.get(k) for k in FORMAT} != FORMAT \
             or not isinstance(data.get("entries"), list):
@@ -193,29 +232,39 @@ def _read(path: Path, warn, only: tuple[str, str] | None = None) -> list[Calibra
 
 
 def write_entry(path: Path, cal: Calibration, warn=None) -> None:
-    """Add (or replace: same GPU, library and dtype) an entry; the file is replaced atomically.
+    """Add (or replace: same GPU, library and dtype) an entry; the file is replaced atomically,
+    under an exclusive lock (``<file>.lock``) so that two writers at once lose nothing.
     A file that exists but is not a calibration file is never overwritten."""
     path = Path(path)
-    entries = []
-    if path.exists():
-        try:
-            data = json.loads(path.read_text())
-            ok = isinstance(data, dict) and {k: data.get(k) for k in FORMAT} == FORMAT
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            ok = False
-        if not ok:
-            raise CalibrationError(f"{path} is not a kfuse calibration file; refusing to overwrite it")
-        entries = [c for c in read_file(path, warn) if c.key != cal.key]
-    entries.append(cal)
-    body = dict(FORMAT, entries=[c.to_json() for c in entries])
     path.parent.mkdir(parents=True, exist_ok=True)
-    import tempfile
-    fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(body, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = []
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+                ok = isinstance(data, dict) and {k: data.get(k) for k in FORMAT} == FORMAT
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError):
+                ok = False
+            if not ok:
+                raise CalibrationError(f"{path} is not a kfuse calibration file; refusing to overwrite it")
+            entries = [c for c in read_file(path, warn) if c.key != cal.key]
+        entries.append(cal)
+        body = dict(FORMAT, entries=[c.to_json() for c in entries])
+        fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(body, f, indent=1, sort_keys=True)
+                f.write("\n")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+    finally:
+        os.close(lock)         # releases the lock
 
 
 def _warn(msg: str) -> None:
@@ -235,5 +284,8 @@ def find(gpu: str | None, library: str, dtype: str, paths: list[Path] | None = N
             if gpu is not None and cal.gpu == gpu and exact is None:
                 exact = cal
             others.append(cal)
-    others.sort(key=lambda c: (Path(c.source).parent != SHIPPED, "H100" not in c.gpu))
+    # $KFUSE_CALIBRATION, when set, is the fallback before any other (also without a GPU)
+    env = os.environ.get("KFUSE_CALIBRATION") if paths is None else None
+    chosen = str(Path(env)) if env else None
+    others.sort(key=lambda c: (c.source != chosen, Path(c.source).parent != SHIPPED, "H100" not in c.gpu))
     return exact, (others[0] if others else None)

@@ -2,6 +2,7 @@
 and its JSON form (the tuning store's records), rebuilt only after checking it fits the program."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..errors import KfuseError
@@ -41,8 +42,48 @@ def plan_to_json(plan: Plan) -> list[dict]:
                        for kc in k.calls]} for k in plan.kernels]
 
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def _is_int(v, low: int = 0, high: int = 1 << 31) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+
+
+def plan_problem(plan) -> str | None:
+    """The first field of a plan's JSON form that is not what kfuse writes (kernel names are C
+    identifiers: they go into CUDA source), or None."""
+    if not isinstance(plan, list) or not plan:
+        return "plan"
+    for n, k in enumerate(plan):
+        where = f"plan[{n}]"
+        if not isinstance(k, dict):
+            return where
+        if not isinstance(k.get("name"), str) or not _IDENT.fullmatch(k["name"]) or k["name"].startswith("__"):
+            return f"{where}.name (not a C identifier)"
+        for f, low in (("iters", 0), ("ipb", 1), ("unroll", 1), ("span", 1)):
+            if (f in k or f != "span") and not _is_int(k.get(f), low, 1 << 20):
+                return f"{where}.{f}"
+        if k.get("loop") not in ("i", "j"):
+            return f"{where}.loop"
+        if not isinstance(k.get("stores"), list) or not all(_is_int(x) for x in k["stores"]):
+            return f"{where}.stores"
+        calls = k.get("calls")
+        if not isinstance(calls, list) or not calls:
+            return f"{where}.calls"
+        for c in calls:
+            if not isinstance(c, dict) or not _is_int(c.get("call"), 0, 1 << 20) \
+                    or not isinstance(c.get("variant"), str) or not _IDENT.fullmatch(c["variant"]) \
+                    or not isinstance(c.get("macros"), dict) \
+                    or not all(isinstance(m, str) and _is_int(v, 1, 1 << 16) for m, v in c["macros"].items()):
+                return f"{where}.calls"
+    return None
+
+
 def plan_from_json(program: Program, data: list[dict]) -> Plan:
     """Rebuild a plan; raises KfuseError when it does not fit the program (never trusted blindly)."""
+    problem = plan_problem(data)
+    if problem:
+        raise KfuseError(f"stored plan has an invalid {problem}")
     try:
         kernels = []
         for k in data:
@@ -50,11 +91,15 @@ def plan_from_json(program: Program, data: list[dict]) -> Plan:
             for c in k["calls"]:
                 call = program.calls[c["call"]]
                 var = next(v for v in call.function.variants if v.name == c["variant"])
-                calls.append(KernelCall(call, var, tuple((m, int(c["macros"][m])) for m in var.macros)))
+                macros = tuple((m, int(c["macros"][m])) for m in var.macros)
+                bad = [f"{m}={v}" for m, v in macros if v not in var.macros[m]]
+                if bad or set(c["macros"]) != set(var.macros):
+                    raise ValueError(f"macros {c['macros']} do not fit variant {var.name} {dict(var.macros)}")
+                calls.append(KernelCall(call, var, macros))
             kernels.append(KernelSpec(str(k["name"]), tuple(calls), iters=int(k["iters"]), ipb=int(k["ipb"]),
                                       stores=frozenset(int(s) for s in k["stores"]), loop=str(k["loop"]),
                                       unroll=int(k["unroll"]), span=int(k.get("span", 1))))
-    except (KeyError, IndexError, StopIteration, TypeError, ValueError) as e:
+    except (KeyError, IndexError, StopIteration, TypeError, ValueError, OverflowError) as e:
         raise KfuseError(f"stored plan does not fit the program: {e!r}") from None
     covered = sorted(kc.call.index for k in kernels for kc in k.calls)
     if covered != list(range(len(program.calls))):

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LibraryError
+from . import cusource
+from .expr import ExprError, check
 from .mappings import MAPPINGS
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
@@ -86,10 +88,10 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
         for path in sorted(root.glob("*.toml")):
             if path.name == "library.toml":
                 continue
-            digest.update(path.name.encode() + path.read_bytes())
+            digest.update(path.name.encode() + _read_bytes(path))
             functions.extend(_load_file(path, (sv,), tl))
         for path in sorted(root.glob("*.cu")):
-            digest.update(path.name.encode() + path.read_bytes())
+            digest.update(path.name.encode() + _read_bytes(path))
     by_name: dict[str, list[Function]] = {}
     for f in functions:
         for alias in (f.name, *f.aliases):
@@ -103,11 +105,26 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
                    by_name={k: tuple(v) for k, v in by_name.items()})
 
 
+def _read_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise LibraryError(path, "file", "is not a regular file")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise LibraryError(path, "file", f"cannot be read ({e.strerror or e})") from None
+
+
 def _read_toml(path: Path) -> dict:
     try:
-        return tomllib.loads(path.read_text())
+        text = _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LibraryError(path, "toml", f"not UTF-8 text (byte {e.start})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise LibraryError(path, "toml", str(e)) from None
+    except RecursionError:
+        raise LibraryError(path, "toml", "nested too deeply") from None
 
 
 def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list[Function]:
@@ -211,9 +228,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                          "routines", "tile"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
-    source = ctx.file.parent / ctx.get(v, "source", where, str)
-    if not source.is_file():
-        raise ctx.fail(f"{where}.source", f"{source.name} not found beside the metadata")
+    source = _source(ctx, ctx.get(v, "source", where, str), f"{where}.source")
     macros: dict[str, tuple[int, ...]] = {}
     for m, values in ctx.get(v, "macros", where, dict, {}).items():
         ctx.ident(m, f"{where}.macros")
@@ -259,7 +274,26 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile)
     _check_routines(ctx, variant, params, where)
+    cusource.check_definitions(ctx, variant, where)
     return variant
+
+
+def _source(ctx: _Ctx, name: str, where: str) -> Path:
+    """A variant's routine file: a ``.cu`` file directly in the library folder (the digest covers
+    exactly those); no absolute paths, no ``..``, no symbolic link leading out of the folder."""
+    folder = ctx.file.parent.resolve()
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or len(rel.parts) > 1:
+        raise ctx.fail(where, f"{name!r}: a source is a file name in the library folder "
+                       "(no directories, no absolute path)")
+    source = ctx.file.parent / rel
+    if not source.is_file():
+        raise ctx.fail(where, f"{source.name} not found beside the metadata")
+    real = source.resolve()
+    if real.parent != folder or real.suffix != ".cu" or source.suffix != ".cu":
+        raise ctx.fail(where, f"{name!r}: a source is a .cu file in the library folder "
+                       f"(this one is {real})")
+    return source
 
 
 def _threads(ctx: _Ctx, value: list, where: str, macros: dict, what: str = "[X, Y]") -> tuple[str | int, str | int]:
@@ -395,22 +429,23 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
 
 
 def _expression(ctx: _Ctx, t: dict, where: str, key: str, names: set[str], syntax: str, what: str) -> str | None:
-    """An optional Python expression field whose free names must all be in ``names``."""
+    """An optional expression field, checked by :mod:`.expr` (never run as Python): only the
+    constructs the library format documents, free names among ``names``."""
     expr = ctx.get(t, key, where, str, None)
     if expr is not None:
         try:
-            code = compile(expr, f"{ctx.file}:{where}.{key}", "eval")
-        except SyntaxError as e:
-            raise ctx.fail(f"{where}.{key}", f"{syntax}: {e.msg}") from None
-        unknown = sorted(set(code.co_names) - names)
-        if unknown:
-            raise ctx.fail(f"{where}.{key}", f"uses {unknown[0]}, which is not {what}")
+            check(expr, frozenset(names), key)
+        except ExprError as e:
+            msg = str(e)
+            if msg.startswith("syntax: "):
+                msg = f"{syntax}: {msg[8:]}"
+            raise ctx.fail(f"{where}.{key}", f"{msg} (in {expr[:80]!r})") from None
     return expr
 
 
 def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
     """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
-    names = {p.name for p in params if p.dir == "in"} | {"np", "outer", "dot", "T", "sum", "abs"}
+    names = {p.name for p in params if p.dir == "in"}
     return _expression(ctx, t, where, "reference", names, "not a Python expression", "an input parameter")
 
 

@@ -17,12 +17,13 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KfuseError
-from ..ir.plan import Plan, plan_to_json
+from ..ir.plan import Plan, plan_problem, plan_to_json
 from ..ir.program import Program
 
 HEADER = {"format": "kfuse-tuning-store", "version": 1}
@@ -48,6 +49,29 @@ def _digest(record: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+_KEY_FIELDS = ("dtype", "gpu", "library", "script", "sizes")
+
+
+def record_problem(rec: dict) -> str | None:
+    """What is wrong with a record's fields (checked even when its checksum matches), or None."""
+    key = rec.get("key")
+    if not isinstance(key, dict) or sorted(key) != list(_KEY_FIELDS) or \
+            not all(isinstance(v, str) and len(v) < 1000 for v in key.values()):
+        return "key"
+    t = rec.get("time_us")
+    if not (isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0):
+        return "time_us"
+    return plan_problem(rec.get("plan"))
+
+
+def _parse(line: bytes):
+    """A JSON value, or None for a line that does not parse (torn, corrupt, nested too deeply)."""
+    try:
+        return json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        return None
+
+
 @dataclass
 class TuningStore:
     path: Path
@@ -56,36 +80,51 @@ class TuningStore:
         self.path = Path(path) if path is not None else default_path()
         self.warn = warn or (lambda msg: print(f"kfuse: {msg}", file=sys.stderr))
 
+    def _lines(self, wanted: bytes | None = None):
+        """(line number, record) of every valid record, oldest first; with ``wanted``, lines that
+        are complete records not containing those bytes are passed over without being parsed.
+        Problems are reported; None when the file is not a store (reported too)."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            self.warn(f"{self.path}: cannot be read ({e.strerror or e}): ignored")
+            return
+        with f:
+            if _parse(f.readline()) != HEADER:
+                self.warn(f"{self.path} is not a kfuse tuning store (or another version of it): ignored")
+                return
+            for n, line in enumerate(f, 2):
+                line = line.strip()
+                if not line:
+                    continue
+                # a whole record is one JSON object on a line of its own ending in "}"
+                if wanted is not None and line[:1] == b"{" and line[-1:] == b"}" and wanted not in line:
+                    continue
+                rec = _parse(line)
+                if not (isinstance(rec, dict) and rec.get("sha256") == _digest(rec)):
+                    self.warn(f"{self.path}:{n}: corrupt or torn record skipped")
+                    continue
+                problem = record_problem(rec)
+                if problem:
+                    self.warn(f"{self.path}:{n}: record with an invalid {problem} skipped")
+                    continue
+                yield rec
+
     def records(self) -> list[dict]:
         """Every valid record, oldest first (problems reported, never trusted)."""
-        if not self.path.exists():
-            return []
-        lines = self.path.read_bytes().split(b"\n")
-        try:
-            header = json.loads(lines[0])
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            header = None
-        if header != HEADER:
-            self.warn(f"{self.path} is not a kfuse tuning store (or another version of it): ignored")
-            return []
-        out = []
-        for n, line in enumerate(lines[1:], 2):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                ok = isinstance(rec, dict) and rec.get("sha256") == _digest(rec)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                ok = False
-            if not ok:
-                self.warn(f"{self.path}:{n}: corrupt or torn record skipped")
-                continue
-            out.append(rec)
-        return out
+        return list(self._lines())
 
     def lookup(self, key: dict) -> dict | None:
-        found = [r for r in self.records() if r.get("key") == key]
-        return found[-1] if found else None
+        """The newest valid record for ``key``.  Records are written with sorted keys, so a record
+        for ``key`` contains its canonical JSON text: other records are not parsed at all."""
+        wanted = json.dumps({"key": key}, sort_keys=True)[1:-1].encode()
+        found = None
+        for rec in self._lines(wanted):
+            if rec.get("key") == key:
+                found = rec
+        return found
 
     def append(self, key: dict, plan: Plan, time_us: float, extra: dict | None = None) -> None:
         rec = {"key": key, "plan": plan_to_json(plan), "time_us": round(time_us, 3),
@@ -94,21 +133,44 @@ class TuningStore:
         # the leading newline ends a line torn by an earlier crash (empty lines are skipped)
         line = ("\n" + json.dumps(rec, sort_keys=True) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._create()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            if os.fstat(fd).st_size == 0:       # a new store: the header first (O_APPEND keeps order)
-                os.write(fd, (json.dumps(HEADER) + "\n").encode())
-            elif not self._valid_header():
+            if not self._valid_header():
                 raise KfuseError(f"{self.path} is not a kfuse tuning store; refusing to write into it")
             os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
 
+    def _create(self) -> None:
+        """A new store appears whole, header included: written to a temporary file and linked into
+        place, so that of two processes creating it at once exactly one header lands."""
+        if self.path.exists():
+            return
+        fd, tmp = tempfile.mkstemp(prefix=".tuning-", dir=self.path.parent)
+        try:
+            os.write(fd, (json.dumps(HEADER) + "\n").encode())
+            os.fsync(fd)
+            os.fchmod(fd, 0o644)
+            os.close(fd)
+            fd = -1
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                pass                                  # another process created it first
+            except OSError:                           # no hard links here: exclusive create
+                try:
+                    out = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:
+                    return
+                with os.fdopen(out, "wb") as f:
+                    f.write((json.dumps(HEADER) + "\n").encode())
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            os.unlink(tmp)
+
     def _valid_header(self) -> bool:
         with open(self.path, "rb") as f:
-            first = f.readline()
-        try:
-            return json.loads(first) == HEADER
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return False
+            return _parse(f.readline()) == HEADER

@@ -1,0 +1,181 @@
+"""A light scan of a library ``.cu`` file: the routines it defines, their template parameters and
+parameter counts, and which of them (directly or through helpers in the file) call a barrier.
+
+Not a C++ parser: enough for the conventions the README's "Library format" states (each routine
+a function template at namespace scope, ``template <int MACRO, ..., class V, ...>``).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LibraryError
+from .schema import Variant
+
+BARRIERS = re.compile(r"\b(__syncthreads(?:_count|_and|_or)?|__barrier_sync|bar\.sync|barrier\.sync)\b")
+_DEF = re.compile(r"(?:\btemplate\s*<(?P<tpl>[^<>{};]*(?:<[^<>{};]*>[^<>{};]*)*)>\s*)?"
+                  r"(?P<head>(?:[A-Za-z_][\w:<>,*&\s]*?)\s)?"
+                  r"(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^{};]*?)\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
+_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(.*)$", re.M)
+_KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "catch"}
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    template: tuple[tuple[str, str], ...] | None     # (kind, name): kind int | class | other
+    nparams: int
+    line: int
+    body: str
+
+
+def strip_comments(text: str) -> str:
+    """Comments and string/char literals blanked (newlines kept, so line numbers stay right)."""
+    out, i, n = [], 0, len(text)
+    pattern = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+    for m in pattern.finditer(text):
+        out.append(text[i:m.start()])
+        s = m.group(0)
+        out.append(re.sub(r"[^\n]", " ", s) if s[0] == "/" else s[0] + " " * (len(s) - 2) + s[-1])
+        i = m.end()
+    out.append(text[i:])
+    return "".join(out)
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last or parts:
+        parts.append(last)
+    return [p for p in parts if p] if parts != [""] else []
+
+
+def _template(text: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for p in _split_top(text):
+        p = p.split("=", 1)[0].strip()
+        words = p.replace("...", " ").split()
+        if not words:
+            continue
+        kind = "class" if words[0] in ("class", "typename") else ("int" if words[0] in ("int", "unsigned")
+                                                                   else "other")
+        out.append((kind, words[-1] if len(words) > 1 else ""))
+    return tuple(out)
+
+
+def _body_end(text: str, start: int) -> int:
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
+
+
+def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
+    """(name -> definitions at namespace scope, names that reach a barrier)."""
+    clean = strip_comments(text)
+    macros = {m.group(1): m.group(2) for m in _MACRO.finditer(clean)}
+    # preprocessor lines blanked (a #define body is not code at this point)
+    code = re.sub(r"^[ \t]*#[^\n]*", lambda m: " " * len(m.group(0)), clean, flags=re.M)
+    defs: dict[str, list[Definition]] = {}
+    pos = 0
+    while True:
+        m = _DEF.search(code, pos)
+        if not m:
+            break
+        brace = m.end() - 1
+        end = _body_end(code, brace)
+        name = m.group("name")
+        # a definition at namespace scope: nothing but whitespace or a previous '}' / ';' before it
+        if name not in _KEYWORDS:
+            tpl = _template(m.group("tpl")) if m.group("tpl") is not None else None
+            params = _split_top(m.group("params"))
+            if params == ["void"]:
+                params = []
+            defs.setdefault(name, []).append(Definition(name, tpl, len(params),
+                                                        code.count("\n", 0, m.start("name")) + 1,
+                                                        code[brace:end]))
+        pos = end
+    syncing = {n for n, b in macros.items() if BARRIERS.search(b)}
+    syncing |= {n for n, ds in defs.items() if any(BARRIERS.search(d.body) for d in ds)}
+    changed = True
+    while changed:                       # helpers that call a barrier, transitively
+        changed = False
+        for n, ds in defs.items():
+            if n in syncing:
+                continue
+            if any(re.search(rf"\b{re.escape(s)}\b", d.body) for d in ds for s in syncing):
+                syncing.add(n)
+                changed = True
+        for n, b in macros.items():
+            if n not in syncing and any(re.search(rf"\b{re.escape(s)}\b", b) for s in syncing):
+                syncing.add(n)
+                changed = True
+    return defs, syncing
+
+
+def _source_text(ctx, source: Path, where: str) -> str:
+    try:
+        data = source.read_bytes()
+    except OSError as e:
+        raise ctx.fail(where, f"{source.name}: cannot be read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LibraryError(source, "source", f"not UTF-8 text (byte {e.start})") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _scan(text: str):
+    return scan(text)
+
+
+def check_definitions(ctx, v: "Variant", where: str) -> None:
+    """Every routine is defined in the variant's source, as a template whose leading parameters
+    are the variant's macros in order (then classes), taking ix plus one parameter per argument,
+    and never reaching a barrier (the compiler places ``__syncthreads()``)."""
+    defs, syncing = _scan(_source_text(ctx, v.source, f"{where}.source"))
+    macros = list(v.macros)
+    want = ", ".join([f"int {m}" for m in macros] + ["class ..."])
+    for r in v.routines:
+        rw = f"{where}.routine.{r.name}.fn"
+        found = defs.get(r.fn)
+        if not found:
+            raise ctx.fail(rw, f"{r.fn} is not defined in {v.source.name}")
+
+        def fits(d: Definition) -> bool:
+            if d.template is None:
+                return not macros and not any(a.kind == "element" for a in r.args)
+            lead = d.template[:len(macros)]
+            return lead == tuple(("int", m) for m in macros) and all(k == "class" for k, _ in d.template[len(macros):])
+
+        fitting = [d for d in found if fits(d)]
+        if not fitting:
+            d = found[0]
+            got = "no template" if d.template is None else \
+                "<" + ", ".join(f"{k} {n}".strip() for k, n in d.template) + ">"
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) has template parameters {got}; "
+                           f"the variant's macros need <{want}>")
+        if not any(d.nparams == 1 + len(r.args) for d in fitting):
+            d = fitting[0]
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) takes {d.nparams} parameters; "
+                           f"the routine passes ix and {len(r.args)} argument(s)")
+        if r.fn in syncing:
+            raise ctx.fail(rw, f"{r.fn} ({v.source.name}) calls __syncthreads() or another barrier: "
+                           "routines never do, the compiler places barriers")

@@ -1,0 +1,174 @@
+"""The library's expression fields (``reference``, ``flops``), checked and evaluated without ``eval``.
+
+An expression is parsed with :mod:`ast` and every node checked against what the library format
+documents; anything else is refused when the library is loaded.  Evaluation walks the checked
+tree with the same Python and NumPy operations ``eval`` would call, in the same order, so results
+are bit-identical.
+
+Allowed (``reference``): numeric literals, names of the function's inputs, ``+ - * / @`` and
+unary ``- +``, ``** k`` with a literal exponent of at most 8 in magnitude, ``E.T``, the calls
+``np.dot``, ``np.outer``, ``np.sum`` (optionally ``axis=<int>``), ``np.abs`` and ``abs``, and a
+tuple of expressions for several outputs.  ``flops``: literals, parameter names, ``+ - * //``
+and unary ``-``.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import operator
+
+import numpy as np
+
+from ..errors import KfuseError
+
+MAX_DEPTH = 64
+MAX_LENGTH = 2000
+MAX_POWER = 8
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.MatMult: operator.matmul, ast.Pow: operator.pow,
+           ast.FloorDiv: operator.floordiv}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_NP_CALLS = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs}
+
+KINDS = {
+    "reference": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow),
+                  "calls": True, "tuple": True},
+    "flops": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv), "calls": False, "tuple": False},
+}
+
+
+class ExprError(KfuseError, ValueError):
+    """An expression the library format does not allow (the message names the construct)."""
+
+
+def _describe(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:       # noqa: BLE001 - only for the message
+        text = type(node).__name__
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(node).__name__} `{text}`"
+
+
+def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
+    """The checked tree of ``text``; raises ExprError naming the offending construct."""
+    if kind not in KINDS:
+        raise ValueError(kind)
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"longer than {MAX_LENGTH} characters")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"syntax: {e.msg}") from None
+    except (RecursionError, MemoryError, ValueError) as e:
+        raise ExprError(f"syntax: {e.__class__.__name__}") from None
+    rules = KINDS[kind]
+
+    def visit(node: ast.AST, depth: int, top: bool = False) -> None:
+        if depth > MAX_DEPTH:
+            raise ExprError(f"nested deeper than {MAX_DEPTH}")
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, (int, float)) or \
+                    (kind == "flops" and not isinstance(node.value, int)):
+                raise ExprError(f"literal {node.value!r} is not allowed (only numbers"
+                                f"{'' if kind == 'reference' else ', integers'})")
+            return
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise ExprError(f"uses {node.id}, which is not "
+                                f"{'an input parameter' if kind == 'reference' else 'a parameter'}")
+            return
+        if isinstance(node, ast.BinOp):
+            if not isinstance(node.op, rules["binops"]):
+                raise ExprError(f"operator {type(node.op).__name__} in {_describe(node)} is not allowed")
+            if isinstance(node.op, ast.Pow):
+                e = node.right
+                if not (isinstance(e, ast.Constant) and isinstance(e.value, (int, float))
+                        and not isinstance(e.value, bool) and abs(e.value) <= MAX_POWER):
+                    raise ExprError(f"{_describe(node)}: ** takes a literal exponent of at most {MAX_POWER}")
+            visit(node.left, depth + 1)
+            visit(node.right, depth + 1)
+            return
+        if isinstance(node, ast.UnaryOp):
+            if type(node.op) not in _UNARY:
+                raise ExprError(f"operator {type(node.op).__name__} in {_describe(node)} is not allowed")
+            visit(node.operand, depth + 1)
+            return
+        if isinstance(node, ast.Tuple) and top and rules["tuple"] and isinstance(node.ctx, ast.Load):
+            if len(node.elts) < 2:
+                raise ExprError(f"{_describe(node)}: a tuple of outputs needs two or more")
+            for e in node.elts:
+                if isinstance(e, ast.Starred):
+                    raise ExprError(f"{_describe(e)} is not allowed")
+                visit(e, depth + 1)
+            return
+        if isinstance(node, ast.Attribute) and rules["calls"] and node.attr == "T":
+            if isinstance(node.value, ast.Name) and node.value.id == "np":
+                raise ExprError(f"{_describe(node)} is not allowed")
+            visit(node.value, depth + 1)
+            return
+        if isinstance(node, ast.Call) and rules["calls"]:
+            f = node.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "np" \
+                    and f.attr in _NP_CALLS and "np" not in names:
+                nargs = 2 if f.attr in ("dot", "outer") else 1
+                allowed_kw = {"axis"} if f.attr == "sum" else set()
+            elif isinstance(f, ast.Name) and f.id == "abs" and "abs" not in names:
+                nargs, allowed_kw = 1, set()
+            else:
+                raise ExprError(f"call {_describe(f)} is not allowed (only np.dot, np.outer, np.sum, "
+                                "np.abs, abs)")
+            if len(node.args) != nargs or any(isinstance(a, ast.Starred) for a in node.args):
+                raise ExprError(f"{_describe(node)} takes {nargs} argument(s)")
+            for kw in node.keywords:
+                if kw.arg not in allowed_kw or not (isinstance(kw.value, ast.Constant) and isinstance(
+                        kw.value.value, int) and not isinstance(kw.value.value, bool)):
+                    raise ExprError(f"keyword {kw.arg}= in {_describe(node)} is not allowed"
+                                    + (" (only axis=<int>)" if allowed_kw else ""))
+            for a in node.args:
+                visit(a, depth + 1)
+            return
+        if isinstance(node, ast.Attribute):
+            raise ExprError(f"attribute .{node.attr} in {_describe(node)} is not allowed"
+                            + (" (only .T)" if rules["calls"] else ""))
+        raise ExprError(f"{_describe(node)} is not allowed")
+
+    try:
+        visit(tree.body, 0, top=True)
+    except RecursionError:
+        raise ExprError(f"nested deeper than {MAX_DEPTH}") from None
+    return tree.body
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked(text: str, names: frozenset[str], kind: str) -> ast.expr:
+    return check(text, names, kind)
+
+
+def evaluate(text: str, scope: dict, kind: str):
+    """Value of a library expression with the names in ``scope`` bound (checked again first)."""
+    tree = _checked(text, frozenset(scope), kind)
+    return _eval(tree, scope)
+
+
+def _eval(node: ast.expr, scope: dict):
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return scope[node.id]
+    if isinstance(node, ast.BinOp):
+        return _BINOPS[type(node.op)](_eval(node.left, scope), _eval(node.right, scope))
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](_eval(node.operand, scope))
+    if isinstance(node, ast.Tuple):
+        return tuple(_eval(e, scope) for e in node.elts)
+    if isinstance(node, ast.Attribute):      # .T, the only attribute check() lets through
+        return _eval(node.value, scope).T
+    if isinstance(node, ast.Call):
+        f = node.func
+        fn = _NP_CALLS[f.attr] if isinstance(f, ast.Attribute) else abs
+        kw = {k.arg: k.value.value for k in node.keywords}
+        return fn(*(_eval(a, scope) for a in node.args), **kw)
+    raise AssertionError(f"unchecked node {type(node).__name__}")
