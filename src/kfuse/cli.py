@@ -197,9 +197,12 @@ def cmd_calibrate(args) -> int:
 def cmd_report(args) -> int:
     from .bench import resolve_sequences
     from .bench.harness import default_sequences
-    from .bench.prediction import markdown, run_report
-    paths = resolve_sequences(args.seq) if args.seq else default_sequences()
+    from .bench.prediction import markdown, random_scripts, run_report
     out = Path(args.out)
+    if args.random:
+        paths = random_scripts(out.parent / f"{out.stem}-scripts", args.random, args.seed)
+    else:
+        paths = resolve_sequences(args.seq) if args.seq else default_sequences()
     out.parent.mkdir(parents=True, exist_ok=True)
 
     def checkpoint(results, header):
@@ -300,6 +303,9 @@ def _measure_commands(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--reps", type=int, default=20, help="timed repetitions per plan, median (default 20)")
     p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
+    p.add_argument("--random", type=int, default=0, metavar="K",
+                   help="report on K random scripts of the generator instead (written beside the report)")
+    p.add_argument("--seed", type=int, default=0, help="first seed of --random (default 0)")
     p.set_defaults(fn=cmd_report)
 
 

@@ -89,6 +89,11 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
                      + (f" ({r.wrong} wrong)" if r.wrong else "")
                      + f" | {best[0] if best else '–'} | {_f(r.first_over_best())} | {_f(r.worst_over_best())} |")
     within = [r for r in results if r.first_over_best() is not None and r.first_over_best() <= 1.05]
+    ratios = sorted(r.first_over_best() for r in results if r.first_over_best() is not None)
+    if ratios:
+        p90 = ratios[min(len(ratios) - 1, int(0.9 * len(ratios)))]
+        lines += ["", f"First choice / best over {len(ratios)} sequences: median {statistics.median(ratios):.3f}, "
+                  f"90th percentile {p90:.3f}, worst {ratios[-1]:.3f}."]
     lines += ["", f"First choice within 5% of the measured best: {len(within)} of {len(results)} sequences.",
               "", "## Table 5: times", "",
               "| sequence | first implementation s (CPU, no NVRTC) | all implementations s | empirical search s "
@@ -111,6 +116,21 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
                      f"{best[1]:.1f} / {best[2]:.1f} ({best[0]}) | {statistics.median(ratios):.2f} | "
                      f"{min(ratios):.2f} – {max(ratios):.2f} |")
     return "\n".join(lines) + "\n"
+
+
+def random_scripts(folder: Path, count: int, seed: int, lib=None) -> list[Path]:
+    """``count`` scripts of the generator (frontend/random_scripts.py) from ``seed`` on, written to
+    ``folder`` (kept beside the report, so that every row can be reproduced)."""
+    from ..frontend.random_scripts import random_script
+    from ..library.loader import load_library
+    lib = lib or load_library()
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in range(seed, seed + count):
+        path = folder / f"random{s}.kf"
+        path.write_text(random_script(lib, s).text)
+        paths.append(path)
+    return paths
 
 
 def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int = 2**26, top: int = 20,
