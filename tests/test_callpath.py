@@ -60,6 +60,7 @@ def fake(monkeypatch):
         self.launches, self.patches, self.kernel_launches, self.fills_before = [], [], [], []
 
     monkeypatch.setattr(binding.Binding, "_prepare", prepare)
+    monkeypatch.setattr(kfuse.CompiledScript, "for_sizes", lambda self, dims: self)   # tested below
     monkeypatch.setattr(executor.Executor, "_launch", lambda self, b, s, i, o, own, tmp, sc: launched.append(
         (b, list(i), list(o), sc)))
     monkeypatch.setattr(executor, "_view", lambda block, off, shape, dtype, nbytes: ("view", off, shape))
@@ -148,3 +149,17 @@ def test_input_named_like_a_call_keyword_is_refused(name):
 def test_short_repr():
     prog = kfuse.compile(BICGK, calibration=False)
     assert repr(prog) == "<kfuse.CompiledScript <script> (float32): 2 call(s) in 1 kernel(s)>" or len(repr(prog)) < 120
+
+
+def test_a_call_of_another_size_class_gets_its_own_plan():
+    """Sizes of another class than the one planned for: a plan ranked for that class, made once;
+    the same class (or an unfused program) keeps the program's own plan."""
+    prog = kfuse.compile(BICGK, calibration=False, tuned=False)
+    small = {d.id: 1000 for d in prog.program.dims}
+    same = {d.id: prog.search.dims[d.id] - 7 for d in prog.program.dims}
+    other = prog.for_sizes(small)
+    assert other is not prog and other.search.dims == small and prog.for_sizes(small) is other
+    assert other.program is prog.program and other.kernels
+    assert prog.for_sizes(same) is prog
+    unfused = kfuse.compile(BICGK, calibration=False, fuse=False)
+    assert unfused.for_sizes(small) is unfused

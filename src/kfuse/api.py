@@ -11,10 +11,10 @@ import numpy as np
 from .codegen import generate
 from .codegen.module import DTYPES
 from .compiled import CompiledScript
+from .tuning.store import stored_plan
 from .errors import KfuseError, ScriptError
 from .frontend import parse_script
 from .fusion.plans import PlanSearch, unfused_plan
-from .ir.plan import Plan
 from .ir.program import Program
 from .library.loader import load_library
 from .library.schema import Library
@@ -61,7 +61,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
                                 model=_ranking_model(lib, dtype, calibration), timer=timer)
             with timer("search"):
-                plan = _stored_plan(program, search, dtype, tuned) or search.best()
+                plan = stored_plan(program, search, dtype, tuned) or search.best()
         else:
             with timer("search"):
                 search, plan = None, unfused_plan(program, lib)
@@ -70,6 +70,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     compiled = CompiledScript(program, lib, dtype, plan, kernels)
     compiled.search = search
     compiled.timings = timer
+    compiled.tuned = tuned
     return compiled
 
 
@@ -120,26 +121,3 @@ def _ranking_model(lib: Library, dtype: str, calibration):
             return CalibratedModel(exact or other)
         raise KfuseError(f"{calibration}: no valid calibration for library {lib.digest} ({dtype})")
     return calibration
-
-
-def _stored_plan(program: Program, search: PlanSearch, dtype: str, tuned) -> Plan | None:
-    """The tuning store's winner for this GPU, script, library, dtype and size class, if any."""
-    if tuned is False:
-        return None
-    from .tuning.store import TuningStore, store_key
-    from .runtime.gpu import gpu_name
-    from .ir.plan import plan_from_json
-    gpu = gpu_name()
-    if gpu is None:
-        return None
-    store = TuningStore(None if tuned is True else tuned)
-    rec = store.lookup(store_key(program, gpu, dtype, search.dims))
-    if rec is None:
-        return None
-    try:
-        plan = plan_from_json(program, rec.get("plan"))
-        generate(plan, search.lib)          # must still build
-    except KfuseError as e:
-        store.warn(f"stored plan for {program.name} ignored: {e}")
-        return None
-    return plan

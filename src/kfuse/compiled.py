@@ -33,6 +33,8 @@ class CompiledScript:
     kernels: list[KernelCode] = field(repr=False)
     search: object = field(default=None, repr=False)   # the ranked plan space (fusion.plans.PlanSearch; fused compiles)
     timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
+    tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
+    _by_class: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # caches (declared; filled on demand)
     _own_source: str | None = field(default=None, init=False, repr=False, compare=False)
     _shared_source: str | None = field(default=None, init=False, repr=False, compare=False)
@@ -151,6 +153,29 @@ class CompiledScript:
             scope = {p: (n[v.id] if hasattr(v, "id") else 1) for p, v in c.bindings().items()}
             total += int(library_expr.evaluate(c.function.flops, scope, "flops"))   # checked, never eval
         return total
+
+    def for_sizes(self, dims: dict[int, int]) -> "CompiledScript":
+        """The program planned for the size class of ``dims`` (every size rounded to a power of
+        two): this one when the class is the one it was planned for (or it was compiled
+        unfused), else a plan ranked for that class (a tuned winner for it preferred), made once
+        and kept."""
+        if self.search is None:
+            return self
+        from math import log2
+        key = tuple(round(log2(max(1, dims[d.id]))) for d in self.program.dims)
+        if key == tuple(round(log2(max(1, self.search.dims[d.id]))) for d in self.program.dims):
+            return self
+        if key not in self._by_class:
+            from .fusion.plans import PlanSearch
+            from .tuning.store import stored_plan
+            search = PlanSearch(self.program, self.library, sizes={d.name: dims[d.id] for d in self.program.dims},
+                                itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
+                                spans=self.search.spans)
+            plan = stored_plan(self.program, search, self.dtype, self.tuned) or search.best()
+            other = CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library), search)
+            other.tuned = self.tuned
+            self._by_class[key] = other
+        return self._by_class[key]
 
     def __repr__(self) -> str:
         return (f"<kfuse.CompiledScript {self.program.name} ({self.dtype}): {len(self.program.calls)} call(s) in "

@@ -150,6 +150,9 @@ class Executor:
             adapted[name] = x if is_scalar else adapt(x, name)
         out_adapted = {n: adapt(x, f"out[{n!r}]") for n, x in (out or {}).items()}
         binding = Binding(self.compiled, adapted, out_adapted)
+        planned = self.compiled.for_sizes(binding.dims)
+        if planned is not self.compiled:         # another size class: its own plan
+            binding = Binding(planned, adapted, out_adapted)
         binding.graphs = Graphs()
         if key is not None:
             self.bindings[key] = binding

@@ -174,3 +174,26 @@ class TuningStore:
     def _valid_header(self) -> bool:
         with open(self.path, "rb") as f:
             return _parse(f.readline()) == HEADER
+
+
+def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
+    """The tuning store's winner for this GPU, script, library, dtype and size class, if any."""
+    if tuned is False:
+        return None
+    from ..codegen import generate
+    from ..ir.plan import plan_from_json
+    from ..runtime.gpu import gpu_name
+    gpu = gpu_name()
+    if gpu is None:
+        return None
+    store = TuningStore(None if tuned is True else tuned)
+    rec = store.lookup(store_key(program, gpu, dtype, search.dims))
+    if rec is None:
+        return None
+    try:
+        plan = plan_from_json(program, rec.get("plan"))
+        generate(plan, search.lib)          # must still build
+    except KfuseError as e:
+        store.warn(f"stored plan for {program.name} ignored: {e}")
+        return None
+    return plan
