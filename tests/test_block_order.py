@@ -117,6 +117,7 @@ def test_every_order_matches_reference(name, fuse, dtype, monkeypatch):
     size = 135 if any(v.type == "matrix" for v in p.values) else 4099
     sizes = iter([size, size + 65])          # rows and columns differ (not multiples of 32)
     dims = {d.id: next(sizes, size) for d in p.dims}
+    prog = prog.for_sizes(dims)              # the plan these sizes get (their size class's)
     choices = [(0, 1, 2, 3) if k.launch.nesting == 2 else (0, 1) for k in prog.kernels]
     for combo in itertools.product(*choices):
         monkeypatch.setenv("KFUSE_ORDER", ",".join(map(str, combo)))

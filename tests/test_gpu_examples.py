@@ -126,7 +126,8 @@ def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
         assert not any(dependent)
     else:      # exactly the kernels that wait, launched after a fill or another kernel
         assert dependent == [(bool(fills) or i > 0) and k.launch.waits
-                             for i, (fills, k) in enumerate(zip(bound.binding.fills_before, prog.kernels))]
+                             for i, (fills, k) in enumerate(zip(bound.binding.fills_before,
+                                                                bound.binding.compiled.kernels))]
         assert dependent[0] and all(dependent)      # every later kernel reads what one before wrote
     got = bound.result if isinstance(bound.result, tuple) else (bound.result,)
     for seed in range(1, 4):
