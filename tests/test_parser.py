@@ -261,8 +261,8 @@ ERRORS = [
      "x is an input; return values the script computes"),
     ("returned-twice", "vector x, y;\ninput x;\ny = scal(2, x);\nreturn y, y;\n", 4, 11, "y is returned twice"),
     ("returning-undeclared", "vector x, y;\ninput x;\ny = scal(2, x);\nreturn w;\n", 4, 8, "w is not declared"),
-    ("missing-return", "vector x, y;\ninput x;\ny = scal(2, x);\n", 4, 1, "the script has no return statement"),
-    ("missing-return-no-newline", "vector x, y;\ninput x;\ny = scal(2, x);", 3, 1,
+    ("missing-return", "vector x, y;\ninput x;\ny = scal(2, x);\n", 3, 16, "the script has no return statement"),
+    ("missing-return-no-newline", "vector x, y;\ninput x;\ny = scal(2, x);", 3, 16,
      "the script has no return statement"),
     ("statement-after-return", "vector x, y;\ninput x;\ny = scal(2, x);\nreturn y;\ny = scal(3, x);\n", 5, 1,
      "statement after return"),
@@ -311,7 +311,7 @@ def test_error_names_the_given_file(lib):
     src = "vector x, y;\ninput x;\ny = scal(2, x)\n"
     with pytest.raises(ScriptError) as info:
         parse_script(src, lib, "scripts/mine.kf")
-    assert str(info.value).startswith("scripts/mine.kf:4:1: error: expected ';', found 'end of script'")
+    assert str(info.value).startswith("scripts/mine.kf:3:15: error: expected ';', found 'end of script'")
     assert info.value.file == "scripts/mine.kf"
 
 

@@ -22,13 +22,44 @@ from .passes import PassTimes
 
 
 def _read_script(script: str | Path) -> tuple[str, str]:
-    """(source, file name) for a path or for script text."""
-    if isinstance(script, Path) or ("\n" not in str(script) and ";" not in str(script)):
-        path = Path(script)
-        if not path.is_file():
-            raise ScriptError(f"no such script file: {path}", str(path))
-        return path.read_text(), str(path)
+    """(source, file name) for a path or for script text.  A ``Path``, or a string naming an
+    existing file, is read as a file; other strings with a newline or ``;`` are script text."""
+    if isinstance(script, Path) or not ("\n" in str(script) or ";" in str(script)) or _is_file(str(script)):
+        return read_script_file(Path(script)), str(script)
     return str(script), "<script>"
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):        # a name too long or with a NUL is no file
+        return False
+
+
+def read_script_file(path: Path) -> str:
+    """The text of a script file (UTF-8, a leading byte-order mark dropped); a missing file, a
+    folder, anything else that is not a readable regular file or text that is not UTF-8 raises
+    :class:`ScriptError` naming what is wrong."""
+    name = str(path)
+    try:
+        if path.is_dir():
+            raise ScriptError("is a folder, not a script file", name)
+        if not path.exists():
+            raise ScriptError("no such script file", name)
+        if not path.is_file():
+            raise ScriptError("not a regular file (a device, pipe or socket); a script file is expected", name)
+        data = path.read_bytes()
+    except OSError as e:
+        raise ScriptError(f"cannot read the script file: {e.strerror or e}", name) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        shown = data.split(b"\n")[line - 1].decode("utf-8", "replace")
+        raise ScriptError(f"the script is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+                          name, line, col, shown) from None
+    return text.removeprefix("\ufeff")
 
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
@@ -81,7 +112,7 @@ def _check_reserved(program: Program) -> None:
     for v in program.inputs:
         if v.name in RESERVED:
             line_no, col, text = 0, 0, None
-            for n, t in enumerate(program.source.splitlines(), 1):
+            for n, t in enumerate(program.source.split("\n"), 1):
                 m = re.search(rf"\binput\b[^;]*?\b({v.name})\b", t)
                 if m:
                     line_no, col, text = n, m.start(1) + 1, t

@@ -1,49 +1,30 @@
-"""Command line: kfuse compile | plan | run | bench | tune | calibrate | report."""
+"""Command line: kfuse compile | plan | run | bench | tune | calibrate | report | cache.
+
+Exit status: 0 success; 1 a kfuse error (a bad script, a missing GPU, a wrong result...);
+2 a usage error (argparse: an unknown option, a malformed value)."""
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import sys
 from pathlib import Path
 
+from .cli_util import (EXIT_ERROR, EXIT_USAGE, MAX_SIZE, _bench_size, _bytes, _check_memory,  # noqa: F401
+                       _device_free, _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu,
+                       _write_output, plan_dot)
 from .errors import KfuseError
 
-
-def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
-    """--size NAME=V (a dimension of the script) or --size V (every dimension not named)."""
-    default = None
-    named: dict[str, int] = {}
-    for spec in specs:
-        name, _, value = spec.rpartition("=")
-        try:
-            size = int(value)
-        except ValueError:
-            raise KfuseError(f"--size {spec}: expected NAME=INT or INT") from None
-        if size < 1:
-            raise KfuseError(f"--size {spec}: sizes are at least 1")
-        if name:
-            named[name] = size
-        else:
-            default = size
-    dims: dict[int, int] = {}
-    known = {d.name for d in program.dims}
-    for name in named:
-        if name not in known:
-            raise KfuseError(f"--size {name}=...: the script's sizes are {', '.join(sorted(known))}")
-    for d in program.dims:
-        size = named.get(d.name, d.literal if d.literal is not None else default)
-        if size is None:
-            raise KfuseError(f"no size for {d.name}: give --size {d.name}=N (or --size N for all)")
-        dims[d.id] = size
-    return dims
+log = logging.getLogger("kfuse")
 
 
 def cmd_compile(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(args.script, dtype=args.dtype, library=args.library, fuse=not args.unfused)
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused)
     if args.output:
-        Path(args.output).write_text(prog.cuda_source)
-        print(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines",
-              file=sys.stderr)
+        _write_output(args.output, prog.cuda_source)
+        log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines")
     else:
         sys.stdout.write(prog.cuda_source)
     return 0
@@ -55,66 +36,75 @@ def cmd_plan(args) -> int:
 
     from .api import compile as kcompile
     t0 = time.perf_counter()
-    prog = kcompile(args.script, dtype=args.dtype, library=args.library, fuse=not args.unfused)
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused)
     elapsed = time.perf_counter() - t0
-    print(prog.describe())
     search = prog.search
+    if args.graph:                  # DOT alone, so that it pipes into Graphviz
+        print(plan_dot(prog))
+        return 0
+    if args.json:
+        doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
+               "model": search.model.name if search is not None else None,
+               "planned_s": round(elapsed, 6), "plan": _plan_json(prog.plan)}
+        if search is not None and args.all:
+            doc["plans"] = [_plan_json(p) for p in itertools.islice(search.plans(), args.all)]
+        if args.timings:
+            prog.cuda_source
+            doc["timings_s"] = {k: round(v, 6) for k, v in prog.timings.seconds.items()}
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(prog.describe())
     if search is not None:
         print(search.explain() if args.explain else search.explain().splitlines()[0])
         print(f"planned in {elapsed:.3f} s (without NVRTC); ranked by the {search.model.name}")
         if args.all:
             print(f"plans in predicted order (first {args.all}):")
+            full = log.isEnabledFor(logging.DEBUG)
             for n, plan in enumerate(itertools.islice(search.plans(), args.all)):
-                kernels = " | ".join(", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}"
-                                     + (f" S{k.span}" if k.span > 1 else "")
-                                     + "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}"
-                                               for kc in k.calls) + ">" for k in plan.kernels)
-                print(f"  {n + 1:4d}. {plan.predicted * 1e6:9.1f} us  {kernels}")
+                print(f"  {n + 1:4d}. {plan.predicted * 1e6:9.1f} us  {_plan_line(plan, full)}")
     if args.timings:
         prog.cuda_source            # the emit pass
         print(prog.timings.describe())
-    if args.graph:
-        print(prog.graph.dot())
     return 0
 
 
 def cmd_run(args) -> int:
     from .api import compile as kcompile
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library)
+    p = prog.program
+    dims = _parse_sizes(p, args.size)
+    _check_memory(p, dims, args.dtype)
+    _require_gpu("run")
+    _check_memory(p, dims, args.dtype)      # again, now against the GPU's free memory
     from .reference import device_case, evaluate, relative_error
     from .runtime.gpu import cupy
     cp = cupy()
-    prog = kcompile(args.script, dtype=args.dtype, library=args.library)
-    p = prog.program
-    dims = _parse_sizes(p, args.size)
-    print(f"{p.name}: sizes " + ", ".join(f"{d.name}={dims[d.id]}" for d in p.dims) + f", {args.dtype}",
-          file=sys.stderr)
+    log.info(f"{p.name}: sizes " + ", ".join(f"{d.name}={dims[d.id]}" for d in p.dims) + f", {args.dtype}")
     dev, host, poisoned = device_case(p, dims, args.dtype, args.seed)
     got = prog(out=poisoned, sync=True, **dev)
     got = got if isinstance(got, tuple) else (got,)
     ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
     tol = 1e-5 if args.dtype == "float32" else 1e-12
     ok = True
+    errors = {}
     for v, g in zip(p.outputs, got):
         err = relative_error(cp.asnumpy(g), ref[v.id], mag[v.id])
         ok &= err < tol
-        print(f"  {v.name:10s} error {err:.2e} (relative to the magnitude of its terms) "
-              f"{'ok' if err < tol else 'WRONG'}")
+        errors[v.name] = err
+        if not args.json:
+            print(f"  {v.name:10s} error {err:.2e} (relative to the magnitude of its terms) "
+                  f"{'ok' if err < tol else 'WRONG'}")
     from .runtime.timing import median_us
     t = median_us(prog.bind(**dev), reps=args.reps, cold_l2=True)    # bound: launches only, kfuse's own outputs
-    print(f"  time {t:.1f} us (median of {args.reps} runs, CUDA events), {len(prog.kernels)} kernel(s)")
-    return 0 if ok else 1
-
-
-def _bench_size(text: str) -> int:
-    """An integer, or a power written 2^26 / 2**26."""
-    t = text.replace("**", "^")
-    try:
-        if "^" in t:
-            base, _, exp = t.partition("^")
-            return int(base) ** int(exp)
-        return int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or a power like 2^26, got {text!r}") from None
+    if args.json:
+        print(json.dumps({"script": str(args.script), "name": p.name, "dtype": args.dtype,
+                          "sizes": {d.name: dims[d.id] for d in p.dims}, "ok": bool(ok), "tolerance": tol,
+                          "errors": {k: float(v) for k, v in errors.items()}, "time_us": round(t, 3),
+                          "reps": args.reps, "kernels": len(prog.kernels), "plan": _plan_json(prog.plan)},
+                         indent=1))
+    else:
+        print(f"  time {t:.1f} us (median of {args.reps} runs, CUDA events), {len(prog.kernels)} kernel(s)")
+    return 0 if ok else EXIT_ERROR
 
 
 def cmd_bench(args) -> int:
@@ -129,17 +119,19 @@ def cmd_bench(args) -> int:
         return _bench_per_call(args, tuple(dict.fromkeys(dtypes)))
     args.n = 8192 if args.n is None else args.n
     args.N = 2**26 if args.N is None else args.N
+    sequences = tuple(resolve_sequences(args.seq)) if args.seq else ()
+    _require_gpu("bench")
     opts = BenchOptions(n=args.n, N=args.N, dtypes=tuple(dict.fromkeys(dtypes)),
-                        sequences=tuple(resolve_sequences(args.seq)) if args.seq else (),
+                        sequences=sequences,
                         reps=args.reps, warmup=args.warmup, torch_compile=not args.no_torch_compile,
                         seed=args.seed, command=shlex.join(["kfuse", *args.argv]))
     out = Path(args.out)
     run = run_bench(opts, checkpoint=lambda r: write_outputs(r, out, charts=False))
     written, notes = write_outputs(run, out)
     for line in [f"wrote {p}" for p in written] + notes:
-        print(line, file=sys.stderr)
+        log.info(line)
     failed = [r for r in run.records if r.contender == KFUSE and r.status != OK]
-    return 1 if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
+    return EXIT_ERROR if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
 
 
 def _bench_per_call(args, dtypes) -> int:
@@ -152,25 +144,33 @@ def _bench_per_call(args, dtypes) -> int:
     classes = SIZE_CLASSES if args.n is None and args.N is None else (
         (args.n or SIZE_CLASSES[0][0], args.N or SIZE_CLASSES[0][1]),)
     paths = resolve_sequences(args.seq) if args.seq else default_sequences()
+    _require_gpu("bench")
     rows, bw = run_per_call(paths, dtypes, classes, seed=args.seed, torch_compile=not args.no_torch_compile,
-                            log=lambda m: print(m, file=sys.stderr, flush=True))
+                            log=log.info)
     env = environment(shlex.join(["kfuse", *args.argv]))
     header = f"{env.get('gpu', '')}; {shlex.join(['kfuse', *args.argv])}"
     for path in write_outputs(rows, bw, Path(args.out), header):
-        print(f"wrote {path}", file=sys.stderr)
+        log.info(f"wrote {path}")
     wrong = [r for row in rows for k, r in row.records.items() if k.startswith("kfuse") and r.status != OK]
-    return 1 if wrong else 0
+    return EXIT_ERROR if wrong else 0
 
 
 def cmd_tune(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(args.script, dtype=args.dtype, library=args.library, tuned=False)
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, tuned=False)
     sizes = None
     if args.size:
         dims = _parse_sizes(prog.program, args.size)
         sizes = {d.name: dims[d.id] for d in prog.program.dims}
-    best = prog.tune(top=args.top, sizes=sizes, reps=args.reps, store=args.store or True)
-    print(best.describe())
+    _require_gpu("tune")
+    best = prog.tune(top=args.top, sizes=sizes, reps=args.reps, store=args.store or True, log=log.info)
+    if args.json:
+        doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
+               "plan": _plan_json(best.plan)}
+        doc.update(getattr(best, "tuning", None) or {})
+        print(json.dumps(doc, indent=1))
+    else:
+        print(best.describe())
     return 0
 
 
@@ -190,7 +190,7 @@ def cmd_calibrate(args) -> int:
         cal = calibrate(lib, dtype, quick=args.quick, reuse=reuse)
         write_entry(out, cal)
         reuse.append(cal)
-        print(f"wrote {out}: calibration of {cal.describe()}", file=sys.stderr)
+        log.info(f"wrote {out}: calibration of {cal.describe()}")
     return 0
 
 
@@ -199,6 +199,9 @@ def cmd_report(args) -> int:
     from .bench.harness import default_sequences
     from .bench.prediction import markdown, random_scripts, run_report
     out = Path(args.out)
+    if out.is_dir():
+        raise KfuseError(f"--out {args.out}: is a folder; give a file name")
+    _require_gpu("report")          # before the output folder is made
     if args.random:
         paths = random_scripts(out.parent / f"{out.stem}-scripts", args.random, args.seed)
     else:
@@ -210,14 +213,15 @@ def cmd_report(args) -> int:
     results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
                                  checkpoint=checkpoint)
     checkpoint(results, header)
-    print(f"wrote {out}", file=sys.stderr)
+    log.info(f"wrote {out}")
     return 0
 
 
 def _common(p) -> None:
     p.add_argument("script", help="script file (.kf)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--library", action="append", default=None,
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                   help="element type of the script's vectors and matrices (default float32)")
+    p.add_argument("--library", action="append", default=None, metavar="DIR",
                    help="extra library folder (repeatable); the shipped BLAS library is always loaded")
 
 
@@ -231,10 +235,14 @@ def _script_commands(sub) -> None:
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("plan", help="print the plan: kernels, calls in each, launch configuration")
     common(p)
-    p.add_argument("--graph", action="store_true", help="also print the dependency graph (Graphviz)")
+    p.add_argument("--graph", action="store_true",
+                   help="print only the dependency graph as Graphviz DOT, each kernel a cluster "
+                        "(kfuse plan X.kf --graph | dot -Tpng > plan.png)")
+    p.add_argument("--json", action="store_true", help="print the plan (and --all's plans) as JSON")
     p.add_argument("--explain", action="store_true", help="list every fusion, and why each refused one was refused")
-    p.add_argument("--all", type=int, nargs="?", const=20, default=0, metavar="K",
-                   help="list the first K plans (default 20) in predicted order")
+    p.add_argument("--all", type=_positive, nargs="?", const=20, default=0, metavar="K",
+                   help="list the first K plans (default 20) in predicted order (with -v: every macro, "
+                        "serial iterations I and instances per block B of each kernel)")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.add_argument("--timings", action="store_true",
                    help="print the time of each compiler pass (library, parse, space, rank, search, layout, emit)")
@@ -243,16 +251,18 @@ def _script_commands(sub) -> None:
     common(p)
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="size of a script dimension (repeatable); a bare N sets every dimension not named")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default: a fresh one)")
+    p.add_argument("--reps", type=_positive, default=50, help="timed runs, median reported (default 50)")
+    p.add_argument("--json", action="store_true", help="print the errors, time and plan as JSON")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
     common(p)
-    p.add_argument("--top", type=int, default=20, help="plans to measure (default 20)")
+    p.add_argument("--top", type=_positive, default=20, help="plans to measure (default 20)")
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=_positive, default=30, help="timed runs per plan, median (default 30)")
     p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
+    p.add_argument("--json", action="store_true", help="print the winner, its time and whether it was stored as JSON")
     p.set_defaults(fn=cmd_tune)
 
 
@@ -274,7 +284,7 @@ def _measure_commands(sub) -> None:
                    help="element type (repeatable, or 'both'; default float32)")
     p.add_argument("--seq", action="append", default=None, metavar="NAME",
                    help="sequence: an example's name (gemver) or a .kf path (repeatable; default all examples)")
-    p.add_argument("--reps", type=int, default=100, help="timed repetitions, median reported (default 100)")
+    p.add_argument("--reps", type=_positive, default=100, help="timed repetitions, median reported (default 100)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
@@ -297,11 +307,13 @@ def _measure_commands(sub) -> None:
                                       "times to plan and search (the paper's Tables 4 and 5; GPU)")
     p.add_argument("--seq", action="append", default=None, metavar="NAME",
                    help="sequence: an example's name or a .kf path (repeatable; default all examples)")
-    p.add_argument("--top", type=int, default=20, metavar="K", help="plans measured per sequence (default 20)")
-    p.add_argument("--n", type=_bench_size, default=8192, help="every dimension of a script with a matrix")
-    p.add_argument("--N", type=_bench_size, default=2**26, help="every dimension of a script without a matrix")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--reps", type=int, default=20, help="timed repetitions per plan, median (default 20)")
+    p.add_argument("--top", type=_positive, default=20, metavar="K", help="plans measured per sequence (default 20)")
+    p.add_argument("--n", type=_bench_size, default=8192, help="every dimension of a script with a matrix "
+                   "(default 8192)")
+    p.add_argument("--N", type=_bench_size, default=2**26, help="every dimension of a script without a matrix "
+                   "(default 2^26)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="element type (default float32)")
+    p.add_argument("--reps", type=_positive, default=20, help="timed repetitions per plan, median (default 20)")
     p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
     p.add_argument("--random", type=int, default=0, metavar="K",
                    help="report on K random scripts of the generator instead (written beside the report)")
@@ -309,22 +321,126 @@ def _measure_commands(sub) -> None:
     p.set_defaults(fn=cmd_report)
 
 
+def _cache_commands(sub) -> None:
+    p = sub.add_parser("cache", help="list, show or clear the tuning store and the calibrations",
+                       description="The tuning store (winners of `kfuse tune`) and the calibration files "
+                                   "(`kfuse calibrate`) kfuse reads; clear removes the user's own files only "
+                                   "(never the calibrations shipped with kfuse).")
+    csub = p.add_subparsers(dest="action", required=True, metavar="{list,show,clear}", help="what to do")
+    q = csub.add_parser("list", help="one line per file: path, kind, entries")
+    q.add_argument("--json", action="store_true", help="print as JSON")
+    q = csub.add_parser("show", help="every tuning record and calibration entry")
+    q.add_argument("--json", action="store_true", help="print as JSON")
+    q = csub.add_parser("clear", help="remove the user's tuning store and calibration file")
+    q.add_argument("--tuning", action="store_true", help="only the tuning store")
+    q.add_argument("--calibration", action="store_true", help="only the calibration file")
+    q.add_argument("-y", "--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    p.set_defaults(fn=cmd_cache)
+
+
+def cmd_cache(args) -> int:
+    from . import cache
+    if args.action == "list":
+        rows = cache.listing()
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            for r in rows:
+                print(f"{r['kind']:11s} {r['entries']:5d} entr{'y' if r['entries'] == 1 else 'ies'}  "
+                      f"{r['path']}{'' if r['exists'] else ' (none yet)'}{' (shipped)' if r['shipped'] else ''}")
+        return 0
+    if args.action == "show":
+        doc = cache.show()
+        print(json.dumps(doc, indent=1) if args.json else cache.show_text(doc))
+        return 0
+    which = [k for k, on in (("tuning", args.tuning), ("calibration", args.calibration)) if on] \
+        or ["tuning", "calibration"]
+    targets = [p for p in cache.clearable(which) if p.exists()]
+    if not targets:
+        log.info("nothing to clear")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise KfuseError("cache clear removes " + ", ".join(map(str, targets)) + "; confirm with --yes")
+        answer = input("remove " + ", ".join(map(str, targets)) + "? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            return EXIT_ERROR
+    for path in targets:
+        try:
+            path.unlink()
+        except OSError as e:
+            raise KfuseError(f"cannot remove {path}: {e.strerror or e}") from None
+        log.info(f"removed {path}")
+    return 0
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA",
+                                 epilog="Exit status: 0 success, 1 a kfuse error (bad script, no GPU, a wrong "
+                                        "result), 2 a usage error.")
+    ap.add_argument("--version", action="version", version=f"kfuse {_version()}")
+    ap.add_argument("-v", "--verbose", action="count", default=0, help="more detail (debug messages; plan --all: "
+                    "every macro)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="errors only (no notices or progress)")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
+                            help="what to do (kfuse COMMAND -h for its options)")
     _script_commands(sub)
     _measure_commands(sub)
+    _cache_commands(sub)
     return ap
 
 
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        return f"kfuse: {msg}" if record.levelno >= logging.WARNING else msg
+
+
+def _configure_logging(verbose: int, quiet: bool) -> logging.Handler:
+    """Messages of the "kfuse" logger to stderr: notices and progress (INFO) by default, DEBUG
+    with -v, errors only with -q."""
+    handler = logging.StreamHandler()         # sys.stderr as it is when a message is written
+    handler.setFormatter(_Formatter())
+    logger = logging.getLogger("kfuse")
+    logger.addHandler(handler)
+    logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+    return handler
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(argv)        # usage errors exit with 2 here
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    logger = logging.getLogger("kfuse")
+    saved = (logger.level, logger.propagate)
+    handler = _configure_logging(args.verbose, args.quiet)
     try:
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()          # inside the try: a reader gone away is caught here
+        return rc
     except KfuseError as e:
-        print(f"kfuse: {e}", file=sys.stderr)
-        return 2
+        logger.error(str(e))
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # the reader went away (kfuse plan x | head -1): stop quietly, as other tools do
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("kfuse: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 if __name__ == "__main__":

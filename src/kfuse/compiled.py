@@ -35,6 +35,7 @@ class CompiledScript:
     timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
     tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
     _by_class: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    tuning: dict | None = field(default=None, repr=False, compare=False)   # what tune() measured and stored
     # caches (declared; filled on demand)
     _own_source: str | None = field(default=None, init=False, repr=False, compare=False)
     _shared_source: str | None = field(default=None, init=False, repr=False, compare=False)

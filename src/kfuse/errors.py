@@ -20,7 +20,7 @@ class ScriptError(KfuseError):
     def __init__(self, message: str, file: str = "<script>", line: int = 0, column: int = 0,
                  source_line: str | None = None):
         self.file, self.line, self.column, self.bare = file, line, column, message
-        text = f"{file}:{line}:{column}: error: {message}"
+        text = f"{file}:{line}:{column}: error: {message}" if line else f"{file}: error: {message}"
         if source_line is not None:
             text += f"\n    {source_line.rstrip()}\n    {' ' * max(column - 1, 0)}^"
         super().__init__(text)

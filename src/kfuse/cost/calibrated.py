@@ -22,8 +22,8 @@ outside the max.  Environments not measured exactly are interpolated:
 """
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from pathlib import Path
 
 from ..codegen.kernel import KernelCode
@@ -161,10 +161,16 @@ _noticed: set[tuple] = set()
 
 
 def notice_once(key: tuple, msg: str, warn=None) -> None:
+    """A notice, once per process: to ``warn`` (prefixed "kfuse: ") when given, else a warning of
+    the "kfuse" logger (silenced by ``logging.getLogger("kfuse").setLevel(logging.ERROR)`` or
+    ``kfuse -q``)."""
     if key in _noticed:
         return
     _noticed.add(key)
-    (warn or (lambda m: print(m, file=sys.stderr)))(f"kfuse: {msg}")
+    if warn is not None:
+        warn(f"kfuse: {msg}")
+    else:
+        logging.getLogger("kfuse").warning(msg)
 
 
 def choose_model(lib: Library, dtype: str, warn=None):
@@ -174,7 +180,7 @@ def choose_model(lib: Library, dtype: str, warn=None):
     from .transfer import DEFAULT_MACHINE
     from ..runtime.gpu import gpu_name
     gpu = gpu_name()
-    exact, other = find(gpu, lib.digest, dtype, warn=warn)
+    exact, other = find(gpu, lib.digest, dtype, warn=warn or logging.getLogger("kfuse").warning)
     if exact is not None:
         return CalibratedModel(exact)
     where = f"{gpu or 'this machine (no GPU)'}/{lib.digest} ({dtype})"

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +21,7 @@ from ..library.schema import AXES, Library
 from ..ir.program import Call, Dim, Program, ScalarArg, Value
 
 TOKEN = re.compile(r"""
-    (?P<ws>[ \t\r]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
+    (?P<ws>[ \t\r\f\v]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
   | (?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<punct>[;,=()\[\]\-])
@@ -38,7 +39,7 @@ class Tok(NamedTuple):
 
 def tokenize(src: str, file: str) -> list[Tok]:
     toks, line, start = [], 1, 0
-    lines = src.splitlines()
+    lines = src.split("\n")        # lines as the tokenizer counts them (a form feed is white space)
     append, skip = toks.append, ("ws", "comment")
     for m in TOKEN.finditer(src):
         kind = m.lastgroup
@@ -51,14 +52,15 @@ def tokenize(src: str, file: str) -> list[Tok]:
                               lines[line - 1] if line <= len(lines) else "")
         else:
             append(Tok(kind, m.group(), line, m.start() - start + 1))
-    toks.append(Tok("eof", "end of script", line, 1))
+    last = toks[-1] if toks else Tok("eof", "", 1, 1)
+    toks.append(Tok("eof", "end of script", last.line, last.col + len(last.text)))   # just after the last token
     return toks
 
 
 class _Parser:
     def __init__(self, src: str, file: str, library: Library, name: str):
         self.src, self.file, self.lib, self.name = src, file, library, name
-        self.lines = src.splitlines()
+        self.lines = src.split("\n")
         self.toks = tokenize(src, file)
         self.pos = 0
         self.decls: dict[str, tuple[str, tuple[int, ...], Tok]] = {}   # name -> (type, dims, tok)
@@ -297,7 +299,10 @@ class _Parser:
             if tok.kind == "num":
                 if p.type != "scalar":
                     raise self.error(f"{what} must be a {p.type}, got the number {tok.text}", tok)
-                call_args.append(ScalarArg(None, -float(tok.text) if neg else float(tok.text)))
+                value = float(tok.text)
+                if not math.isfinite(value):
+                    raise self.error(f"the number {tok.text} is too large (not a finite double)", tok)
+                call_args.append(ScalarArg(None, -value if neg else value))
                 continue
             vtype, dims, _ = self.lookup_decl(tok)
             if tok.text not in self.current:
@@ -368,4 +373,5 @@ def parse_script(source: str, library: Library, file: str = "<script>", name: st
     if name is None:
         name = Path(file).stem if file != "<script>" else "script"
     name = re.sub(r"\W", "_", name) or "script"
+    source = source.removeprefix("\ufeff")         # a UTF-8 byte-order mark is no part of the script
     return _Parser(source, file, library, name).parse()

@@ -2,7 +2,7 @@
 against the float64 reference on random inputs, the correct ones timed with CUDA events."""
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from dataclasses import replace
 
@@ -40,7 +40,7 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
     Returns ([(microseconds, index in plans, compiled program)] for the correct plans, seconds the
     compile took)."""
     cp = cupy()
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    log = log or logging.getLogger("kfuse").info
     prog = compiled.program
     t0 = time.perf_counter()
     candidates = []

@@ -3,17 +3,17 @@ iterations; the fastest kept and remembered in the tuning store."""
 from __future__ import annotations
 
 import itertools
-import sys
+import logging
 import time
 from dataclasses import replace
 
-import numpy as np
 
 from ..errors import KfuseError
 from ..runtime.gpu import gpu_name
 from .measure import measure_plans
 from .store import TuningStore, store_key
 
+_log = logging.getLogger("kfuse")
 ITERS = (1, 2, 4, 8, 16, 32)    # serial iterations tried for each kernel of the best plan
 
 
@@ -98,7 +98,7 @@ def _tune_kernels(compiled, plan, best_us: float, dims, reps: int, per_kernel: i
 
 
 def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=None, iterations: bool = True):
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    log = log or _log.info
     search = compiled.search
     if search is None:
         raise KfuseError("tune needs a fused compile (fuse=True): it searches the ranked plans")
@@ -118,10 +118,22 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
         plan, t = _tune_kernels(compiled, plan, t, dims, reps, top, log)
     if iterations:
         plan, t = _tune_iterations(compiled, plan, t, dims, reps, log)
+    info = {"time_us": round(t, 3), "rank": n + 1, "first_us": round(first, 3), "candidates": len(plans),
+            "stored": None}
     if store is not False:
-        st = store if isinstance(store, TuningStore) else TuningStore(None if store is True else store)
+        st = store if isinstance(store, TuningStore) else TuningStore(None if store is True else store,
+                                                                     warn=_log.warning)
         gpu = gpu_name() or "unknown GPU"
-        st.append(store_key(prog, gpu, compiled.dtype, dims), plan, t,
-                  {"rank": n + 1, "first_us": round(first, 3), "candidates": len(plans)})
-        log(f"tune {prog.name}: remembered in {st.path}")
-    return compiled.with_plan(plan)
+        try:
+            st.append(store_key(prog, gpu, compiled.dtype, dims), plan, t,
+                      {"rank": n + 1, "first_us": round(first, 3), "candidates": len(plans)})
+        except (OSError, KfuseError) as e:      # the search is done: keep its winner, say why it is not stored
+            reason = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
+            info["not_stored"] = reason
+            _log.warning(f"tune {prog.name}: the winner ({t:.1f} us) was not remembered in {st.path}: {reason}")
+        else:
+            info["stored"] = str(st.path)
+            log(f"tune {prog.name}: remembered in {st.path}")
+    result = compiled.with_plan(plan)
+    result.tuning = info
+    return result

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
@@ -186,7 +187,7 @@ def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
     gpu = gpu_name()
     if gpu is None:
         return None
-    store = TuningStore(None if tuned is True else tuned)
+    store = TuningStore(None if tuned is True else tuned, warn=logging.getLogger("kfuse").warning)
     rec = store.lookup(store_key(program, gpu, dtype, search.dims))
     if rec is None:
         return None

@@ -1,0 +1,182 @@
+"""Helpers of the command line: argument types, size and memory checks, output files, the GPU
+check, plan text for --all, --json and --graph."""
+from __future__ import annotations
+import argparse
+import os
+from pathlib import Path
+from .errors import KfuseError
+
+EXIT_ERROR = 1      # kfuse refused or failed
+EXIT_USAGE = 2      # argparse's usage errors
+MAX_SIZE = 2**48    # no array dimension beyond this (a size, or a power such as 2^26)
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _require_gpu(what: str) -> None:
+    """Refuse a command that measures or runs on a GPU when none is usable (checked before it
+    writes anything)."""
+    from .runtime.gpu import have_gpu
+    if not have_gpu():
+        raise KfuseError(f"{what} runs kernels on a GPU and none is usable here (CuPy, a CUDA driver and a "
+                         "device are needed: pip install 'kfuse[gpu]'); `kfuse compile` and `kfuse plan` "
+                         "work without one")
+
+
+def _write_output(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` with an error that says what is wrong (folder missing, a folder
+    given, no permission) instead of a traceback."""
+    out = Path(path)
+    if out.is_dir():
+        raise KfuseError(f"-o {path}: is a folder; give a file name")
+    if not out.parent.is_dir():
+        raise KfuseError(f"-o {path}: the folder {out.parent} does not exist")
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise KfuseError(f"-o {path}: cannot write it ({e.strerror or e})") from None
+
+
+def _check_memory(program, dims: dict[int, int], dtype: str) -> None:
+    """Refuse sizes whose arrays cannot be allocated, before allocating any: every vector and
+    matrix of the script on the device (and its free memory when a GPU is known), and the float64
+    copies of the reference on the host."""
+    import math
+
+    import numpy as np
+    entries = sum(math.prod(dims[program.dim(d).id] for d in v.dims) for v in program.values if v.dims)
+    device = entries * np.dtype(dtype).itemsize
+    host = 3 * entries * 8          # inputs, their rounded copies and the reference's values, float64
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = None
+    sizes = ", ".join(f"{d.name}={dims[d.id]}" for d in program.dims)
+    if physical and host > physical:
+        raise KfuseError(f"sizes {sizes}: the check needs about {_bytes(host)} of host memory for the "
+                         f"float64 reference, more than this machine has ({_bytes(physical)}); give smaller --size")
+    free = _device_free()
+    if free is not None and device > free:
+        raise KfuseError(f"sizes {sizes}: the script's arrays take {_bytes(device)} on the GPU, more than "
+                         f"its free memory ({_bytes(free)}); give smaller --size")
+
+
+def _device_free() -> int | None:
+    try:
+        import cupy as cp
+        return int(cp.cuda.Device().mem_info[0])
+    except Exception:   # noqa: BLE001 - no CuPy or no device: nothing known
+        return None
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"
+
+
+def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
+    """--size NAME=V (a dimension of the script) or --size V (every dimension not named)."""
+    default = None
+    named: dict[str, int] = {}
+    for spec in specs:
+        name, _, value = spec.rpartition("=")
+        try:
+            size = int(value)
+        except ValueError:
+            raise KfuseError(f"--size {spec}: expected NAME=INT or INT") from None
+        if size < 1:
+            raise KfuseError(f"--size {spec}: sizes are at least 1")
+        if size > MAX_SIZE:
+            raise KfuseError(f"--size {spec}: sizes are at most 2^48")
+        if name:
+            named[name] = size
+        else:
+            default = size
+    dims: dict[int, int] = {}
+    known = {d.name for d in program.dims}
+    for name in named:
+        if name not in known:
+            raise KfuseError(f"--size {name}=...: the script's sizes are {', '.join(sorted(known))}")
+    for d in program.dims:
+        size = named.get(d.name, d.literal if d.literal is not None else default)
+        if size is None:
+            raise KfuseError(f"no size for {d.name}: give --size {d.name}=N (or --size N for all)")
+        dims[d.id] = size
+    return dims
+
+
+def _plan_json(plan) -> dict:
+    from .ir.plan import plan_to_json
+    kernels = plan_to_json(plan)
+    for n, k in enumerate(kernels):
+        if plan.parts:
+            k["predicted_us"] = round(plan.parts[n] * 1e6, 3)
+    return {"predicted_us": None if plan.predicted is None else round(plan.predicted * 1e6, 3), "kernels": kernels}
+
+
+def _plan_line(plan, full: bool) -> str:
+    """One line per plan for ``plan --all``: calls, loop, unroll, span and variants of each kernel
+    (``full``: every macro, serial iterations and instances per block too)."""
+    def kernel(k) -> str:
+        text = ", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}" + (f" S{k.span}" if k.span > 1 else "")
+        if full:
+            text += f" I{k.iters or 'auto'} B{k.ipb}" + "".join(
+                f" {kc.variant.name}" + ("[" + ",".join(f"{m}={v}" for m, v in kc.macros) + "]" if kc.macros else "")
+                for kc in k.calls)
+        else:
+            text += "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls)
+        return text + ">"
+    return " | ".join(kernel(k) for k in plan.kernels)
+
+
+def plan_dot(prog) -> str:
+    """Graphviz text of the dependency graph with each kernel of the plan as a cluster."""
+    def q(text: str) -> str:
+        return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    graph = prog.graph
+    lines = [f"digraph {q(prog.program.name)} {{", "  node [shape=box];"]
+    for n, k in enumerate(prog.plan.kernels):
+        lines.append(f"  subgraph cluster_{n} {{")
+        lines.append(f"    label={q(f'kernel {n}: {k.name}')};")
+        for kc in k.calls:
+            lines.append(f"    c{kc.call.index} [label={q(kc.call.text())}];")
+        lines.append("  }")
+    for (p, c), vs in sorted(graph.edge_values.items()):
+        lines.append(f"  c{p} -> c{c} [label={q(', '.join(v.name for v in vs))}];")
+    for v, cs in sorted(graph.shared_inputs.items()):
+        name = prog.program.values[v].name
+        for a, b in zip(cs, cs[1:]):
+            lines.append(f"  c{a} -> c{b} [style=dashed, dir=none, label={q('shares ' + name)}];")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _bench_size(text: str) -> int:
+    """An integer, or a power written 2^26 / 2**26 (at most 2^48)."""
+    t = text.replace("**", "^")
+    try:
+        if "^" in t:
+            base, _, exp = t.partition("^")
+            b, e = int(base), int(exp)
+            if b < 0 or e < 0 or (b > 1 and e * (b.bit_length() - 1) > 48):
+                raise argparse.ArgumentTypeError(f"{text}: sizes are between 1 and 2^48")
+            value = b ** e
+        else:
+            value = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or a power like 2^26, got {text!r}") from None
+    if not 1 <= value <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{text}: sizes are between 1 and 2^48")
+    return value
