@@ -64,7 +64,7 @@ def read_script_file(path: Path) -> str:
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
-            tuned: bool | str | Path = True, calibration=True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            tuned: bool | str | Path = True, calibration=True, horizontal: bool = True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
@@ -75,7 +75,9 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     winner for this GPU, script, library, dtype and size class.  Plans are ranked by the calibrated
     model (``calibration``: True to look up this GPU's calibration of the library, else a shipped
     one, else the transfer model -- with a notice; False for the transfer model; a path for that
-    calibration file; or a model object).  Needs no GPU; running the result needs CuPy.
+    calibration file; or a model object).  ``horizontal=False`` keeps kernels that exchange nothing
+    apart (horizontal fusion otherwise merges them where the model predicts a launch saved).
+    Needs no GPU; running the result needs CuPy.
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -90,7 +92,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             _check_reserved(program)
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
-                                model=_ranking_model(lib, dtype, calibration), timer=timer)
+                                model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal)
             with timer("search"):
                 plan = stored_plan(program, search, dtype, tuned) or search.best()
         else:

@@ -171,7 +171,7 @@ class CompiledScript:
             from .tuning.store import stored_plan
             search = PlanSearch(self.program, self.library, sizes={d.name: dims[d.id] for d in self.program.dims},
                                 itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
-                                spans=self.search.spans)
+                                spans=self.search.spans, horizontal=self.search.horizontal)
             plan = stored_plan(self.program, search, self.dtype, self.tuned) or search.best()
             other = CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library), search)
             other.tuned = self.tuned

@@ -56,7 +56,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     compiled = kfuse.compile(path, dtype=dtype, sizes=sizes, tuned=False)
     first_s = time.perf_counter() - t0
     search = compiled.search
-    codes = [code for impls in search.space.impls.values() for _, code in impls]
+    codes = list({id(code): code for impls in search.space.impls.values() for _, code in impls}.values())
     module_source(codes, compiled.library, dtype)
     all_s = time.perf_counter() - t0
     res = SequenceResult(display_name(path.stem), search.count_plans(), search.count_implementations(),

@@ -248,6 +248,7 @@ def make_frame(lay: Layout) -> Frame:
             raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                               f"{first.call.text()}")
     args = kernel_args(steps, axis_dims, extents)
+    check_param_space(spec.name, args)
     clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
                    for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores)
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
@@ -278,6 +279,17 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
              for ax, d, e in zip("ij", axis_dims, extents)]
     args.append(GlobalArg("iters", "iters"))
     return tuple(args)
+
+
+MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
+
+
+def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
+    """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
+    size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" else 8 for a in args)
+    if size > MAX_PARAM_BYTES:
+        raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
+                          f"{MAX_PARAM_BYTES}-byte parameter space")
 
 
 def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:

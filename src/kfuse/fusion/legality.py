@@ -99,6 +99,10 @@ def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[in
     return None
 
 
+def _set(calls: frozenset[int]) -> str:
+    return "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
+
+
 def _same_element(program: Program, vid: int, a: int, b: int) -> bool:
     """Do calls a and b read value vid as the same element (same instance axes)?"""
     def index(c: Call):
@@ -107,6 +111,26 @@ def _same_element(program: Program, vid: int, a: int, b: int) -> bool:
 
 
 RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, saves_traffic)
+HORIZONTAL_RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside)
+
+
+def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[int], b: frozenset[int]) -> str | None:
+    """Horizontal fusion: two kernels' calls that exchange nothing (no dependency path between
+    them either way) may share a kernel -- nothing is saved in transfers, one launch is -- when
+    they have one nesting depth and instance space.  None when allowed, else the reason."""
+    down_a = up_a = 0
+    for x in a:
+        down_a |= graph.descendants[x]
+        up_a |= graph.ancestors[x]
+    bits = sum(1 << x for x in b)
+    if (down_a | up_a) & bits:
+        first, second = (a, b) if down_a & bits else (b, a)
+        return f"dependent: {_set(second)} depends on {_set(first)}"
+    for rule in HORIZONTAL_RULES:
+        reason = rule(program, graph, a | b)
+        if reason:
+            return f"{rule.__name__}: {reason}"
+    return None
 
 
 def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:

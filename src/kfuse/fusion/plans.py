@@ -8,7 +8,6 @@ first, then the next best, for empirical search.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..codegen.kernel import KernelCode
@@ -20,13 +19,20 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .space import SPANS, Implementation, Space, build_space, refine, stores_of
+from .legality import why_not_horizontal
+from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
 DEFAULT_ITERS = 0       # serial iterations (0: chosen at launch from the sizes)
 DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the caller does not give
 DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
+HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
+HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
+
+
+def _names(calls: frozenset[int]) -> str:
+    return "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
 
 
 def default_macros(variant: Variant) -> tuple[tuple[str, int], ...]:
@@ -99,7 +105,7 @@ class PlanSearch:
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
                  itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer,
-                 spans: tuple[int, ...] = SPANS):
+                 spans: tuple[int, ...] = SPANS, horizontal: bool = True):
         self.program, self.lib, self.machine = program, lib, machine
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
@@ -119,18 +125,21 @@ class PlanSearch:
                 n *= self.dims[d]
             self.entries[v.id] = n
         self.ranked: dict[frozenset[int], list[tuple[float, Implementation, KernelCode]]] = {}
+        self._scores: dict[int, tuple[float, KernelCode]] = {}   # id(code) -> (score, code)
+        self.itemsize = itemsize
         with timer("rank"):
             for calls, impls in self.space.impls.items():
-                # predictions are kept to 0.1 us: closer ones are ties, broken by measured preferences
-                scored = [(round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7,
-                           impl, code) for impl, code in impls]
-                scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
-                self.ranked[calls] = scored
+                self.ranked[calls] = self._rank(impls)
         with timer("search"):
             self.partitions = self._partitions() if self.space.bounded is None else self._greedy_partitions()
         if self.space.bounded is not None:
             with timer("space"):
                 self._refine(itemsize)
+        self.horizontal = horizontal
+        self.horizontal_log: list[str] = []     # what the horizontal pass tried, for explain()
+        if horizontal:
+            with timer("horizontal"):
+                self._horizontal()
 
     # -- partitions --------------------------------------------------------------------------
     def _partitions(self) -> list[tuple[frozenset[int], ...]]:
@@ -153,17 +162,79 @@ class PlanSearch:
         return out
 
     def _score(self, code: KernelCode, itemsize: int) -> float:
-        return round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7
+        """Predicted seconds, kept to 0.1 us: closer predictions are ties, broken by measured
+        preferences (``_rank``).  Fusions of one shape share their kernels' layouts (fusion/space.py
+        ``fusion_shape``), so each is scored once."""
+        got = self._scores.get(id(code))
+        if got is None:         # the code is kept with its score: its id is not reused meanwhile
+            t = round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7
+            got = self._scores[id(code)] = (t, code)
+        return got[0]
+
+    def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
+        scored = [(self._score(code, self.itemsize), impl, code) for impl, code in impls]
+        scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
+        return scored
 
     def _refine(self, itemsize: int) -> None:
         """Bounded search: the chosen partition's fused kernels searched further (fusion/space.py
         ``refine``) and ranked again."""
-        for calls in self.partitions[0]:
+        fused = [calls for calls in self.partitions[0] if len(calls) > 1]
+        limit = min(REFINE_BUILDS, REFINE_TOTAL // max(1, len(fused)))
+        for calls in fused:
             if len(calls) > 1:
-                refine(self.space, self.lib, calls, lambda code: self._score(code, itemsize), self.spans)
-                scored = [(self._score(code, itemsize), impl, code) for impl, code in self.space.impls[calls]]
-                scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
-                self.ranked[calls] = scored
+                refine(self.space, self.lib, calls, lambda code: self._score(code, itemsize), self.spans, limit)
+                self.ranked[calls] = self._rank(self.space.impls[calls])
+
+    def _horizontal(self) -> None:
+        """Horizontal fusion: in the best partition, kernels whose calls exchange nothing, of one
+        nesting and instance space (``legality.why_not_horizontal``), share a kernel when the model
+        predicts the shared one faster than the two (a launch saved; nothing saved in transfers),
+        pair by pair, most saving first, up to HORIZONTAL_CALLS calls a kernel; candidates are
+        kernels at most HORIZONTAL_WINDOW apart in launch order.  The merged partition is added
+        to the partitions (its plans ranked with the others)."""
+        base = min(self.partitions, key=lambda b: (self._cost(b, (0,) * len(b)), self.partitions.index(b)))
+        blocks = self._kernel_order(list(base))
+        tried: set[frozenset[int]] = set()
+        while True:
+            best = None
+            for n, a in enumerate(blocks):
+                for b in blocks[n + 1:n + 1 + HORIZONTAL_WINDOW]:
+                    u = a | b
+                    if u in tried or len(u) > HORIZONTAL_CALLS:
+                        continue
+                    tried.add(u)
+                    saving, verdict = self._horizontal_saving(a, b)
+                    self.horizontal_log.append(f"{_names(a)} + {_names(b)}: {verdict}")
+                    if saving > 0 and (best is None or saving > best[0]):
+                        merged = [x for x in blocks if x not in (a, b)] + [u]
+                        order = self._kernel_order(merged)
+                        if order is not None:
+                            best = (saving, order)
+            if best is None:
+                break
+            blocks = best[1]
+        if set(blocks) != set(base):
+            self.partitions.append(tuple(blocks))
+
+    def _horizontal_saving(self, a: frozenset[int], b: frozenset[int]) -> tuple[float, str]:
+        """(predicted seconds saved by running kernels a and b as one, the verdict in words)."""
+        u = a | b
+        if u not in self.ranked:
+            reason = why_not_horizontal(self.program, self.graph, a, b)
+            if reason:
+                return 0.0, "not fused: " + reason
+            # the variants each kernel has now; every shared choice (block size, unroll, ...) tried
+            chosen = {c: v for x in (a, b) for c, v in zip(self.ranked[x][0][1].order, self.ranked[x][0][1].variants)}
+            impls, _ = implementations(self.program, self.graph, self.lib, u, self.spans, sampled=True,
+                                       variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=self.space.shapes)
+            if not impls:
+                return 0.0, "not fused: no implementation can be built (resources or mappings)"
+            self.ranked[u] = self._rank(impls)
+        apart, together = self.ranked[a][0][0] + self.ranked[b][0][0], self.ranked[u][0][0]
+        if together < apart:
+            return apart - together, f"one kernel, predicted {together * 1e6:.1f} us against {apart * 1e6:.1f} apart"
+        return 0.0, f"not fused: predicted {together * 1e6:.1f} us as one kernel, {apart * 1e6:.1f} apart"
 
     def _greedy_partitions(self) -> list[tuple[frozenset[int], ...]]:
         """Bounded search: from one kernel per call, repeatedly merge the blocks of the fusion that
@@ -287,6 +358,9 @@ class PlanSearch:
         lines = self._explain_lines()
         if self.space.bounded:
             lines.insert(1, "search: " + self.space.bounded)
+        if self.horizontal_log:
+            lines.append("horizontal fusion (independent kernels of the best partition):")
+            lines.extend(f"  {h}" for h in self.horizontal_log)
         return "\n".join(lines)
 
     def _explain_lines(self) -> list[str]:

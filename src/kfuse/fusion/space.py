@@ -18,7 +18,7 @@ from ..codegen.kernel import KernelCode, build_copies
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import AXES, Library
-from ..ir.program import Program
+from ..ir.program import Program, ScalarArg
 from .legality import why_not
 
 UNROLLS = (1, 2, 4)
@@ -84,6 +84,7 @@ class Space:
     impls: dict[frozenset[int], list[tuple[Implementation, KernelCode]]] = field(default_factory=dict)
     pruned: dict[frozenset[int], dict[str, int]] = field(default_factory=dict)
     bounded: str | None = None      # what a bounded search left out (None: exhaustive)
+    shapes: dict = field(default_factory=dict, repr=False)     # implementations by fusion shape
 
 
 def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
@@ -175,13 +176,57 @@ def _middle(choices: list) -> list:
     return [choices[len(choices) // 2]] if choices else choices
 
 
+def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int], stores: frozenset[int]) -> tuple:
+    """What a kernel's layout and predicted time depend on, with the calls' and values' names left
+    out: per call (in script order) its function, its arguments and results as values numbered by
+    first appearance (with type, dimensions and whether an input), its instance axes and the calls
+    of the fusion it depends on; and the values the kernel stores.  Fusions of one shape (a wide
+    script's repeated pairs) have the same implementations, laid out once (``Space.shapes``)."""
+    idx = sorted(calls)
+    pos = {c: k for k, c in enumerate(idx)}
+    num: dict[int, int] = {}
+
+    def val(v) -> tuple:
+        n = num.setdefault(v.id, len(num))
+        return (n, v.type, tuple(program.dim_of.get(d, d) for d in v.dims), v.is_input)
+
+    out = []
+    for c in idx:
+        call = program.calls[c]
+        args = tuple(("s", None if a.value is None else val(a.value)) if isinstance(a, ScalarArg) else val(a)
+                     for a in call.args)
+        out.append((id(call.function), args, tuple(val(v) for v in call.outputs), call.axes,
+                    tuple(sorted(pos[p] for p in graph.preds[c] if p in pos))))
+    return tuple(out), tuple(sorted(num[v] for v in stores if v in num))
+
+
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None
+                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None
                     ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
     kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
     (bounded search of a large script): one call order, the variant choices of
-    ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed)."""
+    ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed).
+    ``shapes`` (a dict kept by the caller) remembers the implementations of each fusion shape
+    (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt."""
+    if shapes is None:
+        return _implementations(program, graph, lib, calls, spans, sampled, variants_of)
+    idx = sorted(calls)
+    key = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
+    if variants_of is not None:
+        key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
+    if key not in shapes:
+        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of)
+        pos = {c: k for k, c in enumerate(idx)}
+        shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
+    found, pruned = shapes[key]
+    return [(Implementation(calls, tuple(idx[k] for k in order), i.variants, i.by, i.loop, i.unroll, i.ipb, i.span,
+                            i.macros), code) for order, i, code in found], dict(pruned)
+
+
+def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
+                     spans: tuple[int, ...], sampled: bool, variants_of
+                     ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     fns = [program.calls[i].function for i in sorted(calls)]
     nesting = fns[0].nesting
     stores = stores_of(program, graph, calls)
@@ -323,16 +368,18 @@ def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, 
     return space
 
 
-REFINE_BUILDS = 300         # bounded search: a chosen kernel searched in full when this cheap
+REFINE_BUILDS = 300         # bounded search: a chosen kernel searched in full when this cheap ...
+REFINE_TOTAL = 1500         # ... and the script's chosen kernels together take at most this many
 
 
-def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tuple[int, ...] = SPANS) -> None:
+def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tuple[int, ...] = SPANS,
+           limit: int = REFINE_BUILDS) -> None:
     """Bounded search: more implementations of a fusion the search chose.  In full when that takes
-    at most REFINE_BUILDS layouts; else by changing one call's variant at a time from the best
-    found so far (``score(code)``: predicted seconds) while that helps."""
+    at most ``limit`` layouts; else by changing one call's variant at a time from the best found so
+    far (``score(code)``: predicted seconds) while that helps."""
     program, graph = space.program, space.graph
-    if count_builds(program, graph, calls, REFINE_BUILDS) <= REFINE_BUILDS:
-        impls, _ = implementations(program, graph, lib, calls, spans)
+    if count_builds(program, graph, calls, limit) <= limit:
+        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes)
         space.impls[calls] = impls or space.impls[calls]
         return
     found = {(i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros): (i, c)
@@ -346,7 +393,7 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
                 if v != current[k]:
                     trials.append(current[:k] + (v,) + current[k + 1:])
         impls, _ = implementations(program, graph, lib, calls, spans, sampled=True,
-                                   variants_of=lambda o, t=trials: t if o == order else [])
+                                   variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes)
         for i, c in impls:
             found.setdefault((i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros), (i, c))
         new = min(found.values(), key=lambda ic: score(ic[1]))
@@ -360,9 +407,9 @@ def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
     program, graph = space.program, space.graph
     candidates = [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in space.fusions]
     for calls in candidates:
-        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled)
+        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes)
         if sampled and not impls and len(calls) == 1:
-            impls, pruned = implementations(program, graph, lib, calls, spans)
+            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes)
         space.pruned[calls] = pruned
         if impls:
             space.impls[calls] = impls
