@@ -37,6 +37,8 @@ def render(lay: Layout) -> tuple[str, tuple[str, ...]]:
 def _scalar_expr(a: ScalarArg) -> str:
     if a.value is None:
         return f"real({a.literal!r})"
+    if not a.value.is_input:        # computed by an earlier kernel: read where it lies
+        return f"{'-' if a.negate else ''}(*s_{a.value.label}_p)"
     return f"{'-' if a.negate else ''}s_{a.value.label}"
 
 
@@ -82,6 +84,8 @@ class _Emitter:
                 params_c += sk.array_params(g.name, g.value.type)
             elif g.kind == "scalar":
                 params_c.append(f"real s_{g.name}")
+            elif g.kind == "dscalar":
+                params_c.append(f"const real* __restrict__ s_{g.name}_p")
             elif g.kind == "count":
                 params_c.append(f"long long {g.name}")
             else:
@@ -175,6 +179,7 @@ class _Emitter:
         lines.append(sk.routine_index(inner, tx, ty, "ix" if u is None and V == 1 else f"ix{self.slot(u, v)}"))
         cargs = ["rix"]
         binds = kc.call.bindings()
+        declared: dict[str, str] = {}       # view variable -> its struct (an element passed twice)
         for a, acc in zip(r.args, _accesses_in_order(s)):
             if a.kind == "global":
                 cargs.append(f"g_{binds[a.name].label}")
@@ -184,8 +189,13 @@ class _Emitter:
                 cargs.append(self.ename(acc.element, u or 0, v))
             else:
                 vname = self.view(acc, X, Y)
-                lines.append(sk.view_decl(inner, vname, acc.element, tx, ty))
-                cargs.append(f"v_{acc.element}")
+                var = f"v_{acc.element}"
+                if var in declared and declared[var] != vname:      # the same element, another mapping
+                    var = f"v_{acc.element}_{len(declared)}"
+                if var not in declared:
+                    declared[var] = vname
+                    lines.append(sk.view_decl(inner, vname, acc.element, tx, ty, var))
+                cargs.append(var)
         lines.append(sk.call_line(inner, r.fn, kc.macros, cargs))
         lines.append(f"{indent}}}")
         return lines

@@ -257,7 +257,9 @@ def make_frame(lay: Layout) -> Frame:
 
 
 def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
-    """Arrays first (in order of first use), then scalars, counts, iterations."""
+    """Arrays first (in order of first use), then scalars: script inputs by value, scalars an
+    earlier kernel computed (a reduction's result) by address (``dscalar``: read on the device,
+    no synchronisation with the host), then counts, iterations."""
     args: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
@@ -274,7 +276,7 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
                 sa = s.kc.call.bindings()[a.name]
                 if sa.value is not None:
                     scalars[sa.value.id] = sa.value
-    args += [GlobalArg("scalar", v.label, v) for v in scalars.values()]
+    args += [GlobalArg("scalar" if v.is_input else "dscalar", v.label, v) for v in scalars.values()]
     args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
              for ax, d, e in zip("ij", axis_dims, extents)]
     args.append(GlobalArg("iters", "iters"))
@@ -300,11 +302,16 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
     prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
                                          and not g.value.is_input and g.value.id not in own}
+    prior |= {g.value.id for g in args if g.kind == "dscalar"}
+
+    def reads_prior(s) -> bool:
+        binds = s.kc.call.bindings()
+        return any((a.kind == "global" and binds[a.name].id in prior)
+                   or (a.kind == "scalar" and binds[a.name].value is not None and binds[a.name].value.id in prior)
+                   for a in s.routine.args)
+
     return next((ph for ph in ("pre", "loop", "post")
-                 if any(s.phase == ph and s.routine is not None
-                        and any(a.kind == "global" and s.kc.call.bindings()[a.name].id in prior
-                                for a in s.routine.args)
-                        for s in steps)), None)
+                 if any(s.phase == ph and s.routine is not None and reads_prior(s) for s in steps)), None)
 
 
 # -- unrolled and spanned copies -------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ..ir.graph import DependencyGraph
-from ..ir.program import Call, Program, Value
+from ..ir.program import Call, Program, ScalarArg, Value
 
 
 def _calls(program: Program, fusion: frozenset[int]) -> list[Call]:
@@ -47,6 +47,9 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
         for v in values:
             out = next(q for q, o in zip(prod.function.outputs, prod.outputs) if o is v)
             for q, a in zip(cons.function.inputs, cons.args):
+                if isinstance(a, ScalarArg) and a.value is v:
+                    return (f"{cons.text()} takes {v.name} as a scalar argument, which {prod.text()} "
+                            "computes from every instance: a global barrier")
                 if a is not v:
                     continue
                 if q.index != out.index:

@@ -232,6 +232,9 @@ class Binding:
                 args.append(0)
                 if g.value.type != "scalar":
                     args.extend(np.int64(self.dims[d]) for d in g.value.dims)
+            elif g.kind == "dscalar":         # a scalar an earlier kernel computed: its address
+                patches.append((len(args), *self._source(g.value)))
+                args.append(0)
             elif g.kind == "scalar":
                 patches.append((len(args), SCALAR, self.scalar_inputs.index(g.value.name)))
                 args.append(self.dtype.type(0))
