@@ -3,7 +3,7 @@ updates, independent vector calls on shared inputs, matrix calls on shared input
 gemv/gemtv, and random scripts of the generator (frontend/random_scripts.py).  Each case runs in
 its own process (peak memory is the process's).
 
-    python benchmarks/plan_scale.py [--calls 10,20,50,100] [--limit 120]
+    python benchmarks/plan_scale.py [--calls 10,20,50,100] [--limit 120] [--model calibrated|transfer]
 """
 import argparse
 import json
@@ -14,7 +14,7 @@ CASE = r'''
 import json, resource, sys, time
 import kfuse
 from kfuse.frontend.random_scripts import random_script
-kind, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kind, n, seed, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def chain(n):
     body = [f"v{i + 1} = axpy(a, v{i}, x);" for i in range(n)]
     return ("scalar a; vector x, " + ", ".join(f"v{i}" for i in range(n + 1)) + "; input a, x, v0;\n"
@@ -35,7 +35,7 @@ lib = kfuse.load_library()
 src = {"chain": chain, "wide": wide, "matrix-wide": mwide, "alternating": alternating}.get(kind)
 text = src(n) if src else random_script(lib, seed, calls=n).text
 t0 = time.perf_counter()
-prog = kfuse.compile(text, calibration=False, tuned=False, fuse=(kind != "unfused-chain") if False else True)
+prog = kfuse.compile(text, calibration=(model == "calibrated"), tuned=False)
 dt = time.perf_counter() - t0
 print(json.dumps({"kind": kind, "calls": n, "seconds": round(dt, 3), "kernels": len(prog.kernels),
                   "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
@@ -48,12 +48,14 @@ def main(argv=None):
     ap.add_argument("--calls", default="10,20,50,100")
     ap.add_argument("--kinds", default="chain,wide,matrix-wide,alternating,random")
     ap.add_argument("--limit", type=float, default=120.0, help="seconds per case before it is stopped")
+    ap.add_argument("--model", choices=("calibrated", "transfer"), default="calibrated",
+                    help="ranking model: the calibrated one users get (default), or the transfer model")
     args = ap.parse_args(argv)
     print(f"{'script':12s} {'calls':>5s} {'plan s':>8s} {'peak MB':>8s} {'kernels':>7s}  search")
     for kind in args.kinds.split(","):
         for n in (int(x) for x in args.calls.split(",")):
             try:
-                out = subprocess.run([sys.executable, "-c", CASE, kind, str(n), "1"], capture_output=True,
+                out = subprocess.run([sys.executable, "-c", CASE, kind, str(n), "1", args.model], capture_output=True,
                                      text=True, timeout=args.limit)
             except subprocess.TimeoutExpired:
                 print(f"{kind:12s} {n:5d} {'>' + str(int(args.limit)):>8s}")

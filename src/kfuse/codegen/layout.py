@@ -14,7 +14,7 @@ An (unroll, span) copy of a kernel shares the analysis of the single one (``copy
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
@@ -31,6 +31,16 @@ MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unro
 
 __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
            "analyse", "copy_layouts", "finish", "layout"]
+
+
+def replace(obj, **changes):
+    """``dataclasses.replace`` for the frozen records of this module (Step, Layout, KernelSpec:
+    plain fields, nothing derived or cached), without the constructor's cost: a layout makes
+    tens of thousands of such copies while a long script is planned."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def _empty() -> Mapping:

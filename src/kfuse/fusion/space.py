@@ -99,10 +99,19 @@ def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -
     return frozenset(out)
 
 
-def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8) -> tuple[list[Fusion], dict]:
-    """Legal fusions of two or more calls, and the reason each refused candidate was refused."""
+def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8, budget: int | None = None
+                      ) -> tuple[list[Fusion], dict] | None:
+    """Legal fusions of two or more calls, and the reason each refused candidate was refused.
+    With a ``budget``: None as soon as the single calls' and the legal fusions' implementations
+    would take more than ``budget`` layouts (the search then cannot be exhaustive)."""
     n = len(program.calls)
     legal, refused = [], {}
+    cost = 0
+    if budget is not None:
+        for i in range(n):
+            cost += count_builds(program, graph, frozenset({i}), budget - cost)
+            if cost > budget:
+                return None
     for size in range(2, min(n, max_size) + 1):
         for combo in combinations(range(n), size):
             f = frozenset(combo)
@@ -111,6 +120,10 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
                 refused[f] = reason
             else:
                 legal.append(Fusion(f))
+                if budget is not None:
+                    cost += count_builds(program, graph, f, budget - cost)
+                    if cost > budget:
+                        return None
     return legal, refused
 
 
@@ -334,16 +347,6 @@ def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
     return legal, refused, examined
 
 
-def exhaustive_cost(program: Program, graph: DependencyGraph, fusions: list[Fusion]) -> int:
-    """Layouts an exhaustive search builds (counting stops past the budget)."""
-    total = 0
-    for calls in [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in fusions]:
-        total += count_builds(program, graph, calls, BUILD_BUDGET - total)
-        if total > BUILD_BUDGET:
-            break
-    return total
-
-
 def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, exhaustive: bool | None = None
                 ) -> Space:
     """Every legal fusion of ``program`` and the implementations of each (and of each single call),
@@ -354,9 +357,9 @@ def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, 
     space = Space(program, graph)
     n = len(program.calls)
     if exhaustive is not False and n <= EXHAUSTIVE_CALLS:
-        space.fusions, space.refused = enumerate_fusions(program, graph)
-        cost = exhaustive_cost(program, graph, space.fusions)
-        if exhaustive or cost <= BUILD_BUDGET:
+        found = enumerate_fusions(program, graph, budget=None if exhaustive else BUILD_BUDGET)
+        if found is not None:       # within the budget (or exhaustive asked for)
+            space.fusions, space.refused = found
             _fill(space, lib, spans, sampled=False)
             return space
     fusions, refused, examined = grow_fusions(program, graph)
