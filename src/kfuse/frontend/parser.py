@@ -239,15 +239,16 @@ class _Parser:
         self.expect(";")
 
     def return_statement(self, ret: Tok) -> None:
-        outs = []
+        outs, seen = [], set()
         for tok in self.names("a name to return"):
             self.lookup_decl(tok)
             if tok.text in self.inputs:
                 raise self.error(f"{tok.text} is an input; return values the script computes", tok)
             if tok.text not in self.current:
                 raise self.error(f"{tok.text} is returned but never assigned", tok)
-            if self.current[tok.text] in outs:
+            if self.current[tok.text].id in seen:
                 raise self.error(f"{tok.text} is returned twice", tok)
+            seen.add(self.current[tok.text].id)
             outs.append(self.current[tok.text])
         self.expect(";")
         self.outputs = outs

@@ -8,6 +8,8 @@ dimensions and every constraint is checked.
 from __future__ import annotations
 
 from functools import cached_property
+from types import MappingProxyType
+from typing import Mapping
 from dataclasses import dataclass, field
 
 from ..library.schema import Function
@@ -49,15 +51,16 @@ class Call:
     def name(self) -> str:
         return f"c{self.index}_{self.function.name}"
 
-    def bindings(self) -> dict[str, Value | ScalarArg]:
-        """Parameter name -> argument (inputs) or value (outputs); a fresh dict each time."""
-        return dict(self._bindings)
+    def bindings(self) -> Mapping[str, Value | ScalarArg]:
+        """Parameter name -> argument (inputs) or value (outputs), read-only (made once: code
+        generation asks for it tens of thousands of times on a long script)."""
+        return self._bindings
 
     @cached_property
-    def _bindings(self) -> dict[str, Value | ScalarArg]:
+    def _bindings(self) -> Mapping[str, Value | ScalarArg]:
         out: dict[str, Value | ScalarArg] = {p.name: a for p, a in zip(self.function.inputs, self.args)}
         out.update({p.name: v for p, v in zip(self.function.outputs, self.outputs)})
-        return out
+        return MappingProxyType(out)
 
     def text(self) -> str:
         args = ", ".join(a.text() if isinstance(a, ScalarArg) else a.name for a in self.args)
