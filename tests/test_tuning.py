@@ -89,10 +89,19 @@ def test_foreign_store_is_ignored_and_not_written(tmp_path, gemver):
     assert path.read_text() == '{"something": "else"}\n'
 
 
+_start = None
+
+
+def _init(barrier):
+    global _start
+    _start = barrier
+
+
 def _writer(args):
     path, n = args
     prog = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
     store = TuningStore(path)
+    _start.wait(timeout=120)            # all writers start together: they race on creating the file
     for i in range(n):
         store.append(store_key(prog.program, f"gpu{i % 3}", "float32", prog.search.dims), prog.plan, float(i))
     return n
@@ -100,7 +109,8 @@ def _writer(args):
 
 def test_concurrent_writers(tmp_path):
     path = str(tmp_path / "t.jsonl")
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4, initializer=_init, initargs=(ctx.Barrier(4),)) as pool:
         assert sum(pool.map(_writer, [(path, 25)] * 4)) == 100
     warnings = []
     records = TuningStore(path, warn=warnings.append).records()
@@ -108,6 +118,16 @@ def test_concurrent_writers(tmp_path):
     assert open(path).read().count('"format": "kfuse-tuning-store"') == 1
 
 
-def test_compile_ignores_store_without_gpu(tmp_path, gemver):
-    prog = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=tmp_path / "t.jsonl")
-    assert prog.plan.kernels == gemver.plan.kernels
+def test_compile_ignores_store_without_gpu(tmp_path, monkeypatch, gemver):
+    import kfuse.runtime.gpu as gpu
+    gpu_model = "NVIDIA H100 80GB HBM3"
+    other = next(p for p in gemver.search.plans() if p.kernels != gemver.plan.kernels)
+    path = tmp_path / "t.jsonl"
+    TuningStore(path).append(key(gemver, gpu_model), other, 1.0)
+    script = ROOT / "examples" / "gemver.kf"
+    monkeypatch.setattr(gpu, "gpu_name", lambda: gpu_model)
+    assert kfuse.compile(script, tuned=path).plan.kernels == other.kernels   # the store is used...
+    monkeypatch.setattr(gpu, "gpu_name", lambda: None)
+    untuned = kfuse.compile(script, tuned=False)
+    prog = kfuse.compile(script, tuned=path)                                 # ...but not without a GPU
+    assert prog.plan.kernels == untuned.plan.kernels != other.kernels

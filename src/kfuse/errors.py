@@ -31,7 +31,7 @@ class FusionError(KfuseError):
 
 
 class CompileError(KfuseError):
-    """NVRTC or nvcc rejected generated code; carries the log and numbered source."""
+    """NVRTC or nvcc rejected generated code; carries the log, the lines around the error and the path of the full source."""
 
 
 class LaunchError(KfuseError):

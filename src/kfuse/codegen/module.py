@@ -1,13 +1,57 @@
 """Assemble a complete CUDA module: prelude, library routines, shared views, kernels."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from ..library.cusource import _DEF, _KEYWORDS, _body_end, strip_comments
 from ..library.schema import Library
 from .kernel import KernelCode
 
 PRELUDE = Path(__file__).with_name("prelude.cuh")
 DTYPES = {"float32": "float", "float64": "double"}
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def used_routines(text: str, code: str, rel: str) -> str:
+    """``text`` (a library .cu file) without the namespace-scope functions that ``code`` (the
+    kernels) never reaches, directly or through other functions or macros of the file.  Each
+    dropped definition (with the comment just above it) becomes a ``#line`` directive, so
+    compiler messages still point at the library file's own lines."""
+    clean = strip_comments(text)
+    blanked = re.sub(r"^[ \t]*#[^\n]*", lambda m: " " * len(m.group(0)), clean, flags=re.M)
+    spans: dict[str, list[tuple[int, int]]] = {}
+    pos = 0
+    while (m := _DEF.search(blanked, pos)):
+        end = _body_end(blanked, m.end() - 1)
+        if m.group("name") not in _KEYWORDS:
+            spans.setdefault(m.group("name"), []).append((m.start(), end))
+        pos = end
+    macros = "\n".join(line for line in clean.splitlines() if line.lstrip().startswith("#"))
+    todo = set(_IDENT.findall(code)) | set(_IDENT.findall(macros))
+    keep: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in spans and name not in keep:
+            keep.add(name)
+            todo |= {w for a, b in spans[name] for w in _IDENT.findall(blanked[a:b])}
+    drop = sorted(span for name, ss in spans.items() if name not in keep for span in ss)
+    out, at = [], 0
+    for a, b in drop:
+        start = text.rfind("\n", 0, a) + 1                 # the definition's whole first line
+        while start > at:                                    # and the comment lines just above it
+            prev = text.rfind("\n", 0, start - 1) + 1
+            if not text[prev:start].lstrip().startswith("//"):
+                break
+            start = prev
+        stop = text.find("\n", b)
+        stop = len(text) if stop < 0 else stop + 1
+        out.append(text[at:start])
+        out.append(f'#line {text.count(chr(10), 0, stop) + 1} "{rel}"\n')
+        at = stop
+    out.append(text[at:])
+    directive = rf'#line \d+ "{re.escape(rel)}"\n'
+    return re.sub(rf"(?:{directive}\s*)+({directive})", r"\1", "".join(out))   # one per gap
 
 
 def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: str = "") -> str:
@@ -24,11 +68,13 @@ def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: st
         '#line 1 "kfuse/prelude.cuh"',
         PRELUDE.read_text(),
     ]
+    views = dict.fromkeys(v for k in kernels for v in k.views)
     for src in dict.fromkeys(s for k in kernels for s in k.sources):
         path = Path(src)
         rel = f"{lib.name}/{path.name}" if path.parent == lib.root else str(path)
-        parts += [f"// ---- library routines: {rel}", f'#line 1 "{rel}"', path.read_text()]
-    views = dict.fromkeys(v for k in kernels for v in k.views)
+        code = "\n".join([*views, *(k.source for k in kernels)])
+        parts += [f"// ---- library routines used by the kernels: {rel}", f'#line 1 "{rel}"',
+                  used_routines(path.read_text(), code, rel)]
     line = "\n".join(parts).count("\n") + 2          # the line the directive itself lands on
     parts.append(f'#line {line + 1} "kfuse-generated.cu"')
     if views:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
+import tempfile
+from pathlib import Path
 
 from ..errors import CompileError
 from .gpu import cupy
@@ -26,8 +29,40 @@ def options() -> tuple[str, ...]:
 _modules: dict[tuple[str, tuple[str, ...], int], object] = {}
 
 
-def numbered(source: str) -> str:
-    return "\n".join(f"{n:5d}  {line}" for n, line in enumerate(source.splitlines(), 1))
+def excerpt(source: str, log: str, context: int = 3, most: int = 3) -> str:
+    """The numbered lines around the first ``most`` line numbers the compiler log names
+    (``file(123): error`` from NVRTC and nvcc), the error line marked with ``>``."""
+    lines = source.splitlines()
+    wanted = []
+    for m in re.finditer(r"\((\d+)\): (?:catastrophic )?error", log):
+        n = int(m.group(1))
+        if 1 <= n <= len(lines) and n not in wanted:
+            wanted.append(n)
+    parts = []
+    for n in wanted[:most]:
+        lo, hi = max(1, n - context), min(len(lines), n + context)
+        parts.append("\n".join(f"{'>' if i == n else ' '}{i:5d}  {lines[i - 1]}" for i in range(lo, hi + 1)))
+    return "\n...\n".join(parts)
+
+
+def save_source(source: str) -> Path:
+    """Write the full generated source where the user can read it; its name is its digest."""
+    folder = Path(tempfile.gettempdir()) / "kfuse-failed"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}.cu"
+    path.write_text(source)
+    return path
+
+
+def compile_error(tool: str, log: str, source: str) -> CompileError:
+    """A CompileError with the log, the lines around the errors and the path of the full source."""
+    try:
+        where = f"full source in {save_source(source)}"
+    except OSError as e:
+        where = f"full source not saved ({e})"
+    shown = excerpt(source, log)
+    return CompileError(f"{tool} rejected the generated code:\n{log.rstrip()}\n"
+                        + (f"--- around the error ---\n{shown}\n" if shown else "") + f"--- {where}")
 
 
 def load_module(source: str):
@@ -42,7 +77,6 @@ def load_module(source: str):
             mod = cp.RawModule(code=source, options=opts, backend="nvrtc")
             mod.compile()
         except cp.cuda.compiler.CompileException as e:
-            raise CompileError(f"NVRTC rejected the generated code (options {' '.join(opts)}):\n"
-                               f"{e.get_message()}\n--- source ---\n{numbered(source)}") from None
+            raise compile_error(f"NVRTC (options {' '.join(opts)})", e.get_message(), source) from None
         _modules[key] = mod
     return mod
