@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..progress import Progress
 from ..errors import KfuseError
 from ..reference import evaluate, random_inputs, relative_error
 from . import peers
@@ -322,14 +323,17 @@ def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[Benc
 
     paths = list(opts.sequences) or default_sequences()
     start = time.perf_counter()
+    bar = Progress("bench: sequences", len(opts.dtypes) * len(paths), log)
     for dtype in opts.dtypes:
         for path in paths:
             _run_sequence(run, Path(path), dtype, opts, timer, log, cb, torch, torch_fns)
+            bar.step()
             cp.get_default_memory_pool().free_all_blocks()
             if torch is not None:
                 torch.cuda.empty_cache()
             if checkpoint is not None:
                 checkpoint(run)
+    bar.close()
     log(f"done in {time.perf_counter() - start:.0f} s")
     return run
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codegen.module import module_source
+from ..progress import Progress
 
 
 @dataclass
@@ -142,9 +143,11 @@ def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int 
     header = {"gpu": gpu_name() or "no GPU", "dtype": dtype, "n": n, "N": N, "top": top, "reps": reps,
               "model": getattr(model, "name", "?")}
     results = []
-    for k, path in enumerate(paths):
-        log(f"report [{k + 1}/{len(paths)}] {Path(path).stem}")
-        results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log))
-        if checkpoint:
-            checkpoint(results, header)
+    with Progress("report: sequences", len(paths), log) as bar:
+        for k, path in enumerate(paths):
+            log(f"report [{k + 1}/{len(paths)}] {Path(path).stem}")
+            results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log))
+            bar.step()
+            if checkpoint:
+                checkpoint(results, header)
     return results, header

@@ -23,6 +23,7 @@ from .. import __version__
 from ..errors import CompileError
 from ..library.schema import Library
 from ..runtime.compiler import load_module
+from ..progress import Progress
 from ..runtime.gpu import cupy
 from ..runtime.timing import median_us
 from ..cost.calibrated import resident_fraction
@@ -47,30 +48,6 @@ def device_info(device: int) -> dict:
         except Exception:   # noqa: BLE001 - an old driver without the attribute: the H100 value
             out[key] = default
     return out
-
-
-class Progress:
-    """A progress bar on stderr (a line every 10% when stderr is not a terminal)."""
-
-    def __init__(self, what: str, total: int, log=None):
-        self.what, self.total, self.done, self.t0 = what, max(1, total), 0, time.perf_counter()
-        self.tty = log is None and sys.stderr.isatty()
-        self.log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-        self.shown = -1
-
-    def step(self, n: int = 1) -> None:
-        self.done += n
-        frac = self.done / self.total
-        el = time.perf_counter() - self.t0
-        if self.tty:
-            bar = "#" * int(30 * frac)
-            sys.stderr.write(f"\r  {self.what} [{bar:30s}] {self.done}/{self.total} {el:5.1f} s")
-            if self.done >= self.total:
-                sys.stderr.write("\n")
-            sys.stderr.flush()
-        elif int(frac * 10) > self.shown:
-            self.shown = int(frac * 10)
-            self.log(f"  {self.what}: {self.done}/{self.total} ({100 * frac:.0f}%), {el:.1f} s")
 
 
 class _Arrays:
@@ -228,7 +205,7 @@ def _time_all(cp, jobs, funcs, arrays, dev, sink, reps: int, launch_ns: float, l
             for _ in range(20):
                 run()
             cp.cuda.get_current_stream().synchronize()
-    prog = Progress("timing", len(names), log if not sys.stderr.isatty() else None)
+    prog = Progress("timing", len(names), log)
     for k in names:
         p, env = jobs[k]
         run, instances, resident = _launch(p, env, funcs[k], arrays, dev, sink)
@@ -236,6 +213,7 @@ def _time_all(cp, jobs, funcs, arrays, dev, sink, reps: int, launch_ns: float, l
             t = median_us(run, reps=reps, warmup=2)
             times[k] = (max(0.0, t * 1e3 - launch_ns) / instances, resident)
         prog.step()
+    prog.close()
     cp.cuda.get_current_stream().synchronize()
     return times
 
@@ -287,8 +265,9 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     chunks = [names[k:k + CHUNK] for k in range(0, len(names), CHUNK)] or [[]]
     sources = [probe_module(lib, dtype, [jobs[k] for k in chunk], title=f"chunk {n + 1}/{len(chunks)}",
                             empty=(n == 0)) for n, chunk in enumerate(chunks)]
-    prog = Progress("compiling (NVRTC)", len(chunks), log if not sys.stderr.isatty() else None)
+    prog = Progress("compiling (NVRTC)", len(chunks), log)
     modules = _compile_all(sources, prog, log)
+    prog.close()
     funcs = {k: modules[n].get_function(k) for n, chunk in enumerate(chunks) for k in chunk}
 
     launch_us, clear_us = _overheads(cp, modules[0].get_function("kfc_empty"), dtype, log)

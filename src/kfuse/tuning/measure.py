@@ -10,6 +10,7 @@ import numpy as np
 
 from ..codegen.module import module_source
 from ..reference import device_case, evaluate, relative_error
+from ..progress import Progress
 from ..runtime.gpu import cupy
 from ..runtime.launch import pdl_available
 from ..runtime.order import launch_orders, order_defines
@@ -56,7 +57,9 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
     dev, host, outs = device_case(prog, dims, compiled.dtype, 0)
     ref, mag = evaluate(prog, host), evaluate(prog, host, magnitude=True)
     results = []
+    bar = Progress(f"{label}: measuring plans", len(candidates), log)
     for n, c in enumerate(candidates):
+        bar.step()
         for o in outs.values():
             o.fill(np.nan)                      # poisoned again for every candidate
         got = c(out=outs, sync=True, **dev)
@@ -68,4 +71,5 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
         t = median_us(c.bind(**dev), reps=reps, cold_l2=True)      # kfuse's own outputs, as without out=
         results.append((t, n, c))
         log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
+    bar.close()
     return results, compile_s
