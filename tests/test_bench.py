@@ -262,7 +262,7 @@ def fixed_run() -> BenchRun:
     n, N = 8192, 2**26
     run.sequences = [
         SequenceInfo("sscal", "float32", {"N": N}, flops=N, plan_bytes=2 * N * 4, onepass_bytes=2 * N * 4,
-                     input_bytes=N * 4, kernels=1),
+                     input_bytes=N * 4, kernels=1, plan="scal/quad", tuned=True),
         SequenceInfo("bicgk", "float32", {"n": n}, flops=4 * n * n, plan_bytes=2 * (n * n + 2 * n) * 4,
                      onepass_bytes=(n * n + 4 * n) * 4, input_bytes=(n * n + 2 * n) * 4, kernels=2),
     ]
@@ -314,6 +314,22 @@ def test_csv_parses_back(tmp_path):
     w = by[("bicgk", TORCH_EAGER)]
     assert w["status"] == WRONG and w["time_us"] == "" and float(w["error"]) == 3e-2 and w["gflops"] == ""
     assert by[("bicgk", KFUSE)]["sizes"] == "n=8192" and float(k["copy_gbps"]) == 3000.0
+    assert k["plan"] == "scal/quad" and k["tuned"] == "True" and c["plan"] == "" and c["tuned"] == ""
+    assert by[("bicgk", KFUSE)]["tuned"] == "False"
+
+
+def test_bench_records_the_commit_and_the_plan_source():
+    from kfuse.bench.harness import git_commit
+    from kfuse.bench.records import COLOURS
+    import re
+    from conftest import ROOT
+    got = git_commit()
+    if (ROOT / ".git").exists():
+        assert got is not None and re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", got), got
+    assert set(COLOURS) == set(CONTENDERS) and len(set(COLOURS.values())) == len(COLOURS)
+    prog = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
+    assert prog.from_store is False
+    assert prog.plan.summary().count(";") == len(prog.plan.kernels) - 1 and "gemv/" in prog.plan.summary()
 
 
 def test_write_outputs(tmp_path):

@@ -126,8 +126,9 @@ def test_compile_ignores_store_without_gpu(tmp_path, monkeypatch, gemver):
     TuningStore(path).append(key(gemver, gpu_model), other, 1.0)
     script = ROOT / "examples" / "gemver.kf"
     monkeypatch.setattr(gpu, "gpu_name", lambda: gpu_model)
-    assert kfuse.compile(script, tuned=path).plan.kernels == other.kernels   # the store is used...
+    used = kfuse.compile(script, tuned=path)
+    assert used.plan.kernels == other.kernels and used.from_store            # the store is used...
     monkeypatch.setattr(gpu, "gpu_name", lambda: None)
     untuned = kfuse.compile(script, tuned=False)
     prog = kfuse.compile(script, tuned=path)                                 # ...but not without a GPU
-    assert prog.plan.kernels == untuned.plan.kernels != other.kernels
+    assert prog.plan.kernels == untuned.plan.kernels != other.kernels and not prog.from_store

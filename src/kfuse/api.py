@@ -94,16 +94,18 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
                                 model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal)
             with timer("search"):
-                plan = stored_plan(program, search, dtype, tuned) or search.best()
+                stored = stored_plan(program, search, dtype, tuned)
+                plan = stored or search.best()
         else:
             with timer("search"):
-                search, plan = None, unfused_plan(program, lib)
+                search, plan, stored = None, unfused_plan(program, lib), None
         with timer("layout"):
             kernels = generate(plan, lib)
     compiled = CompiledScript(program, lib, dtype, plan, kernels)
     compiled.search = search
     compiled.timings = timer
     compiled.tuned = tuned
+    compiled.from_store = stored is not None     # the plan is a tuned winner from the store
     return compiled
 
 

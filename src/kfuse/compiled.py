@@ -34,6 +34,7 @@ class CompiledScript:
     search: object = field(default=None, repr=False)   # the ranked plan space (fusion.plans.PlanSearch; fused compiles)
     timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
     tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
+    from_store: bool = field(default=False, repr=False, compare=False)  # the plan is a tuned winner
     _by_class: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     tuning: dict | None = field(default=None, repr=False, compare=False)   # what tune() measured and stored
     # caches (declared; filled on demand)
@@ -172,9 +173,11 @@ class CompiledScript:
             search = PlanSearch(self.program, self.library, sizes={d.name: dims[d.id] for d in self.program.dims},
                                 itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
                                 spans=self.search.spans, horizontal=self.search.horizontal)
-            plan = stored_plan(self.program, search, self.dtype, self.tuned) or search.best()
+            stored = stored_plan(self.program, search, self.dtype, self.tuned)
+            plan = stored or search.best()
             other = CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library), search)
             other.tuned = self.tuned
+            other.from_store = stored is not None
             self._by_class[key] = other
         return self._by_class[key]
 

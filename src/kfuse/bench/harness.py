@@ -264,6 +264,7 @@ def environment(command: str) -> dict:
         "library_digest": load_library().digest,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
+        "git_commit": git_commit(),
     }
     try:
         env["nvrtc_version"] = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
@@ -284,6 +285,23 @@ def environment(command: str) -> dict:
     except ImportError:
         env["matplotlib"] = None
     return env
+
+
+def git_commit() -> str | None:
+    """The commit of the kfuse checkout that runs ("+dirty" with uncommitted changes); None
+    outside a git checkout."""
+    import subprocess
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def _stderr(line: str) -> None:
@@ -432,7 +450,8 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
     info = SequenceInfo(sequence=stem, dtype=dtype, sizes={d.name: dims[d.id] for d in p.dims},
                         flops=prog.flops(dims), plan_bytes=prog.traffic(dims),
                         onepass_bytes=prog.compulsory_traffic(dims), input_bytes=nbytes,
-                        kernels=len(prog.kernels), input_sets=sets)
+                        kernels=len(prog.kernels), input_sets=sets, plan=prog.plan.summary(),
+                        tuned=prog.from_store)
     run.sequences.append(info)
     log(f"[{dtype}] {display_name(stem)}: " + ", ".join(f"{k}={v}" for k, v in info.sizes.items())
         + f"; inputs {fmt_bytes(nbytes)}, {sets} input set(s); traffic: plan {fmt_bytes(info.plan_bytes)}, "

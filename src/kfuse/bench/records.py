@@ -13,6 +13,7 @@ TORCH_EAGER = "torch eager"
 TORCH_COMPILE = "torch.compile"
 PEERS = (CUBLAS, TORCH_EAGER, TORCH_COMPILE)
 CONTENDERS = (KFUSE, *PEERS)
+COLOURS = {KFUSE: "C0", CUBLAS: "C1", TORCH_EAGER: "C2", TORCH_COMPILE: "C3"}   # the same in every chart
 
 # status of a record
 OK = "ok"              # checked against the reference, then timed
@@ -64,6 +65,8 @@ class SequenceInfo:
     input_bytes: int            # bytes of the array inputs (what L2 rotation is sized by)
     kernels: int                # kernels kfuse launches per call
     input_sets: int = 1         # input sets rotated between repetitions (1: data larger than L2)
+    plan: str = ""              # kfuse's plan, one kernel per ";" (calls and variants: Plan.summary)
+    tuned: bool = False         # the plan came from the tuning store (else the model's first choice)
 
 
 @dataclass

@@ -10,13 +10,14 @@ import json
 import math
 from pathlib import Path
 
-from .records import (CONTENDERS, CUBLAS, KFUSE, NOT_AVAILABLE, OK, PEERS, TORCH_COMPILE, TORCH_EAGER, WRONG, BenchRun,
+from .records import (COLOURS, CONTENDERS, CUBLAS, KFUSE, NOT_AVAILABLE, OK, PEERS, TORCH_COMPILE, TORCH_EAGER, WRONG, BenchRun,
                       Record, SequenceInfo, display_name)
 
 SHORT = {CUBLAS: "cuBLAS", TORCH_EAGER: "eager", TORCH_COMPILE: "compile"}
 CSV_FIELDS = ("sequence", "name", "dtype", "sizes", "contender", "status", "time_us", "error", "tolerance",
               "gflops", "flops", "plan_bytes", "onepass_bytes", "limit_us", "onepass_us", "gbps", "frac_copy",
-              "frac_copy_onepass", "kfuse_speedup", "kernels", "input_bytes", "input_sets", "copy_gbps", "note")
+              "frac_copy_onepass", "kfuse_speedup", "kernels", "input_bytes", "input_sets", "copy_gbps", "plan",
+              "tuned", "note")
 
 
 # --- metrics (times in microseconds, bandwidths in GB/s = 1e9 bytes per second) ----------------
@@ -92,7 +93,9 @@ def csv_rows(run: BenchRun) -> list[dict]:
                    "status": r.status, "time_us": r.time_us, "error": r.error, "tolerance": r.tolerance,
                    "flops": info.flops, "plan_bytes": info.plan_bytes, "onepass_bytes": info.onepass_bytes,
                    "kernels": info.kernels if c == KFUSE else None, "input_bytes": info.input_bytes,
-                   "input_sets": info.input_sets, "copy_gbps": run.copy_gbps, "note": r.note}
+                   "input_sets": info.input_sets, "copy_gbps": run.copy_gbps,
+                   "plan": info.plan if c == KFUSE else None, "tuned": info.tuned if c == KFUSE else None,
+                   "note": r.note}
             row.update(metrics(run, info, r))
             out.append({k: row[k] for k in CSV_FIELDS})
     return out
@@ -255,7 +258,7 @@ def write_charts(run: BenchRun, folder: Path) -> tuple[list[Path], list[str]]:
                     m = metrics(run, info, r) if r is not None else {}
                     vals.append(m.get("kfuse_speedup" if fname == "speedup.png" else "frac_copy") or float("nan"))
                 xs = [i + (j - (len(groups) - 1) / 2) * width for i in range(len(infos))]
-                ax.bar(xs, vals, width, label=c)
+                ax.bar(xs, vals, width, label=c, color=COLOURS[c])
                 for x, info in zip(xs, infos):
                     r = run.record(info.sequence, dtype, c)
                     if r is not None and r.status == WRONG:

@@ -19,6 +19,11 @@ class Plan:
     # the fusion implementations it was built from (fusion.space.Implementation), when searched
     implementations: tuple = field(default=(), compare=False)
 
+    def summary(self) -> str:
+        """One line: each kernel's calls with their variants, kernels separated by "; "."""
+        return "; ".join(" + ".join(f"{kc.call.function.name}/{kc.describe().split('/', 1)[-1]}"
+                                    for kc in k.calls) for k in self.kernels)
+
     def describe(self) -> str:
         head = f"plan for {self.program.name}: {len(self.kernels)} kernel(s)"
         if self.predicted is not None:
