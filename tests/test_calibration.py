@@ -9,7 +9,7 @@ import kfuse
 from kfuse.cost import calibrated, store
 from kfuse.cost.calibrated import CalibratedModel, choose_model, resident_fraction
 from kfuse.ir.kernel import target_blocks
-from kfuse.calibration.probes import Env, barrier_probes, library_probes, probe_module, routine_key
+from kfuse.calibration.probes import Env, barrier_probes, library_probes, probe_module
 from kfuse.bench.prediction import SequenceResult, markdown
 from kfuse.cost.store import Calibration, find, read_file, write_entry
 from kfuse.ir.kernel import KernelCall, KernelSpec

@@ -2,11 +2,8 @@
 routines, the tuning store, calibration files (CPU)."""
 from __future__ import annotations
 
-import copy
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +12,7 @@ import pytest
 from kfuse.errors import LibraryError
 from kfuse.library import expr
 from kfuse.library.loader import SHIPPED, load_library
-from test_library import FILE, SOURCE, gemv_function, make_library, scal_function, stub_sources, dump_functions
+from test_library import FILE, SOURCE, gemv_function, make_library, scal_function, stub_sources
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,7 +33,7 @@ class Definition:
 
 def strip_comments(text: str) -> str:
     """Comments and string/char literals blanked (newlines kept, so line numbers stay right)."""
-    out, i, n = [], 0, len(text)
+    out, i = [], 0
     pattern = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
     for m in pattern.finditer(text):
         out.append(text[i:m.start()])
