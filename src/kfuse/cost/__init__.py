@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 class Model(Protocol):
     """What a plan search needs of a cost model."""
     name: str
+    launch_seconds: float       # the launch term of every kernel_time (s per kernel)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int],
                     itemsize: int) -> float:

@@ -52,6 +52,7 @@ class CalibratedModel:
         self._memo: dict[tuple, float] = {}
         self._keys: dict[tuple, str] = {}      # routine identity -> calibration key (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
+        self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -127,7 +128,7 @@ class CalibratedModel:
             kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
             ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
-                "barrier": barrier * 1e-9, "launch": self.cal.launch_ns * 1e-9,
+                "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
                 "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
 

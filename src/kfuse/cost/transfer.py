@@ -27,6 +27,10 @@ class Machine:
     atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
     barrier: float = 0.05e-9        # s per local barrier executed by an instance
 
+    @property
+    def launch_seconds(self) -> float:
+        return self.launch
+
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int],
                     itemsize: int) -> float:
         """The interface every cost model offers (cost.Model)."""

@@ -102,7 +102,8 @@ def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[in
     return None
 
 
-def _set(calls: frozenset[int]) -> str:
+def call_set(calls) -> str:
+    """Calls as the explanations name them: ``{c0, c2}``."""
     return "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
 
 
@@ -128,7 +129,7 @@ def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[in
     bits = sum(1 << x for x in b)
     if (down_a | up_a) & bits:
         first, second = (a, b) if down_a & bits else (b, a)
-        return f"dependent: {_set(second)} depends on {_set(first)}"
+        return f"dependent: {call_set(second)} depends on {call_set(first)}"
     for rule in HORIZONTAL_RULES:
         reason = rule(program, graph, a | b)
         if reason:

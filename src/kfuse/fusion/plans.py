@@ -19,7 +19,7 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .legality import why_not_horizontal
+from .legality import call_set, why_not_horizontal
 from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
@@ -31,14 +31,6 @@ HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in l
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
 
 
-def _launch_seconds(model) -> float:
-    """The launch term of a model's kernel time (calibrated: measured; transfer: its machine's)."""
-    cal = getattr(model, "cal", None)
-    return cal.launch_ns * 1e-9 if cal is not None else getattr(model, "launch", 0.0)
-
-
-def _names(calls: frozenset[int]) -> str:
-    return "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
 
 
 def default_macros(variant: Variant) -> tuple[tuple[str, int], ...]:
@@ -140,7 +132,7 @@ class PlanSearch:
             self.partitions = self._partitions() if self.space.bounded is None else self._greedy_partitions()
         if self.space.bounded is not None:
             with timer("space"):
-                self._refine(itemsize)
+                self._refine()
         self.horizontal = horizontal
         self.horizontal_log: list[str] = []     # what the horizontal pass tried, for explain()
         if horizontal:
@@ -167,30 +159,29 @@ class PlanSearch:
         rec(0, [])
         return out
 
-    def _score(self, code: KernelCode, itemsize: int) -> float:
+    def _score(self, code: KernelCode) -> float:
         """Predicted seconds, kept to 0.1 us: closer predictions are ties, broken by measured
         preferences (``_rank``).  Fusions of one shape share their kernels' layouts (fusion/space.py
         ``fusion_shape``), so each is scored once."""
         got = self._scores.get(id(code))
         if got is None:         # the code is kept with its score: its id is not reused meanwhile
-            t = round(self.model.kernel_time(code, self.dims, self.entries, itemsize) * 1e7) / 1e7
+            t = round(self.model.kernel_time(code, self.dims, self.entries, self.itemsize) * 1e7) / 1e7
             got = self._scores[id(code)] = (t, code)
         return got[0]
 
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
-        scored = [(self._score(code, self.itemsize), impl, code) for impl, code in impls]
+        scored = [(self._score(code), impl, code) for impl, code in impls]
         scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
         return scored
 
-    def _refine(self, itemsize: int) -> None:
+    def _refine(self) -> None:
         """Bounded search: the chosen partition's fused kernels searched further (fusion/space.py
         ``refine``) and ranked again."""
         fused = [calls for calls in self.partitions[0] if len(calls) > 1]
         limit = min(REFINE_BUILDS, REFINE_TOTAL // max(1, len(fused)))
         for calls in fused:
-            if len(calls) > 1:
-                refine(self.space, self.lib, calls, lambda code: self._score(code, itemsize), self.spans, limit)
-                self.ranked[calls] = self._rank(self.space.impls[calls])
+            refine(self.space, self.lib, calls, self._score, self.spans, limit)
+            self.ranked[calls] = self._rank(self.space.impls[calls])
 
     def _horizontal(self) -> None:
         """Horizontal fusion: in the best partition, kernels whose calls exchange nothing, of one
@@ -199,7 +190,8 @@ class PlanSearch:
         pair by pair, most saving first, up to HORIZONTAL_CALLS calls a kernel; candidates are
         kernels at most HORIZONTAL_WINDOW apart in launch order.  The merged partition is added
         to the partitions (its plans ranked with the others)."""
-        base = min(self.partitions, key=lambda b: (self._cost(b, (0,) * len(b)), self.partitions.index(b)))
+        base = self.partitions[min(range(len(self.partitions)),
+                                   key=lambda i: (self._cost(self.partitions[i], (0,) * len(self.partitions[i])), i))]
         blocks = self._kernel_order(list(base))
         tried: set[frozenset[int]] = set()
         while True:
@@ -211,7 +203,7 @@ class PlanSearch:
                         continue
                     tried.add(u)
                     saving, verdict = self._horizontal_saving(a, b)
-                    self.horizontal_log.append(f"{_names(a)} + {_names(b)}: {verdict}")
+                    self.horizontal_log.append(f"{call_set(a)} + {call_set(b)}: {verdict}")
                     if saving > 0 and (best is None or saving > best[0]):
                         merged = [x for x in blocks if x not in (a, b)] + [u]
                         order = self._kernel_order(merged)
@@ -240,7 +232,7 @@ class PlanSearch:
         apart, together = self.ranked[a][0][0] + self.ranked[b][0][0], self.ranked[u][0][0]
         # the launch saved is not counted: kernels queued back to back (graph replay, early launch)
         # hide it, and merged streams measured no faster (docs/results/horizontal.md)
-        saving = apart - together - _launch_seconds(self.model)
+        saving = apart - together - self.model.launch_seconds
         if saving > 0:
             return saving, f"one kernel, predicted {together * 1e6:.1f} us against {apart * 1e6:.1f} apart"
         return 0.0, (f"not fused: predicted {together * 1e6:.1f} us as one kernel, {apart * 1e6:.1f} apart: "
@@ -386,6 +378,6 @@ class PlanSearch:
         if self.space.refused:
             lines.append("refused:")
             for calls, reason in sorted(self.space.refused.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))):
-                names = "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
+                names = call_set(calls)
                 lines.append(f"  {names}: {reason}")
         return lines

@@ -19,7 +19,7 @@ from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import AXES, Library
 from ..ir.program import Program, ScalarArg
-from .legality import why_not
+from .legality import call_set, why_not
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
@@ -32,7 +32,7 @@ class Fusion:
     calls: frozenset[int]
 
     def __str__(self) -> str:
-        return "{" + ", ".join(f"c{i}" for i in sorted(self.calls)) + "}"
+        return call_set(self.calls)
 
 
 @dataclass(frozen=True)
