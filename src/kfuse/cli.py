@@ -210,6 +210,8 @@ def cmd_report(args) -> int:
 
     def checkpoint(results, header):
         out.write_text(markdown(results, header))
+        out.with_suffix(".json").write_text(json.dumps({"header": header, "sequences": [r.to_json() for r in results]},
+                                                       indent=1))
     results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
                                  checkpoint=checkpoint)
     checkpoint(results, header)

@@ -32,6 +32,13 @@ class SequenceResult:
     all_s: float = 0.0              # first + CUDA text of every implementation
     search_s: float = 0.0           # empirical search over the top K (NVRTC included)
     compile_s: float = 0.0          # the NVRTC part of it
+    summaries: list[str] = field(default_factory=list)     # the measured plans, in predicted order
+
+    def to_json(self) -> dict:
+        """Every measured plan (rank, predicted and measured us, plan summary), for analysis."""
+        return {"name": self.name, "plans": self.plans, "wrong": self.wrong,
+                "measured": [{"rank": r, "predicted_us": p, "measured_us": m, "plan": self.summaries[r - 1]}
+                             for r, p, m in self.measured]}
 
     @property
     def best(self) -> tuple[int, float, float] | None:
@@ -68,6 +75,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     res.search_s = time.perf_counter() - t1
     res.measured = sorted((k + 1, plans[k].predicted * 1e6, t) for t, k, _ in results)
     res.wrong = len(plans) - len(results)
+    res.summaries = [p.summary() for p in plans]
     return res
 
 

@@ -247,6 +247,13 @@ def make_frame(lay: Layout) -> Frame:
                           f"({T} per instance: use more instances per block)")
     if T < 32 and any(X * Y != T for X, Y in shapes):
         raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
+    for s in steps:
+        if s.routine is not None and s.routine.name in s.kc.variant.warp_wide:
+            X, Y = s.kc.shape(s.routine)
+            if X * Y < T and X * Y % 32:
+                raise FusionError(f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
+                                  f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
+                                  f"({T} threads per instance)")
     smem = lay.placement.shared_size * spec.ipb
     if smem * 8 > MAX_SHARED_BYTES:
         raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")

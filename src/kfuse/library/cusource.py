@@ -15,6 +15,10 @@ from ..errors import LibraryError
 from .schema import Variant
 
 BARRIERS = re.compile(r"\b(__syncthreads(?:_count|_and|_or)?|__barrier_sync|bar\.sync|barrier\.sync)\b")
+# lane exchanges: the *_sync intrinsics (shuffles, votes, match, reduce), __syncwarp, and the
+# prelude's helpers built on them (codegen/prelude.cuh; tests/test_trust.py keeps this list whole)
+PRELUDE_WARP_WIDE = ("kf_warp_sum", "kf_lanes_sum")
+WARP_WIDE = re.compile(r"\b(__\w+_sync|__syncwarp|__activemask|" + "|".join(PRELUDE_WARP_WIDE) + r")\b")
 _DEF = re.compile(r"(?:\btemplate\s*<(?P<tpl>[^<>{};]*(?:<[^<>{};]*>[^<>{};]*)*)>\s*)?"
                   r"(?P<head>(?:[A-Za-z_][\w:<>,*&\s]*?)\s)?"
                   r"(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^{};]*?)\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
@@ -89,6 +93,12 @@ def _body_end(text: str, start: int) -> int:
 
 def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
     """(name -> definitions at namespace scope, names that reach a barrier)."""
+    defs, macros = _parse(text)
+    return defs, _reaching(defs, macros, BARRIERS)
+
+
+def _parse(text: str) -> tuple[dict[str, list[Definition]], dict[str, str]]:
+    """(name -> definitions at namespace scope, macro name -> body)."""
     clean = strip_comments(text)
     macros = {m.group(1): m.group(2) for m in _MACRO.finditer(clean)}
     # preprocessor lines blanked (a #define body is not code at this point)
@@ -112,22 +122,33 @@ def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
                                                         code.count("\n", 0, m.start("name")) + 1,
                                                         code[brace:end]))
         pos = end
-    syncing = {n for n, b in macros.items() if BARRIERS.search(b)}
-    syncing |= {n for n, ds in defs.items() if any(BARRIERS.search(d.body) for d in ds)}
+    return defs, macros
+
+
+def _reaching(defs: dict[str, list[Definition]], macros: dict[str, str], pattern: re.Pattern) -> set[str]:
+    """Names of the definitions and macros whose body matches ``pattern`` or names one that does
+    (helpers, transitively)."""
+    found = {n for n, b in macros.items() if pattern.search(b)}
+    found |= {n for n, ds in defs.items() if any(pattern.search(d.body) for d in ds)}
     changed = True
-    while changed:                       # helpers that call a barrier, transitively
+    while changed:
         changed = False
         for n, ds in defs.items():
-            if n in syncing:
-                continue
-            if any(re.search(rf"\b{re.escape(s)}\b", d.body) for d in ds for s in syncing):
-                syncing.add(n)
+            if n not in found and any(re.search(rf"\b{re.escape(s)}\b", d.body) for d in ds for s in found):
+                found.add(n)
                 changed = True
         for n, b in macros.items():
-            if n not in syncing and any(re.search(rf"\b{re.escape(s)}\b", b) for s in syncing):
-                syncing.add(n)
+            if n not in found and any(re.search(rf"\b{re.escape(s)}\b", b) for s in found):
+                found.add(n)
                 changed = True
-    return defs, syncing
+    return found
+
+
+def warp_wide(text: str) -> set[str]:
+    """Names in a CUDA source that exchange values between the lanes of a warp (shuffles, votes,
+    the prelude's warp sums), directly or through helpers: all 32 lanes of a warp must call them."""
+    defs, macros = _parse(text)
+    return _reaching(defs, macros, WARP_WIDE)
 
 
 def _source_text(ctx, source: Path, where: str) -> str:
@@ -143,14 +164,16 @@ def _source_text(ctx, source: Path, where: str) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _scan(text: str):
-    return scan(text)
+    defs, macros = _parse(text)
+    return defs, _reaching(defs, macros, BARRIERS), _reaching(defs, macros, WARP_WIDE)
 
 
-def check_definitions(ctx, v: "Variant", where: str) -> None:
+def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
     """Every routine is defined in the variant's source, as a template whose leading parameters
     are the variant's macros in order (then classes), taking ix plus one parameter per argument,
-    and never reaching a barrier (the compiler places ``__syncthreads()``)."""
-    defs, syncing = _scan(_source_text(ctx, v.source, f"{where}.source"))
+    and never reaching a barrier (the compiler places ``__syncthreads()``).  Returns the names of
+    the routines that exchange values between lanes (``warp_wide``)."""
+    defs, syncing, lanes = _scan(_source_text(ctx, v.source, f"{where}.source"))
     macros = list(v.macros)
     want = ", ".join([f"int {m}" for m in macros] + ["class ..."])
     for r in v.routines:
@@ -179,3 +202,4 @@ def check_definitions(ctx, v: "Variant", where: str) -> None:
         if r.fn in syncing:
             raise ctx.fail(rw, f"{r.fn} ({v.source.name}) calls __syncthreads() or another barrier: "
                            "routines never do, the compiler places barriers")
+    return frozenset(r.name for r in v.routines if r.fn in lanes)

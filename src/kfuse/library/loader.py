@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -274,8 +275,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile)
     _check_routines(ctx, variant, params, where)
-    cusource.check_definitions(ctx, variant, where)
-    return variant
+    return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
 
 
 def _source(ctx: _Ctx, name: str, where: str) -> Path:

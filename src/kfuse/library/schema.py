@@ -83,6 +83,8 @@ class Variant:
     routines: tuple[Routine, ...]
     tile: tuple[str | int, str | int] | None = None     # nested: rows x columns of an instance's
                                                         # tile (ints or macros); None: the library's
+    # routines that exchange values between lanes (shuffles): all 32 lanes of a warp run them
+    warp_wide: frozenset[str] = frozenset()
 
     def routine(self, name: str) -> Routine | None:
         return next((r for r in self.routines if r.name == name), None)

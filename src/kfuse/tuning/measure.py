@@ -1,15 +1,18 @@
-"""Measuring candidate plans on the GPU: compiled together (one NVRTC module), each checked
-against the float64 reference on random inputs, the correct ones timed with CUDA events."""
+"""Measuring candidate plans on the GPU: compiled together (a few NVRTC modules, compiled side by
+side, each kernel that several candidates share built once), each checked against the float64
+reference on random inputs, the correct ones timed with CUDA events."""
 from __future__ import annotations
 
 import logging
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import numpy as np
 
 from ..codegen.module import module_source
-from ..reference import device_case, evaluate, relative_error
+from ..reference import device_case, evaluate
 from ..progress import Progress
 from ..runtime.gpu import cupy
 from ..runtime.launch import pdl_available
@@ -24,19 +27,72 @@ def share_module(progs: list, title: str, dims: dict[int, int] | None = None) ->
     block orders at those sizes are built in (runtime/order.py); a program bound at other sizes
     whose orders differ compiles its own module."""
     base = progs[0]
-    source = module_source([k for p in progs for k in p.kernels], base.library, base.dtype, title=title)
+    kernels = {k.launch.kernel: k for p in progs for k in p.kernels}     # one kernel of several programs: once
+    source = module_source(list(kernels.values()), base.library, base.dtype, title=title)
     if dims is not None:
         device = cupy().cuda.Device().id
-        source = "".join(order_defines(p.kernels, launch_orders(p, dims, device, pdl_available(device)))
-                         for p in progs) + source
+        pdl = pdl_available(device)
+        source = "".join(dict.fromkeys(line for p in progs for line in order_defines(
+            p.kernels, launch_orders(p, dims, device, pdl)).splitlines(keepends=True))) + source
     for p in progs:
         p.share_source(source)
     return source
 
 
+#: at most this many NVRTC compiles run at once (NVRTC compiles one module on one core)
+COMPILE_THREADS = 8
+
+
+def candidates_for(compiled, plans, dims: dict[int, int], device: int, pdl: bool) -> list:
+    """Programs for ``plans``, their kernels named apart (``_t<n>``) so that they can share a
+    module -- except that a kernel several plans build alike (the same code but for its name, the
+    same block order at ``dims``) has one name in all of them, so that it is compiled once."""
+    def renamed(plan, names):
+        return replace(plan, kernels=tuple(replace(k, name=nm) for k, nm in zip(plan.kernels, names)))
+
+    names: dict[tuple[str, int], str] = {}
+    out = []
+    for n, plan in enumerate(plans):
+        own = [f"{k.name}_t{n}" for k in plan.kernels]
+        first = compiled.with_plan(renamed(plan, own))
+        orders = launch_orders(first, dims, device, pdl)
+        chosen = [names.setdefault((code.source.replace(name, "@"), order), name)
+                  for name, code, order in zip(own, first.kernels, orders)]
+        out.append(first if chosen == own else compiled.with_plan(renamed(plan, chosen)))
+    return out
+
+
+def compile_candidates(candidates: list, title: str, dims: dict[int, int], device: int, pdl: bool) -> list[float]:
+    """Share modules among the candidates (consecutive groups, one per compile thread, each module
+    holding its group's kernels once) and compile the modules side by side; the seconds each took."""
+    threads = max(1, min(COMPILE_THREADS, os.cpu_count() or 1, len(candidates)))
+    size = -(-len(candidates) // threads)
+    groups = [candidates[k:k + size] for k in range(0, len(candidates), size)]
+    for g in groups:
+        share_module(g, title, dims)
+
+    def build(c) -> float:
+        t0 = time.perf_counter()
+        with cupy().cuda.Device(device):
+            c.functions(device, launch_orders(c, dims, device, pdl))
+        return time.perf_counter() - t0
+    with ThreadPoolExecutor(len(groups)) as pool:
+        return list(pool.map(build, [g[0] for g in groups]))
+
+
+def _error_on_device(cp, got, ref, denom: float) -> float:
+    """reference.relative_error, computed where the arrays are: ||got - ref|| / denom, inf for
+    a NaN or infinity anywhere (an unwritten element) or a shape other than the reference's."""
+    got = cp.asarray(got, dtype=cp.float64)
+    if got.shape != ref.shape or not bool(cp.isfinite(got).all()):
+        return float("inf")
+    return float(cp.linalg.norm(got - ref)) / denom
+
+
 def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=None, label: str = "tune"):
-    """Compile plans (one NVRTC compile for all), check each against the float64 reference on
-    random inputs of sizes ``dims``, time the correct ones (CUDA events, median of ``reps``).
+    """Compile plans (a few NVRTC compiles side by side, shared kernels once), check each against
+    the float64 reference on random inputs of sizes ``dims``, time the correct ones (CUDA events,
+    median of ``reps``).
 
     Returns ([(microseconds, index in plans, compiled program)] for the correct plans, seconds the
     compile took)."""
@@ -44,18 +100,18 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
     log = log or logging.getLogger("kfuse").info
     prog = compiled.program
     t0 = time.perf_counter()
-    candidates = []
-    for n, plan in enumerate(plans):
-        plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_t{n}") for k in plan.kernels))
-        candidates.append(compiled.with_plan(plan))
-    share_module(candidates, f"tuning candidates of {prog.name}", dims)
     device = cp.cuda.Device().id
-    candidates[0].functions(device, launch_orders(candidates[0], dims, device, pdl_available(device)))
+    pdl = pdl_available(device)
+    candidates = candidates_for(compiled, plans, dims, device, pdl)
+    each = compile_candidates(candidates, f"tuning candidates of {prog.name}", dims, device, pdl)
     compile_s = time.perf_counter() - t0
-    log(f"{label} {prog.name}: {len(candidates)} plan(s) compiled in {compile_s:.1f} s; sizes "
+    log(f"{label} {prog.name}: {len(candidates)} plan(s) compiled in {compile_s:.1f} s "
+        f"({len(each)} modules side by side, {max(each):.1f} s the longest); sizes "
         + ", ".join(f"{d.name}={dims[d.id]}" for d in prog.dims))
     dev, host, outs = device_case(prog, dims, compiled.dtype, 0)
     ref, mag = evaluate(prog, host), evaluate(prog, host, magnitude=True)
+    # the reference on the device, once: a check then costs no copy of a matrix to the host
+    want = {v.id: (cp.asarray(ref[v.id]), float(np.linalg.norm(mag[v.id])) or 1.0) for v in prog.outputs}
     results = []
     bar = Progress(f"{label}: measuring plans", len(candidates), log)
     for n, c in enumerate(candidates):
@@ -64,7 +120,7 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
             o.fill(np.nan)                      # poisoned again for every candidate
         got = c(out=outs, sync=True, **dev)
         got = got if isinstance(got, tuple) else (got,)
-        err = max(relative_error(cp.asnumpy(g), ref[v.id], mag[v.id]) for v, g in zip(prog.outputs, got))
+        err = max(_error_on_device(cp, g, *want[v.id]) for v, g in zip(prog.outputs, got))
         if not err < TOL[compiled.dtype]:
             log(f"  plan {n + 1:3d}: WRONG (error {err:.1e}), skipped")
             continue
