@@ -34,7 +34,8 @@ MAX_INPUT_SETS = 256                # ... but never more sets than this (tiny si
 TOLERANCE = {(KFUSE, "float32"): 1e-5, (KFUSE, "float64"): 1e-12,
              ("peer", "float32"): 1e-4, ("peer", "float64"): 1e-11}
 
-Timer = Callable[[Callable[[], Any]], float]        # callable -> median microseconds
+# callable -> median microseconds, or its quartiles (q1, median, q3)
+Timer = Callable[[Callable[[], Any]], "float | tuple[float, float, float]"]
 Prepare = Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]   # () -> (check, timed)
 Log = Callable[[str], None]
 
@@ -180,10 +181,18 @@ def check_then_time(sequence: str, dtype: str, contender: str, prepare: Prepare,
         bad = ", ".join(f"{k} {v:.1e}" for k, v in errors.items() if not v <= tol)
         return Record(**base, status=WRONG, error=worst, note=f"error above {tol:.0e}: {bad}; not timed")
     try:
-        t = float(timer(timed))
+        q1, t, q3 = _spread(timer(timed))
     except Exception as e:   # noqa: BLE001 - as above
         return Record(**base, status=ERROR, error=worst, note="timing failed: " + _describe(e))
-    return Record(**base, status=OK, time_us=t, error=worst)
+    return Record(**base, status=OK, time_us=t, q1_us=q1, q3_us=q3, error=worst)
+
+
+def _spread(measured: float | tuple[float, float, float]) -> tuple[float | None, float, float | None]:
+    """(q1, median, q3) of what a timer returned (quartiles None when it gave the median only)."""
+    if isinstance(measured, tuple):
+        q1, median, q3 = (float(v) for v in measured)
+        return q1, median, q3
+    return None, float(measured), None
 
 
 def _describe(e: BaseException) -> str:
@@ -195,7 +204,8 @@ def progress_line(r: Record, info: SequenceInfo | None = None) -> str:
     head = f"[{r.dtype}] {display_name(r.sequence):8s} {r.contender:14s}"
     if r.status == OK:
         extra = f", {info.kernels} kernel(s)" if info is not None and r.contender == KFUSE else ""
-        return f"{head} {r.time_us:10.1f} us  ok (error {r.error:.1e}){extra}"
+        spread = f" [{r.q1_us:.1f}, {r.q3_us:.1f}]" if r.q1_us is not None else ""
+        return f"{head} {r.time_us:10.1f} us{spread}  ok (error {r.error:.1e}){extra}"
     if r.status == WRONG:
         return f"{head} {'WRONG':>10s}     error {r.error:.1e}: {r.note}"
     return f"{head} {r.status:>10s}     {r.note}"
@@ -204,10 +214,10 @@ def progress_line(r: Record, info: SequenceInfo | None = None) -> str:
 # --- on the device -------------------------------------------------------------------------------
 
 def device_timer(reps: int, warmup: int) -> Timer:
-    """Median of CUDA-event timings, every call after a read of 4 x L2 (no contender finds the
+    """Quartiles of CUDA-event timings, every call after a read of 4 x L2 (no contender finds the
     previous call's data in L2; a plan's kernels still find what the kernel before left)."""
-    from ..runtime.timing import median_us
-    return lambda fn: median_us(fn, reps=reps, warmup=warmup, cold_l2=True)
+    from ..runtime.timing import quartiles_us
+    return lambda fn: tuple(quartiles_us(fn, reps=reps, warmup=warmup, cold_l2=True))
 
 
 def copy_bandwidth(nbytes: int, timer: Timer) -> float:
@@ -216,7 +226,7 @@ def copy_bandwidth(nbytes: int, timer: Timer) -> float:
     cp = cupy()
     src = cp.ones(nbytes // 4, dtype=cp.float32)
     dst = cp.empty_like(src)
-    t = timer(functools.partial(cp.copyto, dst, src))
+    t = _spread(timer(functools.partial(cp.copyto, dst, src)))[1]
     moved = 2 * src.nbytes
     del src, dst
     cp.get_default_memory_pool().free_all_blocks()
@@ -251,7 +261,7 @@ def environment(command: str) -> dict:
         "sm_count": dev.attributes["MultiProcessorCount"],
         "gpu_memory_bytes": int(props["totalGlobalMem"]),
         "l2_bytes": l2_bytes(),
-        "timing": "median of CUDA-event timings; every call after a read of 4 x L2 (no call finds the call before it in L2)",
+        "timing": "median and quartiles of CUDA-event timings; every call after a read of 4 x L2 (no call finds the call before it in L2)",
         "driver_version": None,
         "cuda_driver_api_version": cp.cuda.runtime.driverGetVersion(),
         "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
