@@ -66,9 +66,9 @@ class BenchOptions:
 # --- sequences and sizes ------------------------------------------------------------------------
 
 def examples_dir() -> Path:
-    """The repository's examples/ (src layout), else ./examples."""
-    here = Path(__file__).resolve().parents[3] / "examples"
-    return here if here.is_dir() else Path.cwd() / "examples"
+    """The examples shipped with the package (kfuse/examples: in a checkout, a link to the
+    repository's examples/)."""
+    return Path(__file__).resolve().parents[1] / "examples"
 
 
 def default_sequences(folder: Path | None = None) -> list[Path]:
