@@ -22,8 +22,10 @@ def test_py_typed_is_shipped():
 
 def test_gpu_extras():
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert extras["gpu"] == extras["cuda13"] == ["cupy-cuda13x"]
-    assert extras["cuda12"] == ["cupy-cuda12x"]
+    # [ctk]: CuPy's extra that pulls NVRTC (and the runtime, cuBLAS) from PyPI; a driver is all else
+    assert extras["gpu"] == extras["cuda13"] == ["cupy-cuda13x[ctk]"]
+    assert extras["cuda12"] == ["cupy-cuda12x[ctk]"]
+    assert not any("cupy" in d for d in PYPROJECT["project"]["dependencies"] + extras["test"])
 
 
 def test_setuptools_resolves_the_version():
