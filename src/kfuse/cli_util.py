@@ -110,10 +110,10 @@ def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
         if name not in known:
             raise KfuseError(f"--size {name}=...: the script's sizes are {', '.join(sorted(known))}")
     for d in program.dims:
-        size = named.get(d.name, d.literal if d.literal is not None else default)
-        if size is None:
+        got = named.get(d.name, d.literal if d.literal is not None else default)
+        if got is None:
             raise KfuseError(f"no size for {d.name}: give --size {d.name}=N (or --size N for all)")
-        dims[d.id] = size
+        dims[d.id] = got
     return dims
 
 

@@ -170,7 +170,7 @@ def check_then_time(sequence: str, dtype: str, contender: str, prepare: Prepare,
     not lose the rest of the run; the record is printed and reported, never hidden.
     """
     tol = tolerance(contender, dtype) if tol is None else tol
-    base = {"sequence": sequence, "dtype": dtype, "contender": contender, "tolerance": tol}
+    base: dict[str, Any] = {"sequence": sequence, "dtype": dtype, "contender": contender, "tolerance": tol}
     try:
         check, timed = prepare()
         errors = output_errors(as_tuple(check()), expected)
@@ -217,7 +217,10 @@ def device_timer(reps: int, warmup: int) -> Timer:
     """Quartiles of CUDA-event timings, every call after a read of 4 x L2 (no contender finds the
     previous call's data in L2; a plan's kernels still find what the kernel before left)."""
     from ..runtime.timing import quartiles_us
-    return lambda fn: tuple(quartiles_us(fn, reps=reps, warmup=warmup, cold_l2=True))
+    def timer(fn: Callable[[], Any]) -> tuple[float, float, float]:
+        q = quartiles_us(fn, reps=reps, warmup=warmup, cold_l2=True)
+        return q.q1, q.median, q.q3
+    return timer
 
 
 def copy_bandwidth(nbytes: int, timer: Timer) -> float:
@@ -318,7 +321,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[BenchRun], None] | None = None,
+def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[BenchRun], object] | None = None,
               timer: Timer | None = None) -> BenchRun:
     """Measure the copy bandwidth, then every sequence x dtype x contender; ``checkpoint`` is
     called with the run so far after each sequence (to write partial outputs).  ``timer``

@@ -60,7 +60,8 @@ def wall_timer(calls: int, rounds: int, warmup: int = 20):
                 fn()
             cp.cuda.Device().synchronize()
             per.append((time.perf_counter() - t0) / calls * 1e6)
-        return tuple(quartiles(per))
+        q = quartiles(per)
+        return q.q1, q.median, q.q3
     return timer
 
 

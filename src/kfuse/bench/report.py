@@ -283,7 +283,7 @@ def write_outputs(run: BenchRun, folder: str | Path, charts: bool = True) -> tup
     (folder / "results.md").write_text(markdown(run))
     write_csv(run, folder / "results.csv")
     (folder / "env.json").write_text(json.dumps(env_json(run), indent=2, default=str) + "\n")
-    written, notes = [folder / n for n in ("results.md", "results.csv", "env.json")], []
+    written, notes = [folder / n for n in ("results.md", "results.csv", "env.json")], list[str]()
     if charts:
         paths, notes = write_charts(run, folder)
         written += paths

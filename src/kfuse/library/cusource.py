@@ -46,7 +46,8 @@ def strip_comments(text: str) -> str:
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    depth, cur = 0, list[str]()
     for ch in text:
         if ch in "<([":
             depth += 1
