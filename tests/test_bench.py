@@ -508,3 +508,39 @@ def test_run_loop_on_numpy_stand_ins(monkeypatch, tmp_path):
     written, _ = report.write_outputs(run, tmp_path, charts=False)
     text = (tmp_path / "results.md").read_text()
     assert "## float64" in text and "| VADD | 100.0 | WRONG (" in text and "rotate between input sets" in text
+
+
+def test_charts_keep_colours_and_put_legends_off_the_bars(monkeypatch, tmp_path):
+    """On a stand-in for matplotlib: every contender has its colour in every chart, and each
+    legend sits outside the axes (right of them), never over the bars."""
+    from kfuse.bench.records import COLOURS
+    calls = []
+
+    class Axes:
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return lambda *a, **k: calls.append((name, a, k))
+
+    class Fig:
+        def tight_layout(self):
+            pass
+
+        def savefig(self, path, **k):
+            open(path, "wb").close()
+
+    def subplots(rows, cols, **k):
+        return Fig(), np.array([[Axes()] for _ in range(rows)], dtype=object)
+    mpl = types.ModuleType("matplotlib")
+    mpl.use = lambda *a, **k: None
+    plt = types.ModuleType("matplotlib.pyplot")
+    plt.subplots, plt.close = subplots, lambda fig: None
+    mpl.pyplot = plt
+    monkeypatch.setitem(sys.modules, "matplotlib", mpl)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", plt)
+    written, notes = report.write_charts(fixed_run(), tmp_path)
+    assert [p.name for p in written] == ["speedup.png", "bandwidth.png"] and notes == []
+    bars = [(k["label"], k["color"]) for name, a, k in calls if name == "bar"]
+    assert bars and all(COLOURS[label] == colour for label, colour in bars)
+    legends = [k for name, a, k in calls if name == "legend"]
+    assert len(legends) == 2 and all(k["bbox_to_anchor"][0] > 1 and k["loc"] == "upper left" for k in legends)

@@ -268,7 +268,7 @@ def write_charts(run: BenchRun, folder: Path) -> tuple[list[Path], list[str]]:
             ax.set_xticks(range(len(infos)), [display_name(s.sequence) for s in infos])
             ax.set_ylabel(ylabel)
             ax.set_title(f"{gpu}, {dtype}, n = {fmt_size(run.n)}, N = {fmt_size(run.N)}")
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # off the bars
         fig.tight_layout()
         fig.savefig(folder / fname, dpi=120)
         plt.close(fig)
