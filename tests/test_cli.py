@@ -196,6 +196,14 @@ def test_plan_all_verbose_shows_every_macro(capsys):
     assert "TC=" in "".join(lines) or "BY=" in "".join(lines)
 
 
+def test_plan_all_shows_every_macro(capsys):
+    """Without -v too: plans that differ only in a macro other than BY (TC) print differently."""
+    assert main(["-q", "plan", GEMVER, "--all", "200"]) == 0
+    lines = [ln.split(" us  ", 1)[1] for ln in capsys.readouterr().out.splitlines() if " us  " in ln]
+    assert len(lines) == 200 and len(set(lines)) == 200
+    assert any("/TC" in ln for ln in lines)
+
+
 # ---- JSON, graph, cache ----------------------------------------------------------------------------
 def test_plan_json(capsys):
     assert main(["plan", GEMVER, "--json", "--all", "3"]) == 0

@@ -127,8 +127,9 @@ def _plan_json(plan) -> dict:
 
 
 def _plan_line(plan, full: bool) -> str:
-    """One line per plan for ``plan --all``: calls, loop, unroll, span and variants of each kernel
-    (``full``: every macro, serial iterations and instances per block too)."""
+    """One line per plan for ``plan --all``: calls, loop, unroll, span, variants and every macro of
+    each kernel (``wide16/TC256``: BY first; ``full``: spelled out, serial iterations and instances
+    per block too)."""
     def kernel(k) -> str:
         text = ", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}" + (f" S{k.span}" if k.span > 1 else "")
         if full:
@@ -136,7 +137,8 @@ def _plan_line(plan, full: bool) -> str:
                 f" {kc.variant.name}" + ("[" + ",".join(f"{m}={v}" for m, v in kc.macros) + "]" if kc.macros else "")
                 for kc in k.calls)
         else:
-            text += "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls)
+            text += "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}"     # BY, then every other macro
+                            + "".join(f"/{m}{v}" for m, v in kc.macros if m != "BY") for kc in k.calls)
         return text + ">"
     return " | ".join(kernel(k) for k in plan.kernels)
 
