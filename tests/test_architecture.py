@@ -107,3 +107,23 @@ def test_readme_architecture_names_every_folder():
     named = set(re.findall(r"`([a-z_]+)/`", section))
     folders = {p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__")}
     assert named == folders
+
+
+def test_no_private_name_imported_from_another_folder():
+    """A folder uses another folder's public names only (codegen/module.py once took cusource's
+    private regex and helpers)."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        mod = _module(path)
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+            folder = target if _is_init(target) else target.rpartition(".")[0]
+            if folder == package:
+                continue                                     # the same folder
+            found += [f"{mod}: {target}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

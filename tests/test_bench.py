@@ -170,6 +170,49 @@ def test_record_invariants():
         Record("x", "float32", KFUSE, "fine")
     with pytest.raises(ValueError):
         Record("x", "float32", KFUSE, WRONG, time_us=1.0)
+    with pytest.raises(ValueError):
+        Record("x", "float32", KFUSE, OK, time_us=1.0, q1_us=0.9)
+    with pytest.raises(ValueError):
+        Record("x", "float32", KFUSE, WRONG, error=1.0, q1_us=0.9, q3_us=1.1)
+
+
+# --- the spread beside the median ----------------------------------------------------------------
+
+def test_quartiles():
+    from kfuse.runtime.timing import quartiles
+    assert quartiles([5.0]) == (5.0, 5.0, 5.0)
+    assert quartiles([4, 1, 3, 2, 5]) == (2.0, 3.0, 4.0)
+    q = quartiles([1.0, 2.0, 3.0, 100.0])
+    assert q.median == 2.5 and q.q1 == 1.75 and q.q3 == 27.25
+    with pytest.raises(ValueError):
+        quartiles([])
+
+
+def test_timer_quartiles_are_recorded_and_shown(tmp_path):
+    host, expected = expected_for()
+    right = expected[0][1].astype(np.float32)
+    timer = FakeTimer((40.5, 42.0, 44.25))
+    r = harness.check_then_time("sscal", "float32", KFUSE, lambda: (lambda: right, lambda: None), expected, timer)
+    assert (r.q1_us, r.time_us, r.q3_us) == (40.5, 42.0, 44.25)
+    assert "42.0 us [40.5, 44.2]  ok" in harness.progress_line(r)
+    run = fixed_run()
+    run.records[0] = Record("sscal", "float32", KFUSE, OK, time_us=180.0, q1_us=179.25, q3_us=182.5, error=1e-8,
+                            tolerance=1e-5)
+    text = report.markdown(run)
+    assert "| SSCAL | 180.0 (179.2–182.5) | 227.9 | 183.3 | n/a |" in text
+    assert "with the first and third quartiles in brackets" in text
+    report.write_csv(run, tmp_path / "r.csv")
+    with open(tmp_path / "r.csv", newline="") as f:
+        rows = {(r["sequence"], r["contender"]): r for r in csv.DictReader(f)}
+    k = rows[("sscal", KFUSE)]
+    assert (float(k["q1_us"]), float(k["time_us"]), float(k["q3_us"])) == (179.25, 180.0, 182.5)
+    assert rows[("sscal", CUBLAS)]["q1_us"] == ""                   # the timer gave a median only
+
+
+def test_device_timer_gives_quartiles(monkeypatch):
+    from kfuse.runtime import timing
+    monkeypatch.setattr(timing, "quartiles_us", lambda fn, **k: timing.Quartiles(1.0, 2.0, 3.0))
+    assert harness.device_timer(5, 1)(lambda: None) == (1.0, 2.0, 3.0)
 
 
 # --- the peers' call sequences, on NumPy stand-ins -------------------------------------------
@@ -465,3 +508,39 @@ def test_run_loop_on_numpy_stand_ins(monkeypatch, tmp_path):
     written, _ = report.write_outputs(run, tmp_path, charts=False)
     text = (tmp_path / "results.md").read_text()
     assert "## float64" in text and "| VADD | 100.0 | WRONG (" in text and "rotate between input sets" in text
+
+
+def test_charts_keep_colours_and_put_legends_off_the_bars(monkeypatch, tmp_path):
+    """On a stand-in for matplotlib: every contender has its colour in every chart, and each
+    legend sits outside the axes (right of them), never over the bars."""
+    from kfuse.bench.records import COLOURS
+    calls = []
+
+    class Axes:
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return lambda *a, **k: calls.append((name, a, k))
+
+    class Fig:
+        def tight_layout(self):
+            pass
+
+        def savefig(self, path, **k):
+            open(path, "wb").close()
+
+    def subplots(rows, cols, **k):
+        return Fig(), np.array([[Axes()] for _ in range(rows)], dtype=object)
+    mpl = types.ModuleType("matplotlib")
+    mpl.use = lambda *a, **k: None
+    plt = types.ModuleType("matplotlib.pyplot")
+    plt.subplots, plt.close = subplots, lambda fig: None
+    mpl.pyplot = plt
+    monkeypatch.setitem(sys.modules, "matplotlib", mpl)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", plt)
+    written, notes = report.write_charts(fixed_run(), tmp_path)
+    assert [p.name for p in written] == ["speedup.png", "bandwidth.png"] and notes == []
+    bars = [(k["label"], k["color"]) for name, a, k in calls if name == "bar"]
+    assert bars and all(COLOURS[label] == colour for label, colour in bars)
+    legends = [k for name, a, k in calls if name == "legend"]
+    assert len(legends) == 2 and all(k["bbox_to_anchor"][0] > 1 and k["loc"] == "upper left" for k in legends)

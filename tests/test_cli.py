@@ -196,6 +196,14 @@ def test_plan_all_verbose_shows_every_macro(capsys):
     assert "TC=" in "".join(lines) or "BY=" in "".join(lines)
 
 
+def test_plan_all_shows_every_macro(capsys):
+    """Without -v too: plans that differ only in a macro other than BY (TC) print differently."""
+    assert main(["-q", "plan", GEMVER, "--all", "200"]) == 0
+    lines = [ln.split(" us  ", 1)[1] for ln in capsys.readouterr().out.splitlines() if " us  " in ln]
+    assert len(lines) == 200 and len(set(lines)) == 200
+    assert any("/TC" in ln for ln in lines)
+
+
 # ---- JSON, graph, cache ----------------------------------------------------------------------------
 def test_plan_json(capsys):
     assert main(["plan", GEMVER, "--json", "--all", "3"]) == 0
@@ -261,3 +269,42 @@ def test_tune_keeps_the_winner_when_the_store_fails(tmp_path, monkeypatch, caplo
     assert best.tuning["stored"] is None and best.tuning["not_stored"]
     assert best.tuning["time_us"] == 10.0
     assert any("was not remembered" in r.getMessage() for r in caplog.records)
+
+
+# ---- --json on run and tune, on NumPy stand-ins for the GPU -------------------------------------
+@pytest.fixture
+def numpy_gpu(monkeypatch):
+    """CuPy replaced by NumPy, kfuse's calls evaluated by NumPy, timings fixed."""
+    import numpy as np
+
+    from kfuse.runtime import timing
+    from test_bench import fake_cupy, numpy_kfuse_bind, numpy_kfuse_call
+    cp = fake_cupy()
+    cp.asnumpy = np.asarray
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setattr(kfuse.CompiledScript, "__call__", numpy_kfuse_call)
+    monkeypatch.setattr(kfuse.CompiledScript, "bind", numpy_kfuse_bind)
+    monkeypatch.setattr(timing, "median_us", lambda fn, **k: (fn(), 12.5)[1])
+    return cp
+
+
+def test_run_json(numpy_gpu, capsys):
+    assert main(["-q", "run", GEMVER, "--size", "64", "--json", "--reps", "3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["name"] == "gemver" and doc["ok"] is True and doc["time_us"] == 12.5 and doc["reps"] == 3
+    assert set(doc["sizes"].values()) == {64} and set(doc["errors"]) == {"B", "x", "w"}
+    assert doc["kernels"] == len(doc["plan"]["kernels"]) >= 1
+
+
+def test_tune_json(numpy_gpu, monkeypatch, tmp_path, capsys):
+    from kfuse.tuning import search
+
+    def fake_measure(compiled, plans, dims, reps=30, log=None, label="tune"):
+        return [(10.0 + n, n, compiled.with_plan(p)) for n, p in enumerate(plans)], 0.0
+    monkeypatch.setattr(search, "measure_plans", fake_measure)
+    monkeypatch.setattr(search, "gpu_name", lambda: "GPU X")
+    store = tmp_path / "store.jsonl"
+    assert main(["-q", "tune", SSCAL, "--top", "2", "--json", "--store", str(store)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["name"] == "sscal" and doc["time_us"] == 10.0 and doc["plan"]["kernels"]
+    assert doc["stored"] and store.is_file()

@@ -156,7 +156,8 @@ def _ranking_model(lib: Library, dtype: str, calibration):
         from .cost.store import find
         from .runtime.gpu import gpu_name
         exact, other = find(gpu_name(), lib.digest, dtype, paths=[Path(calibration)])
-        if exact or other:
-            return CalibratedModel(exact or other)
+        found = exact or other
+        if found is not None:
+            return CalibratedModel(found)
         raise KfuseError(f"{calibration}: no valid calibration for library {lib.digest} ({dtype})")
     return calibration

@@ -110,10 +110,10 @@ def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
         if name not in known:
             raise KfuseError(f"--size {name}=...: the script's sizes are {', '.join(sorted(known))}")
     for d in program.dims:
-        size = named.get(d.name, d.literal if d.literal is not None else default)
-        if size is None:
+        got = named.get(d.name, d.literal if d.literal is not None else default)
+        if got is None:
             raise KfuseError(f"no size for {d.name}: give --size {d.name}=N (or --size N for all)")
-        dims[d.id] = size
+        dims[d.id] = got
     return dims
 
 
@@ -127,8 +127,9 @@ def _plan_json(plan) -> dict:
 
 
 def _plan_line(plan, full: bool) -> str:
-    """One line per plan for ``plan --all``: calls, loop, unroll, span and variants of each kernel
-    (``full``: every macro, serial iterations and instances per block too)."""
+    """One line per plan for ``plan --all``: calls, loop, unroll, span, variants and every macro of
+    each kernel (``wide16/TC256``: BY first; ``full``: spelled out, serial iterations and instances
+    per block too)."""
     def kernel(k) -> str:
         text = ", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}" + (f" S{k.span}" if k.span > 1 else "")
         if full:
@@ -136,7 +137,8 @@ def _plan_line(plan, full: bool) -> str:
                 f" {kc.variant.name}" + ("[" + ",".join(f"{m}={v}" for m, v in kc.macros) + "]" if kc.macros else "")
                 for kc in k.calls)
         else:
-            text += "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls)
+            text += "".join(f" {kc.variant.name}{dict(kc.macros).get('BY', '')}"     # BY, then every other macro
+                            + "".join(f"/{m}{v}" for m, v in kc.macros if m != "BY") for kc in k.calls)
         return text + ">"
     return " | ".join(kernel(k) for k in plan.kernels)
 

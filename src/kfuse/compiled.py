@@ -8,6 +8,7 @@ many candidate plans)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class CompiledScript:
     dtype: str
     plan: Plan
     kernels: list[KernelCode] = field(repr=False)
-    search: object = field(default=None, repr=False)   # the ranked plan space (fusion.plans.PlanSearch; fused compiles)
+    search: Any = field(default=None, repr=False)   # the ranked plan space (fusion.plans.PlanSearch; fused compiles)
     timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
     tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
     from_store: bool = field(default=False, repr=False, compare=False)  # the plan is a tuned winner
@@ -134,7 +135,7 @@ class CompiledScript:
         size = np.dtype(self.dtype).itemsize
         total = 0
         for k in self.kernels:
-            moved = {a.value.id for a in k.launch.args if a.kind == "array"}
+            moved = {a.value.id for a in k.launch.args if a.kind == "array" and a.value is not None}
             total += sum(n[v] for v in moved) * size
         return total
 

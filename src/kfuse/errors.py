@@ -1,6 +1,8 @@
 """One exception hierarchy for kfuse: every error a user can cause is a KfuseError."""
 from __future__ import annotations
 
+import os
+
 
 class KfuseError(Exception):
     """Base class of every error kfuse raises on purpose."""
@@ -9,7 +11,7 @@ class KfuseError(Exception):
 class LibraryError(KfuseError):
     """Bad elementary-function metadata or routine source: names the file and the field."""
 
-    def __init__(self, file: str, field: str, message: str):
+    def __init__(self, file: str | os.PathLike[str], field: str, message: str):
         self.file, self.field = str(file), field
         super().__init__(f"{file}: {field}: {message}")
 

@@ -6,6 +6,8 @@ is made of, the scale against which rounding error is measured.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .errors import KfuseError
@@ -13,9 +15,9 @@ from .ir.program import Program, ScalarArg
 from .library import expr as library_expr
 
 
-def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[int, np.ndarray]:
+def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[int, Any]:
     """Value id -> float64 result for every value of the program."""
-    env: dict[int, np.ndarray | float] = {}
+    env: dict[int, Any] = {}                 # arrays; floats for scalar inputs
     for v in program.inputs:
         x = inputs[v.name]
         x = float(x) if v.type == "scalar" else np.asarray(x, dtype=np.float64)
@@ -28,6 +30,7 @@ def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[in
         for p, a in zip(fn.inputs, c.args):
             if isinstance(a, ScalarArg):
                 val = a.literal if a.value is None else env[a.value.id]
+                assert val is not None                  # a scalar argument is a literal or a value
                 val = -val if a.negate else val
                 scope[p.name] = abs(val) if magnitude else val
             else:

@@ -34,7 +34,8 @@ MAX_INPUT_SETS = 256                # ... but never more sets than this (tiny si
 TOLERANCE = {(KFUSE, "float32"): 1e-5, (KFUSE, "float64"): 1e-12,
              ("peer", "float32"): 1e-4, ("peer", "float64"): 1e-11}
 
-Timer = Callable[[Callable[[], Any]], float]        # callable -> median microseconds
+# callable -> median microseconds, or its quartiles (q1, median, q3)
+Timer = Callable[[Callable[[], Any]], "float | tuple[float, float, float]"]
 Prepare = Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]   # () -> (check, timed)
 Log = Callable[[str], None]
 
@@ -65,9 +66,9 @@ class BenchOptions:
 # --- sequences and sizes ------------------------------------------------------------------------
 
 def examples_dir() -> Path:
-    """The repository's examples/ (src layout), else ./examples."""
-    here = Path(__file__).resolve().parents[3] / "examples"
-    return here if here.is_dir() else Path.cwd() / "examples"
+    """The examples shipped with the package (kfuse/examples: in a checkout, a link to the
+    repository's examples/)."""
+    return Path(__file__).resolve().parents[1] / "examples"
 
 
 def default_sequences(folder: Path | None = None) -> list[Path]:
@@ -169,7 +170,7 @@ def check_then_time(sequence: str, dtype: str, contender: str, prepare: Prepare,
     not lose the rest of the run; the record is printed and reported, never hidden.
     """
     tol = tolerance(contender, dtype) if tol is None else tol
-    base = {"sequence": sequence, "dtype": dtype, "contender": contender, "tolerance": tol}
+    base: dict[str, Any] = {"sequence": sequence, "dtype": dtype, "contender": contender, "tolerance": tol}
     try:
         check, timed = prepare()
         errors = output_errors(as_tuple(check()), expected)
@@ -180,10 +181,18 @@ def check_then_time(sequence: str, dtype: str, contender: str, prepare: Prepare,
         bad = ", ".join(f"{k} {v:.1e}" for k, v in errors.items() if not v <= tol)
         return Record(**base, status=WRONG, error=worst, note=f"error above {tol:.0e}: {bad}; not timed")
     try:
-        t = float(timer(timed))
+        q1, t, q3 = _spread(timer(timed))
     except Exception as e:   # noqa: BLE001 - as above
         return Record(**base, status=ERROR, error=worst, note="timing failed: " + _describe(e))
-    return Record(**base, status=OK, time_us=t, error=worst)
+    return Record(**base, status=OK, time_us=t, q1_us=q1, q3_us=q3, error=worst)
+
+
+def _spread(measured: float | tuple[float, float, float]) -> tuple[float | None, float, float | None]:
+    """(q1, median, q3) of what a timer returned (quartiles None when it gave the median only)."""
+    if isinstance(measured, tuple):
+        q1, median, q3 = (float(v) for v in measured)
+        return q1, median, q3
+    return None, float(measured), None
 
 
 def _describe(e: BaseException) -> str:
@@ -195,7 +204,8 @@ def progress_line(r: Record, info: SequenceInfo | None = None) -> str:
     head = f"[{r.dtype}] {display_name(r.sequence):8s} {r.contender:14s}"
     if r.status == OK:
         extra = f", {info.kernels} kernel(s)" if info is not None and r.contender == KFUSE else ""
-        return f"{head} {r.time_us:10.1f} us  ok (error {r.error:.1e}){extra}"
+        spread = f" [{r.q1_us:.1f}, {r.q3_us:.1f}]" if r.q1_us is not None else ""
+        return f"{head} {r.time_us:10.1f} us{spread}  ok (error {r.error:.1e}){extra}"
     if r.status == WRONG:
         return f"{head} {'WRONG':>10s}     error {r.error:.1e}: {r.note}"
     return f"{head} {r.status:>10s}     {r.note}"
@@ -204,10 +214,13 @@ def progress_line(r: Record, info: SequenceInfo | None = None) -> str:
 # --- on the device -------------------------------------------------------------------------------
 
 def device_timer(reps: int, warmup: int) -> Timer:
-    """Median of CUDA-event timings, every call after a read of 4 x L2 (no contender finds the
+    """Quartiles of CUDA-event timings, every call after a read of 4 x L2 (no contender finds the
     previous call's data in L2; a plan's kernels still find what the kernel before left)."""
-    from ..runtime.timing import median_us
-    return lambda fn: median_us(fn, reps=reps, warmup=warmup, cold_l2=True)
+    from ..runtime.timing import quartiles_us
+    def timer(fn: Callable[[], Any]) -> tuple[float, float, float]:
+        q = quartiles_us(fn, reps=reps, warmup=warmup, cold_l2=True)
+        return q.q1, q.median, q.q3
+    return timer
 
 
 def copy_bandwidth(nbytes: int, timer: Timer) -> float:
@@ -216,7 +229,7 @@ def copy_bandwidth(nbytes: int, timer: Timer) -> float:
     cp = cupy()
     src = cp.ones(nbytes // 4, dtype=cp.float32)
     dst = cp.empty_like(src)
-    t = timer(functools.partial(cp.copyto, dst, src))
+    t = _spread(timer(functools.partial(cp.copyto, dst, src)))[1]
     moved = 2 * src.nbytes
     del src, dst
     cp.get_default_memory_pool().free_all_blocks()
@@ -251,7 +264,7 @@ def environment(command: str) -> dict:
         "sm_count": dev.attributes["MultiProcessorCount"],
         "gpu_memory_bytes": int(props["totalGlobalMem"]),
         "l2_bytes": l2_bytes(),
-        "timing": "median of CUDA-event timings; every call after a read of 4 x L2 (no call finds the call before it in L2)",
+        "timing": "median and quartiles of CUDA-event timings; every call after a read of 4 x L2 (no call finds the call before it in L2)",
         "driver_version": None,
         "cuda_driver_api_version": cp.cuda.runtime.driverGetVersion(),
         "cuda_runtime_version": cp.cuda.runtime.runtimeGetVersion(),
@@ -308,7 +321,7 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[BenchRun], None] | None = None,
+def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[BenchRun], object] | None = None,
               timer: Timer | None = None) -> BenchRun:
     """Measure the copy bandwidth, then every sequence x dtype x contender; ``checkpoint`` is
     called with the run so far after each sequence (to write partial outputs).  ``timer``

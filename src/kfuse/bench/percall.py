@@ -11,12 +11,12 @@ the loop sees it) and the copy bandwidth of the run stand beside them.
 from __future__ import annotations
 
 import csv
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import KfuseError
+from ..runtime.timing import quartiles
 from . import peers
 from .harness import (ERROR, OK, Record, _sequence_inputs, check_then_time, copy_bandwidth, device_timer,
                       sequence_dims)
@@ -45,11 +45,11 @@ class PerCallRow:
 
 def wall_timer(calls: int, rounds: int, warmup: int = 20):
     """Microseconds per call of a Python loop of ``calls`` calls synchronised at the end
-    (median of ``rounds`` loops)."""
+    (quartiles of ``rounds`` loops: q1, median, q3)."""
     from ..runtime.gpu import cupy
     cp = cupy()
 
-    def timer(fn) -> float:
+    def timer(fn) -> tuple[float, float, float]:
         for _ in range(warmup):
             fn()
         cp.cuda.Device().synchronize()
@@ -60,7 +60,8 @@ def wall_timer(calls: int, rounds: int, warmup: int = 20):
                 fn()
             cp.cuda.Device().synchronize()
             per.append((time.perf_counter() - t0) / calls * 1e6)
-        return statistics.median(per)
+        q = quartiles(per)
+        return q.q1, q.median, q.q3
     return timer
 
 

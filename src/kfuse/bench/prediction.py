@@ -49,7 +49,8 @@ class SequenceResult:
         return first[2] / self.best[2] if first and self.best else None
 
     def worst_over_best(self) -> float | None:
-        return max(m[2] for m in self.measured) / self.best[2] if self.measured else None
+        best = self.best
+        return max(m[2] for m in self.measured) / best[2] if best else None
 
 
 def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int, log) -> SequenceResult:
@@ -97,8 +98,9 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
         lines.append(f"| {r.name} | {r.plans} | {r.fusion_impls} | {len(r.measured)}"
                      + (f" ({r.wrong} wrong)" if r.wrong else "")
                      + f" | {best[0] if best else '–'} | {_f(r.first_over_best())} | {_f(r.worst_over_best())} |")
-    within = [r for r in results if r.first_over_best() is not None and r.first_over_best() <= 1.05]
-    ratios = sorted(r.first_over_best() for r in results if r.first_over_best() is not None)
+    firsts = [f for r in results if (f := r.first_over_best()) is not None]
+    within = [f for f in firsts if f <= 1.05]
+    ratios = sorted(firsts)
     if ratios:
         p90 = ratios[min(len(ratios) - 1, int(0.9 * len(ratios)))]
         lines += ["", f"First choice / best over {len(ratios)} sequences: median {statistics.median(ratios):.3f}, "
@@ -120,6 +122,7 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
             continue
         first = next((m for m in r.measured if m[0] == 1), None)
         best = r.best
+        assert best is not None                 # measured
         ratios = [p / m for _, p, m in r.measured if m > 0]
         lines.append(f"| {r.name} | {f'{first[1]:.1f} / {first[2]:.1f}' if first else '–'} | "
                      f"{best[1]:.1f} / {best[2]:.1f} ({best[0]}) | {statistics.median(ratios):.2f} | "

@@ -42,6 +42,8 @@ class Record:
     contender: str              # one of CONTENDERS
     status: str                 # one of STATUSES
     time_us: float | None = None    # median CUDA-event time (status ok only)
+    q1_us: float | None = None      # its first and third quartiles (the spread; when the timer gives them)
+    q3_us: float | None = None
     error: float | None = None      # worst relative error over the outputs (when checked)
     tolerance: float | None = None
     note: str = ""
@@ -51,6 +53,8 @@ class Record:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         if (self.time_us is not None) != (self.status == OK):
             raise ValueError("a time is recorded exactly for records with status ok")
+        if (self.q1_us is None) != (self.q3_us is None) or (self.q1_us is not None and self.time_us is None):
+            raise ValueError("quartiles are recorded both or neither, and only beside a time")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from .records import (COLOURS, CONTENDERS, CUBLAS, KFUSE, NOT_AVAILABLE, OK, PEE
                       Record, SequenceInfo, display_name)
 
 SHORT = {CUBLAS: "cuBLAS", TORCH_EAGER: "eager", TORCH_COMPILE: "compile"}
-CSV_FIELDS = ("sequence", "name", "dtype", "sizes", "contender", "status", "time_us", "error", "tolerance",
+CSV_FIELDS = ("sequence", "name", "dtype", "sizes", "contender", "status", "time_us", "q1_us", "q3_us", "error", "tolerance",
               "gflops", "flops", "plan_bytes", "onepass_bytes", "limit_us", "onepass_us", "gbps", "frac_copy",
               "frac_copy_onepass", "kfuse_speedup", "kernels", "input_bytes", "input_sets", "copy_gbps", "plan",
               "tuned", "note")
@@ -90,7 +90,7 @@ def csv_rows(run: BenchRun) -> list[dict]:
                 continue
             row = {"sequence": info.sequence, "name": display_name(info.sequence), "dtype": info.dtype,
                    "sizes": ";".join(f"{k}={v}" for k, v in info.sizes.items()), "contender": c,
-                   "status": r.status, "time_us": r.time_us, "error": r.error, "tolerance": r.tolerance,
+                   "status": r.status, "time_us": r.time_us, "q1_us": r.q1_us, "q3_us": r.q3_us, "error": r.error, "tolerance": r.tolerance,
                    "flops": info.flops, "plan_bytes": info.plan_bytes, "onepass_bytes": info.onepass_bytes,
                    "kernels": info.kernels if c == KFUSE else None, "input_bytes": info.input_bytes,
                    "input_sets": info.input_sets, "copy_gbps": run.copy_gbps,
@@ -115,7 +115,8 @@ def _time_cell(r: Record | None) -> str:
     if r is None:
         return "—"
     if r.status == OK:
-        return f"{r.time_us:.1f}"
+        spread = f" ({r.q1_us:.1f}–{r.q3_us:.1f})" if r.q1_us is not None and r.q3_us is not None else ""
+        return f"{r.time_us:.1f}{spread}"
     if r.status == WRONG:
         return f"WRONG ({r.error:.0e})"
     return r.status
@@ -173,7 +174,7 @@ def markdown(run: BenchRun) -> str:
     lines.append(f"- Sizes: n = {fmt_size(run.n)} (matrices), N = {fmt_size(run.N)} (vectors); every dimension "
                  "of a script with a matrix is n, of one without is N.")
     lines.append(f"- Times: median of {run.reps} CUDA-event timings after {run.warmup} warm-up calls, in "
-                 "microseconds, every call after a read of 4 x L2 outside the timing (no call finds the one "
+                 "microseconds, with the first and third quartiles in brackets (the spread), every call after a read of 4 x L2 outside the timing (no call finds the one "
                  "before it in L2); every result checked against a float64 NumPy reference before timing.")
     lines.append("- " + _l2_note(run))
     for name, why in run.peer_notes.items():
@@ -267,7 +268,7 @@ def write_charts(run: BenchRun, folder: Path) -> tuple[list[Path], list[str]]:
             ax.set_xticks(range(len(infos)), [display_name(s.sequence) for s in infos])
             ax.set_ylabel(ylabel)
             ax.set_title(f"{gpu}, {dtype}, n = {fmt_size(run.n)}, N = {fmt_size(run.N)}")
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)   # off the bars
         fig.tight_layout()
         fig.savefig(folder / fname, dpi=120)
         plt.close(fig)
@@ -282,7 +283,7 @@ def write_outputs(run: BenchRun, folder: str | Path, charts: bool = True) -> tup
     (folder / "results.md").write_text(markdown(run))
     write_csv(run, folder / "results.csv")
     (folder / "env.json").write_text(json.dumps(env_json(run), indent=2, default=str) + "\n")
-    written, notes = [folder / n for n in ("results.md", "results.csv", "env.json")], []
+    written, notes = [folder / n for n in ("results.md", "results.csv", "env.json")], list[str]()
     if charts:
         paths, notes = write_charts(run, folder)
         written += paths

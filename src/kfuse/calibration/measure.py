@@ -14,6 +14,7 @@ import math
 import os
 import sys
 import time
+from typing import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 
@@ -76,7 +77,7 @@ def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
     """(a callable launching the micro-kernel once, instances, resident fraction or None when the
     occupancy cannot be halved)."""
     dt = arrays.dtype.type
-    args = []
+    args: list = []
     for slot, (_name, typ, axis) in enumerate(probe.globals()):
         arr = arrays.get(typ, axis, probe.nesting, slot)
         args.append(arr)
@@ -109,14 +110,14 @@ def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
             except Exception:   # noqa: BLE001 - no opt-in: as much as a block may take without it
                 dyn = 48 * 1024 - static
         resident = resident_fraction(dev, threads, static + dyn)
-    args = tuple(args)
+    packed = tuple(args)
     if dyn:
         cp = arrays.cp
         # a launch the driver refuses (the opt-in above not honoured for this function): as much
         # shared memory as a block may take without it, else no half-occupancy point
         for attempt in (dyn, 48 * 1024 - static):
             try:
-                func((grid,), (threads,), args, shared_mem=attempt)
+                func((grid,), (threads,), packed, shared_mem=attempt)
                 cp.cuda.runtime.deviceSynchronize()
                 dyn = attempt
                 break
@@ -129,7 +130,7 @@ def _launch(probe: Probe, env: Env, func, arrays: _Arrays, dev: dict, sink):
             return None, 0, None
 
     def run():
-        func((grid,), (threads,), args, shared_mem=dyn)
+        func((grid,), (threads,), packed, shared_mem=dyn)
     return run, math.prod(counts), resident
 
 
@@ -193,7 +194,7 @@ def _overheads(cp, empty, dtype: str, log) -> tuple[float, float]:
     return launch_us, clear_us
 
 
-def _time_all(cp, jobs, funcs, arrays, dev, sink, reps: int, launch_ns: float, log) -> dict[str, tuple[float, float]]:
+def _time_all(cp, jobs: dict[str, tuple[Probe, Env]], funcs, arrays, dev, sink, reps: int, launch_ns: float, log) -> dict[str, tuple[float, float]]:
     """Kernel name -> (ns per execution, resident fraction), after half a second of the first
     kernel (clocks up, memory warm)."""
     names = list(jobs)
@@ -237,7 +238,7 @@ def _results(todo: list[Probe], known: dict, times: dict, bar_jobs: dict, quick:
     return measured, barrier
 
 
-def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: list[Calibration] = (),
+def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: Sequence[Calibration] = (),
               log=None) -> Calibration:
     """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
     calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""

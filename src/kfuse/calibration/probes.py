@@ -28,6 +28,7 @@ import hashlib
 from dataclasses import dataclass
 from itertools import product
 from math import prod
+from typing import Any
 
 from ..codegen import skeleton as sk
 from ..codegen.layout import MAX_SHARED_BYTES
@@ -87,7 +88,7 @@ class Probe:
     shape: tuple[int, int]          # the routine's threads X, Y
     fn: str                         # C++ template
     macros: tuple[tuple[str, int], ...]
-    args: tuple[tuple[str, object], ...]    # ("global", (name, type, axis)) | ("scalar", name) | ("element", _ElementArg)
+    args: tuple[tuple[str, Any], ...]    # ("global", (name, type, axis)) | ("scalar", name) | ("element", _ElementArg)
     source: str                     # path of the routine's .cu file
     ipbs: tuple[int, ...]           # instances per block to calibrate (unnested)
     atomic: bool                    # a store accumulating a reduced output into global memory
@@ -96,7 +97,7 @@ class Probe:
     # -- environments -------------------------------------------------------------------
     def environments(self, quick: bool = False) -> list[Env]:
         loops = ("i", "j") if self.nesting == 2 else ("i",)
-        unrolls = (1, max(UNROLLS)) if quick else UNROLLS
+        unrolls: tuple[int, ...] = (1, max(UNROLLS)) if quick else UNROLLS
         if self.uses_shared:
             unrolls = (1,)          # the builder unrolls only kernels with every element in registers
         out = []
@@ -286,6 +287,7 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
             else:
                 loc = locals_[a.name]
                 kind, shape, pad = loc.element, tuple(_value(x, m) for x in loc.shape), loc.pad
+            assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
             mp = MAPPINGS[a.mapping]
             regs = mp.slots(shape, X, Y) if mp.registers and a.mapping != "any" else 0
             args.append(("element", _ElementArg(f"e{n}", a.mode, a.mapping, kind, shape, pad, regs)))
@@ -294,7 +296,7 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
         ipbs = tuple(p for p in PREFERRED_IPB if p in allowed) or (max(allowed),)
     else:
         ipbs = (1,)
-    atomic = r.kind == "store" and bool(params[r.param].reduce)
+    atomic = r.kind == "store" and r.param is not None and bool(params[r.param].reduce)
     kind = "compute" if r.kind == "finish" else r.kind      # a finish works on chip, as a compute
     text = repr((kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic)
                 + ((tile,) if tile not in (None, tuple(lib.tile)) else ()))

@@ -45,6 +45,7 @@ def _scalar_expr(a: ScalarArg) -> str:
 def _accesses_in_order(s: Step) -> list[Access | None]:
     """Align the routine's args with its element accesses (None for non-element args)."""
     it = iter(s.accesses)
+    assert s.routine is not None
     return [next(it) if a.kind == "element" else None for a in s.routine.args]
 
 
@@ -56,6 +57,7 @@ class _Emitter:
     """The emission state: the layout read, the lines and view structs written."""
 
     def __init__(self, lay: Layout):
+        assert lay.frame is not None, "a finished layout has its frame"
         self.lay, self.spec, self.pl, self.fr = lay, lay.spec, lay.placement, lay.frame
         spec = lay.spec
         self.nest, self.U, self.V, self.L = spec.nesting, spec.unroll, spec.span, spec.loop
@@ -80,7 +82,7 @@ class _Emitter:
     def params(self) -> list[str]:
         params_c = []
         for g in self.fr.args:
-            if g.kind == "array":
+            if g.kind == "array" and g.value is not None:
                 params_c += sk.array_params(g.name, g.value.type)
             elif g.kind == "scalar":
                 params_c.append(f"real s_{g.name}")
@@ -111,7 +113,7 @@ class _Emitter:
         w("#endif")
         self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem)
         for g in fr.args:
-            if g.kind == "array":
+            if g.kind == "array" and g.value is not None:
                 w(sk.global_view(g.name, g.value.type))
 
     def indices(self) -> None:
@@ -158,6 +160,7 @@ class _Emitter:
     # -- steps -------------------------------------------------------------------------------
     def routine_call(self, s: Step, indent: str, u: int | None, v: int = 0) -> list[str]:
         kc, r, U, V = s.kc, s.routine, self.U, self.V
+        assert r is not None
         X, Y = kc.shape(r)
         conds = []
         if u is not None and (self.nest == 1 or U > 1 or V > 1):
@@ -185,6 +188,8 @@ class _Emitter:
                 cargs.append(f"g_{binds[a.name].label}")
             elif a.kind == "scalar":
                 cargs.append(_scalar_expr(binds[a.name]))
+            elif acc is None:
+                raise AssertionError(f"{r.fn}: no access for element argument {a.name}")
             elif acc.element in self.pl.registers:
                 cargs.append(self.ename(acc.element, u or 0, v))
             else:

@@ -58,6 +58,7 @@ def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | Fu
 
 def _code(lay: Layout) -> KernelCode:
     spec, fr = lay.spec, lay.frame
+    assert fr is not None, "a finished layout has its frame"
     launch = LaunchInfo(spec.name, fr.threads, spec.nesting, spec.iters, spec.ipb, fr.axis_dims, fr.extents,
                         fr.args, fr.clears, fr.smem, tuple(kc.call.index for kc in spec.calls), spec.loop,
                         spec.span, spec.unroll, any(s.phase != "loop" for s in lay.steps),

@@ -259,6 +259,7 @@ def make_frame(lay: Layout) -> Frame:
         raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
     first = spec.calls[0]
     extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
+    assert extents is not None, "a nested kernel's layout has its tile"
     axis_dims = first.call.axes
     for kc in spec.calls[1:]:
         if kc.call.axes != axis_dims:
@@ -305,7 +306,7 @@ MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
 
 def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
     """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
-    size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" else 8 for a in args)
+    size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" and a.value is not None else 8 for a in args)
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
                           f"{MAX_PARAM_BYTES}-byte parameter space")

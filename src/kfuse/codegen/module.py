@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..library.cusource import _DEF, _KEYWORDS, _body_end, strip_comments
+from ..library.cusource import blank_preprocessor, function_spans, strip_comments
 from ..library.schema import Library
 from .kernel import KernelCode
 
@@ -19,14 +19,8 @@ def used_routines(text: str, code: str, rel: str) -> str:
     dropped definition (with the comment just above it) becomes a ``#line`` directive, so
     compiler messages still point at the library file's own lines."""
     clean = strip_comments(text)
-    blanked = re.sub(r"^[ \t]*#[^\n]*", lambda m: " " * len(m.group(0)), clean, flags=re.M)
-    spans: dict[str, list[tuple[int, int]]] = {}
-    pos = 0
-    while (m := _DEF.search(blanked, pos)):
-        end = _body_end(blanked, m.end() - 1)
-        if m.group("name") not in _KEYWORDS:
-            spans.setdefault(m.group("name"), []).append((m.start(), end))
-        pos = end
+    blanked = blank_preprocessor(clean)
+    spans = function_spans(blanked)
     macros = "\n".join(line for line in clean.splitlines() if line.lstrip().startswith("#"))
     todo = set(_IDENT.findall(code)) | set(_IDENT.findall(macros))
     keep: set[str] = set()

@@ -132,7 +132,7 @@ class Scheduler:
         params = {p.name: p for p in kc.call.function.params}
         binds = kc.call.bindings()
         for r in kc.variant.routines:
-            if r.kind != "load":
+            if r.kind != "load" or r.param is None:
                 continue
             p = params[r.param]
             v = binds[p.name]
@@ -173,14 +173,14 @@ class Scheduler:
                                    and binds[p.name].id in self.spec.stores)
                     self.cleared.add(el)
                     self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
-                                           (Access(el, "w", a.mapping, kc.shape(r)),), element=el))
+                                           (Access(el, "w", str(a.mapping), kc.shape(r)),), element=el))
             self.add_routine("loop", kc, r)
 
     def schedule_stores(self, kc: KernelCall) -> None:
         params = {p.name: p for p in kc.call.function.params}
         binds = kc.call.bindings()
         for r in kc.variant.routines:
-            if r.kind != "store":
+            if r.kind != "store" or r.param is None:
                 continue
             p = params[r.param]
             if binds[p.name].id not in self.spec.stores:
@@ -212,6 +212,7 @@ class Scheduler:
         for a in r.elements:
             key = self.arg_element(kc, a.name)
             el = self.elements[key]
+            assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
             reason = MAPPINGS[a.mapping].check(el.shape, X, Y)
             if reason:
                 raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")

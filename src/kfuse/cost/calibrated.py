@@ -141,7 +141,7 @@ class CalibratedModel:
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
     """Value at ``ipb`` instances per block (or threads per block): log-linear between the
     nearest measured, clamped."""
-    by = {}
+    by: dict = {}
     for p in points:
         by.setdefault(p["ipb"], p[field])
     xs = sorted(by)

@@ -34,6 +34,7 @@ import tempfile
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import CalibrationError
 from ..library.schema import Function, Routine, Variant
@@ -120,7 +121,7 @@ class Calibration:
                     raise TypeError(f"probe {pid}: points is not a list")
                 for pt in p["points"]:
                     pt = _obj(pt)
-                    q = {"loop": _str(pt["loop"]), "unroll": _int(pt["unroll"], "unroll", 1),
+                    q: dict[str, Any] = {"loop": _str(pt["loop"]), "unroll": _int(pt["unroll"], "unroll", 1),
                          "ipb": _int(pt["ipb"], "ipb", 1), "occupancy": _str(pt["occupancy"]),
                          "resident": _ns(pt["resident"], "resident"), "ns": _ns(pt["ns"], "ns")}
                     if not (q["ns"] >= 0 and 0 < q["resident"] <= 1):

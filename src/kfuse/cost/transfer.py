@@ -43,7 +43,7 @@ DEFAULT_MACHINE = Machine()
 def kernel_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
     """Each array once per load or store routine that moves it (an array that two calls load
     with different thread mappings crosses the bus twice)."""
-    moves = [s.kc.call.bindings()[s.routine.param].id for s in code.steps
+    moves = [s.kc.call.bindings()[str(s.routine.param)].id for s in code.steps
              if s.routine is not None and s.routine.kind in ("load", "store")]
     return sum(entries[v] for v in moves) * itemsize
 
@@ -58,7 +58,7 @@ def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
     for s in code.steps:
         if s.phase != "loop" or s.routine is None or s.routine.kind != "store":
             continue
-        p = s.kc.call.function.param(s.routine.param)
+        p = s.kc.call.function.param(str(s.routine.param))
         if p.reduce:
             X, Y = s.kc.shape(s.routine)
             # a span's instances sum an output that does not follow the axis across the loop

@@ -38,7 +38,8 @@ class Tok(NamedTuple):
 
 
 def tokenize(src: str, file: str) -> list[Tok]:
-    toks, line, start = [], 1, 0
+    toks: list[Tok] = []
+    line, start = 1, 0
     lines = src.split("\n")        # lines as the tokenizer counts them (a form feed is white space)
     append, skip = toks.append, ("ws", "comment")
     for m in TOKEN.finditer(src):
@@ -51,7 +52,7 @@ def tokenize(src: str, file: str) -> list[Tok]:
             raise ScriptError(f"unexpected character {m.group()!r}", file, line, m.start() - start + 1,
                               lines[line - 1] if line <= len(lines) else "")
         else:
-            append(Tok(kind, m.group(), line, m.start() - start + 1))
+            append(Tok(str(kind), m.group(), line, m.start() - start + 1))
     last = toks[-1] if toks else Tok("eof", "", 1, 1)
     toks.append(Tok("eof", "end of script", last.line, last.col + len(last.text)))   # just after the last token
     return toks
@@ -364,6 +365,7 @@ class _Parser:
         for v in values:
             if v.is_input and v.type != "scalar":
                 pass
+        assert self.outputs is not None         # checked by parse(): a script returns
         return Program(self.name, self.src, self.file, values, tuple(v for v in values if v.is_input),
                        tuple(values[v.id] for v in self.outputs), calls, dims, self.lib.digest,
                        dim_of={d: d for d in range(len(dims))})

@@ -8,7 +8,7 @@ first, then the next best, for empirical search.
 from __future__ import annotations
 
 import heapq
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from ..codegen.kernel import KernelCode
 from ..cost.transfer import DEFAULT_MACHINE, Machine
@@ -192,7 +192,7 @@ class PlanSearch:
         to the partitions (its plans ranked with the others)."""
         base = self.partitions[min(range(len(self.partitions)),
                                    key=lambda i: (self._cost(self.partitions[i], (0,) * len(self.partitions[i])), i))]
-        blocks = self._kernel_order(list(base))
+        blocks = self._ordered(base)
         tried: set[frozenset[int]] = set()
         while True:
             best = None
@@ -266,15 +266,21 @@ class PlanSearch:
                 break
         order = self.graph.topological_order()
         singles = tuple(frozenset({i}) for i in order)
-        chosen = tuple(self._kernel_order(list(set(where.values()))))
+        chosen = tuple(self._ordered(set(where.values())))
         return [chosen] + ([singles] if set(chosen) != set(singles) else [])
 
     def _acyclic(self, blocks: list[frozenset[int]]) -> bool:
         return self._kernel_order(blocks) is not None
 
+    def _ordered(self, blocks: Iterable[frozenset[int]]) -> list[frozenset[int]]:
+        """``_kernel_order`` of blocks known to form an acyclic partition."""
+        order = self._kernel_order(list(blocks))
+        assert order is not None, "a partition of the plan space is acyclic"
+        return order
+
     def _kernel_order(self, blocks) -> list[frozenset[int]] | None:
         where = {c: n for n, b in enumerate(blocks) for c in b}
-        succ = {n: set() for n in range(len(blocks))}
+        succ: dict[int, set[int]] = {n: set() for n in range(len(blocks))}
         for (p, c) in self.graph.edge_values:
             if where[p] != where[c]:
                 succ[where[p]].add(where[c])
@@ -347,7 +353,7 @@ class PlanSearch:
         ``idx[n]``-th implementation of ``ranked[blocks[n]]`` (0: the best predicted)."""
         choice = dict(zip(blocks, idx))
         specs, parts, impls = [], [], []
-        for n, b in enumerate(self._kernel_order(list(blocks))):
+        for n, b in enumerate(self._ordered(blocks)):
             t, impl, code = self.ranked[b][choice[b]]
             names = "_".join(self.program.calls[i].function.name for i in impl.order)
             specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import combinations, product
+from typing import Any
 
 from ..ir.kernel import KernelCall, KernelSpec
 from ..codegen.kernel import KernelCode, build_copies
@@ -49,7 +50,7 @@ class Implementation:
 
     def kernel_calls(self, program: Program) -> tuple[KernelCall, ...]:
         out = []
-        chosen = dict(self.macros, BY=self.by)
+        chosen: dict[str, Any] = dict(self.macros, BY=self.by)
         for i, vi in zip(self.order, self.variants):
             call = program.calls[i]
             var = call.function.variants[vi]
@@ -225,7 +226,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     if shapes is None:
         return _implementations(program, graph, lib, calls, spans, sampled, variants_of)
     idx = sorted(calls)
-    key = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
+    key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
     if variants_of is not None:
         key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
     if key not in shapes:
@@ -317,7 +318,9 @@ def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
     (legal fusions, some refusals, candidates examined)."""
     nbrs = _neighbours(program, graph)
     seen: set[frozenset[int]] = set()
-    legal, refused, examined = [], {}, 0
+    legal: list = []
+    refused: dict = {}
+    examined = 0
     for start in range(len(program.calls)):
         frontier = [frozenset({start})]
         grown = 0
@@ -397,8 +400,8 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
                     trials.append(current[:k] + (v,) + current[k + 1:])
         impls, _ = implementations(program, graph, lib, calls, spans, sampled=True,
                                    variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes)
-        for i, c in impls:
-            found.setdefault((i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros), (i, c))
+        for im, c in impls:
+            found.setdefault((im.order, im.variants, im.by, im.loop, im.unroll, im.ipb, im.span, im.macros), (im, c))
         new = min(found.values(), key=lambda ic: score(ic[1]))
         if score(new[1]) >= score(best[1]):
             break

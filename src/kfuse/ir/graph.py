@@ -90,8 +90,8 @@ class DependencyGraph:
         lines = ["digraph kfuse {"]
         for c in self.program.calls:
             lines.append(f'  c{c.index} [label="{c.text()}"];')
-        for (p, c), vs in sorted(self.edge_values.items()):
-            lines.append(f'  c{p} -> c{c} [label="{", ".join(v.name for v in vs)}"];')
+        for (p, q), vs in sorted(self.edge_values.items()):
+            lines.append(f'  c{p} -> c{q} [label="{", ".join(v.name for v in vs)}"];')
         for v, cs in sorted(self.shared_inputs.items()):
             name = self.program.values[v].name
             for a, b in zip(cs, cs[1:]):

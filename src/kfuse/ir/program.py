@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 from dataclasses import dataclass, field
 
 from ..library.schema import Function
@@ -51,9 +51,11 @@ class Call:
     def name(self) -> str:
         return f"c{self.index}_{self.function.name}"
 
-    def bindings(self) -> Mapping[str, Value | ScalarArg]:
+    def bindings(self) -> Mapping[str, Any]:
         """Parameter name -> argument (inputs) or value (outputs), read-only (made once: code
-        generation asks for it tens of thousands of times on a long script)."""
+        generation asks for it tens of thousands of times on a long script).  A ``Value`` for an
+        array parameter, a ``ScalarArg`` for a scalar input (typed Any: the parameter's type,
+        which the caller knows, says which)."""
         return self._bindings
 
     @cached_property

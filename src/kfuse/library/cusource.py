@@ -10,6 +10,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ..errors import LibraryError
 from .schema import Variant
@@ -49,7 +50,8 @@ def strip_comments(text: str) -> str:
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    depth, cur = 0, list[str]()
     for ch in text:
         if ch in "<([":
             depth += 1
@@ -91,6 +93,32 @@ def _body_end(text: str, start: int) -> int:
     return len(text)
 
 
+def blank_preprocessor(clean: str) -> str:
+    """Preprocessor lines of comment-free text blanked (same length, newlines kept): a
+    ``#define`` body is not code."""
+    return re.sub(r"^[ \t]*#[^\n]*", lambda m: " " * len(m.group(0)), clean, flags=re.M)
+
+
+def _definitions(code: str) -> Iterator[tuple[re.Match[str], int]]:
+    """(match, end of the body) of each function defined at namespace scope in ``code``
+    (comments stripped, preprocessor lines blanked); a definition's body is skipped whole."""
+    pos = 0
+    while (m := _DEF.search(code, pos)):
+        end = _body_end(code, m.end() - 1)
+        if m.group("name") not in _KEYWORDS:
+            yield m, end
+        pos = end
+
+
+def function_spans(code: str) -> dict[str, list[tuple[int, int]]]:
+    """Name -> (start, end) of each of its definitions at namespace scope in ``code`` (comments
+    stripped and preprocessor lines blanked, as by ``blank_preprocessor(strip_comments(text))``)."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for m, end in _definitions(code):
+        spans.setdefault(m.group("name"), []).append((m.start(), end))
+    return spans
+
+
 def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
     """(name -> definitions at namespace scope, names that reach a barrier)."""
     defs, macros = _parse(text)
@@ -101,27 +129,18 @@ def _parse(text: str) -> tuple[dict[str, list[Definition]], dict[str, str]]:
     """(name -> definitions at namespace scope, macro name -> body)."""
     clean = strip_comments(text)
     macros = {m.group(1): m.group(2) for m in _MACRO.finditer(clean)}
-    # preprocessor lines blanked (a #define body is not code at this point)
-    code = re.sub(r"^[ \t]*#[^\n]*", lambda m: " " * len(m.group(0)), clean, flags=re.M)
+    code = blank_preprocessor(clean)
     defs: dict[str, list[Definition]] = {}
-    pos = 0
-    while True:
-        m = _DEF.search(code, pos)
-        if not m:
-            break
-        brace = m.end() - 1
-        end = _body_end(code, brace)
+    for m, end in _definitions(code):
         name = m.group("name")
-        # a definition at namespace scope: nothing but whitespace or a previous '}' / ';' before it
-        if name not in _KEYWORDS:
-            tpl = _template(m.group("tpl")) if m.group("tpl") is not None else None
-            params = _split_top(m.group("params"))
-            if params == ["void"]:
-                params = []
-            defs.setdefault(name, []).append(Definition(name, tpl, len(params),
-                                                        code.count("\n", 0, m.start("name")) + 1,
-                                                        code[brace:end]))
-        pos = end
+        brace = m.end() - 1
+        tpl = _template(m.group("tpl")) if m.group("tpl") is not None else None
+        params = _split_top(m.group("params"))
+        if params == ["void"]:
+            params = []
+        defs.setdefault(name, []).append(Definition(name, tpl, len(params),
+                                                    code.count("\n", 0, m.start("name")) + 1,
+                                                    code[brace:end]))
     return defs, macros
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import operator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,10 +29,10 @@ MAX_POWER = 8
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.MatMult: operator.matmul, ast.Pow: operator.pow,
            ast.FloorDiv: operator.floordiv}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-_NP_CALLS = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs}
+_UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_NP_CALLS: dict[str, Callable[..., Any]] = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs}
 
-KINDS = {
+KINDS: dict[str, dict[str, Any]] = {
     "reference": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow),
                   "calls": True, "tuple": True},
     "flops": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv), "calls": False, "tuple": False},
@@ -169,6 +170,10 @@ def _eval(node: ast.expr, scope: dict):
     if isinstance(node, ast.Call):
         f = node.func
         fn = _NP_CALLS[f.attr] if isinstance(f, ast.Attribute) else abs
-        kw = {k.arg: k.value.value for k in node.keywords}
+        kw: dict[str, Any] = {}
+        for k in node.keywords:
+            if not isinstance(k.value, ast.Constant):
+                raise AssertionError(f"unchecked keyword {k.arg}")
+            kw[str(k.arg)] = k.value.value
         return fn(*(_eval(a, scope) for a in node.args), **kw)
     raise AssertionError(f"unchecked node {type(node).__name__}")

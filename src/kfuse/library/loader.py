@@ -250,7 +250,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
     if nesting == 2 and ipb != (1,):
         raise ctx.fail(f"{where}.instances_per_block", "a nested function runs one instance per block")
-    locals_ = []
+    locals_: list = []
     for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
         lw = f"{where}.locals[{n}]"
         _table(ctx, loc, lw)
@@ -389,7 +389,7 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
             elems = r.elements
             # after finish routines, a store reads what they staged (locals) instead of its output
             staged = {a.name for f in v.finishes(r.param) for a in f.elements if a.mode != "r"} \
-                if r.kind == "store" else set()
+                if r.kind == "store" and r.param is not None else set()
             if staged:
                 if not elems or any(a.name not in staged | {r.param} or a.mode != "r" for a in elems):
                     raise ctx.fail(rw, f"a store after finish routines reads {r.param} or the locals they "
@@ -412,12 +412,12 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                     raise ctx.fail(rw, f"a finish routine reads {r.param} and writes only locals")
             pmap = {p.name: p for p in params}
             for a in r.elements:
-                p = pmap.get(a.name)
-                if p is not None and p.dir == "in" and a.mode != "r":
+                q = pmap.get(a.name)
+                if q is not None and q.dir == "in" and a.mode != "r":
                     raise ctx.fail(rw, f"compute writes input {a.name}")
-                if p is not None and p.dir == "out" and a.mode == "w" and p.reduce:
+                if q is not None and q.dir == "out" and a.mode == "w" and q.reduce:
                     raise ctx.fail(rw, f"reduced output {a.name} is accumulated (mode acc), not written")
-                if p is not None and p.dir == "out" and a.mode == "acc" and not p.reduce:
+                if q is not None and q.dir == "out" and a.mode == "acc" and not q.reduce:
                     raise ctx.fail(rw, f"map output {a.name} is written (mode w), not accumulated")
             for a in r.elements:
                 if a.mode == "r" and a.name in {loc.name for loc in v.locals} and a.name not in written:

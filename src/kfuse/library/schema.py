@@ -97,8 +97,9 @@ class Variant:
         """Rows x columns of an instance's tile with these macro values (``default``: the
         library's, for a variant without a tile of its own)."""
         if self.tile is None:
-            return tuple(default)
-        return tuple(t if isinstance(t, int) else macros[t] for t in self.tile)
+            return default[0], default[1]
+        rows, cols = (t if isinstance(t, int) else macros[t] for t in self.tile)
+        return rows, cols
 
     def finishes(self, param: str) -> tuple[Routine, ...]:
         """The finish routines of an output: they run just before its store, where it runs."""

@@ -8,6 +8,8 @@ first, so one fill clears them all); values that are neither inputs nor returned
 block per stream, kept with the binding and reused by every call on that stream."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import LaunchError
@@ -77,7 +79,8 @@ def check_array(name: str, f, ndim: int, dtype: np.dtype, device: int, first: st
     if dev != device:
         raise LaunchError(f"{name} is on GPU {dev} but {first} is on GPU {device}; "
                           "put every array of a call on one GPU")
-    expected, step = [], dtype.itemsize
+    expected: list[int] = []
+    step = dtype.itemsize
     for n in reversed(shape):
         expected.insert(0, step)
         step *= n
@@ -137,8 +140,8 @@ class Binding:
         self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values}
         self.in_nbytes = [self.nbytes[n] for n in self.array_inputs]
         self.out_nbytes = [self.nbytes[n] for n in self.out_names]
-        self.tmp_blocks: dict[int, object] = {}      # stream -> the block of values neither input nor returned
-        self.graphs = None                            # executor.Graphs, set by the executor
+        self.tmp_blocks: dict[int, Any] = {}      # stream -> the block of values neither input nor returned
+        self.graphs: Any = None                       # executor.Graphs, set by the executor
         self._layout()
         self._prepare()
 
@@ -225,7 +228,8 @@ class Binding:
     def _kernel_args(self, L, iters: int) -> tuple[list, list]:
         """The argument values (pointers as 0, patched per call) and the patches [(position,
         source, index)]."""
-        args, patches = [], []
+        args: list = []
+        patches: list = []
         for g in L.args:
             if g.kind == "array":
                 patches.append((len(args), *self._source(g.value)))

@@ -84,7 +84,7 @@ class Executor:
         binding = self.bindings.get(key) if key is not None else None
         if binding is None:
             binding, arrays, scalars, torch_in = self._bind(inputs, out, key)
-            ptrs = [facts(a)[4] for a in arrays] + [facts(adapt(out[n], n))[4] for n in binding.out_names]
+            ptrs = [facts(a)[4] for a in arrays] + [facts(adapt((out or {})[n], n))[4] for n in binding.out_names]
         n_in = len(binding.array_inputs)
         in_ptrs, out_ptrs = ptrs[:n_in], ptrs[n_in:]
         if out_ptrs:
@@ -102,7 +102,9 @@ class Executor:
         torch?) of a call, or a None key when something needs the slow path."""
         if len(inputs) != len(self.names):
             return None, None, None, False
-        ptrs, scalars, keys = [], [], []
+        ptrs: list = []
+        scalars: list = []
+        keys: list = []
         tensor = torch_tensor_type()
         torch_in = False
         ndarray = cp.ndarray

@@ -47,7 +47,7 @@ class PackedArgs:
     may patch), NumPy scalars their C type."""
 
     def __init__(self, args: tuple):
-        self.values = []
+        self.values: list = []
         for a in args:
             if isinstance(a, np.generic) and a.dtype in _CTYPES:
                 self.values.append(_CTYPES[a.dtype](a.item()))

@@ -24,6 +24,7 @@ Bit 2 lets the next kernel launch early (``launch_orders``).
 from __future__ import annotations
 
 import os
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,12 +69,12 @@ def _instances(L, dims: dict[int, int], iters: int, order: int, resident: int):
     return ((a, c) if L.loop == "i" else (c, a)), t
 
 
-def _global_params(code) -> list[tuple[object, tuple[str, ...]]]:
+def _global_params(code) -> list[tuple[Any, tuple[str, ...]]]:
     """(value, instance axes it follows) of every array the kernel reads or writes in global
     memory (arrays kept on chip are not kernel arguments)."""
     in_global = {g.value.id for g in code.launch.args
                  if g.kind == "array" and g.value is not None and g.value.type != "scalar"}
-    seen: dict[int, tuple[object, tuple[str, ...]]] = {}
+    seen: dict[int, tuple[Any, tuple[str, ...]]] = {}
     for kc in code.spec.calls:
         binds = kc.call.bindings()
         for p in (*kc.call.function.inputs, *kc.call.function.outputs):

@@ -1,7 +1,8 @@
-"""CUDA-event timing: warm-up, then many repetitions queued back to back, median."""
+"""CUDA-event timing: warm-up, then many repetitions queued back to back, median (and quartiles)."""
 from __future__ import annotations
 
 import statistics
+from typing import Any, Callable, Iterable, NamedTuple
 
 from .gpu import cupy
 
@@ -21,8 +22,32 @@ def l2_flush():
     return lambda: cp.sum(buf, out=sink)
 
 
-def median_us(fn, reps: int = 50, warmup: int = 5, cold_l2: bool = False) -> float:
-    """Median time of ``fn`` in microseconds, from CUDA events recorded around each call.
+class Quartiles(NamedTuple):
+    """The first quartile, the median and the third quartile of repeated timings."""
+    q1: float
+    median: float
+    q3: float
+
+
+def quartiles(values: Iterable[float]) -> Quartiles:
+    """Quartiles of ``values`` (inclusive method: they lie within the values; one value is its
+    own quartiles); the median is ``statistics.median``'s."""
+    data = sorted(float(v) for v in values)
+    if not data:
+        raise ValueError("quartiles of no values")
+    if len(data) == 1:
+        return Quartiles(data[0], data[0], data[0])
+    q1, _, q3 = statistics.quantiles(data, n=4, method="inclusive")
+    return Quartiles(q1, statistics.median(data), q3)
+
+
+def median_us(fn: Callable[[], Any], reps: int = 50, warmup: int = 5, cold_l2: bool = False) -> float:
+    """Median time of ``fn`` in microseconds (see ``quartiles_us``)."""
+    return quartiles_us(fn, reps=reps, warmup=warmup, cold_l2=cold_l2).median
+
+
+def quartiles_us(fn: Callable[[], Any], reps: int = 50, warmup: int = 5, cold_l2: bool = False) -> Quartiles:
+    """Quartiles of the time of ``fn`` in microseconds, from CUDA events recorded around each call.
 
     Calls are queued without waiting in between, so host-side overhead is hidden whenever it
     is shorter than the GPU work (as in ``triton.testing.do_bench``).  With ``cold_l2`` a read
@@ -42,4 +67,4 @@ def median_us(fn, reps: int = 50, warmup: int = 5, cold_l2: bool = False) -> flo
         fn()
         end.record()
     events[-1][1].synchronize()
-    return statistics.median(cp.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events)
+    return quartiles(cp.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events)

@@ -192,7 +192,10 @@ def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
     if rec is None:
         return None
     try:
-        plan = plan_from_json(program, rec.get("plan"))
+        data = rec.get("plan")
+        if not isinstance(data, list):
+            raise KfuseError("the record holds no plan")
+        plan = plan_from_json(program, data)
         generate(plan, search.lib)          # must still build
     except KfuseError as e:
         store.warn(f"stored plan for {program.name} ignored: {e}")
