@@ -165,3 +165,26 @@ def test_plan_search_spans_and_plan_by_index():
     assert s.plan(blocks, (0,) * len(blocks)).describe() == first.describe()
     second = s.plan(blocks, (1,) * len(blocks))
     assert set(second.implementations) == {s.ranked[b][1][1] for b in blocks}
+
+
+def test_a_warp_wide_routine_never_runs_in_part_of_a_warp(lib):
+    """quad_dot_store sums over the 32 lanes of a warp: beside a warp-wide axpy (32 threads per
+    instance) only 8 lanes of each warp would run it -- a wrong sum (it was chosen, and wrong on
+    the GPU).  The layout refuses it, so no implementation of the search holds it."""
+    from kfuse.ir.kernel import KernelCall, KernelSpec
+    text = ("scalar a, r; vector v, w, u, z; input a, v, w, u; z = axpy(-a, v, w); r = dot(z, u); return r;")
+    from kfuse.frontend import parse_script
+    prog = parse_script(text, lib)
+    axpy, dot = prog.calls
+    var = {c.function.name: {v.name: v for v in c.function.variants} for c in (axpy, dot)}
+    spec = KernelSpec("k", (KernelCall(axpy, var["axpy"]["warp"]), KernelCall(dot, var["dot"]["quad"])),
+                      ipb=8, stores=frozenset({dot.outputs[0].id}))
+    with pytest.raises(FusionError, match="exchanges values between the lanes of a warp"):
+        build_kernel(spec, lib)
+    ok = KernelSpec("k", (KernelCall(axpy, var["axpy"]["quad"]), KernelCall(dot, var["dot"]["quad"])),
+                    ipb=8, stores=frozenset({dot.outputs[0].id}))
+    assert build_kernel(ok, lib)
+    search = kfuse.compile(text, tuned=False, calibration=False).search
+    chosen = {tuple(kc.variant.name for kc in code.spec.calls)
+              for impls in search.space.impls.values() for _, code in impls}
+    assert ("quad", "quad") in chosen and ("warp", "quad") not in chosen

@@ -239,6 +239,26 @@ def test_shipped_library_passes_the_routine_checks(lib):
     assert lib.digest == load_library().digest
 
 
+@pytest.mark.parametrize("body", ["v = __shfl_xor_sync(0xffffffffu, v, 1);", "v = kf_warp_sum(v);",
+                                  "v = helper(v);", "v = LANES(v);"])
+def test_routines_exchanging_between_lanes_are_found(tmp_path, body):
+    cu = ("#define LANES(v) __shfl_down_sync(0xffffffffu, v, 1)\n"
+          "KF_DEVICE real helper(real v) { return kf_lanes_sum<4>(v); }\n"
+          + SCAL_OK.replace("VO& out, real alpha) {", "VO& out, real alpha) { real v = 0; " + body))
+    [f] = load_library(scal_library(tmp_path, cu), shipped=False).functions
+    assert f.variants[0].warp_wide == {"compute"}
+    [f] = load_library(scal_library(tmp_path / "plain", SCAL_OK), shipped=False).functions
+    assert f.variants[0].warp_wide == frozenset()
+
+
+def test_prelude_warp_helpers_are_all_known():
+    """cusource names the prelude's lane-exchanging helpers (a library source calls them); the
+    list is the prelude's own."""
+    from kfuse.codegen.module import PRELUDE
+    from kfuse.library import cusource
+    assert cusource.warp_wide(PRELUDE.read_text()) == set(cusource.PRELUDE_WARP_WIDE)
+
+
 # ---- 6. library files that cannot be read ------------------------------------------------------
 
 def test_toml_that_is_a_directory(tmp_path):
