@@ -43,22 +43,49 @@ class _Touches:
     nbytes: np.ndarray      # float64: bytes of each region
 
 
-def _instances(L, dims: dict[int, int], iters: int, order: int, resident: int):
-    """Instance coordinates (i, j) and their times for kernel launch L walked in ``order``."""
+#: at most about this many instances stand for a kernel in the cache model: beyond it, runs of
+#: consecutive instances along each axis are one region (a 2^26 vector: 2M subvectors would take
+#: seconds to sort at the first launch)
+SAMPLES = 1 << 16
+
+
+def _strides(counts: tuple[int, ...]) -> tuple[int, ...]:
+    """Instances per region along each axis: 1 while the instance space is small, else the same
+    power-of-two run along every axis, so that at most about SAMPLES regions remain."""
+    total = int(np.prod(counts))
+    if total <= SAMPLES:
+        return (1,) * len(counts)
+    g = 1
+    while int(np.prod([-(-c // g) for c in counts])) > SAMPLES:
+        g *= 2
+    return (g,) * len(counts)
+
+
+def _instances(L, dims: dict[int, int], iters: int, order: int, resident: int, strides: tuple[int, ...],
+               last: bool):
+    """Coordinates (i, j) and times of one instance per region (``strides`` instances along each
+    axis) of kernel launch L walked in ``order``: the region's last instance (``last``) or its
+    first."""
     counts = L.counts(dims)
+
+    def along(n: int, g: int) -> np.ndarray:
+        x = np.arange(0, n, g, dtype=np.int64)
+        return np.minimum(x + g - 1, n - 1) if last else x
+
     if L.nesting == 1:
         n = counts[0]
         per_block = iters * L.ipb
-        i = np.arange(n, dtype=np.int64)
+        i = along(n, strides[0])
         b = i // per_block
         it = (i % per_block) // L.ipb
         grid = -(-n // per_block)
         if order & 1:
             b = grid - 1 - b
         return (i,), b * (iters / resident) + it
-    along_n, across_n = (counts[0], counts[1]) if L.loop == "i" else (counts[1], counts[0])
-    a = np.repeat(np.arange(along_n, dtype=np.int64), across_n)
-    c = np.tile(np.arange(across_n, dtype=np.int64), along_n)
+    (along_n, ga), (across_n, gc) = ((counts[0], strides[0]), (counts[1], strides[1])) if L.loop == "i" \
+        else ((counts[1], strides[1]), (counts[0], strides[0]))
+    sa, sc = along(along_n, ga), along(across_n, gc)
+    a, c = np.repeat(sa, len(sc)), np.tile(sc, len(sa))
     groups_along = -(-along_n // iters)
     groups_across = -(-across_n // L.span)
     ag, it, cg = a // iters, a % iters, c // L.span
@@ -85,17 +112,18 @@ def _global_params(code) -> list[tuple[Any, tuple[str, ...]]]:
 
 
 def _touches(code, dims, iters, order, resident, itemsize, last: bool) -> _Touches:
-    coords, t = _instances(code.launch, dims, iters, order, resident)
-    axis = {"i": 0, "j": 1}
     counts = code.launch.counts(dims)
+    strides = _strides(counts)
+    coords, t = _instances(code.launch, dims, iters, order, resident, strides, last)
+    axis = {"i": 0, "j": 1}
     keys, times, nbytes = [], [], []
     for v, index in _global_params(code):
         if not index or any(x not in axis or axis[x] >= len(coords) for x in index):
             continue
-        shape = [counts[axis[x]] for x in index]
+        shape = [-(-counts[axis[x]] // strides[axis[x]]) for x in index]
         region = np.zeros_like(coords[0])
         for x, n in zip(index, shape):
-            region = region * n + coords[axis[x]]
+            region = region * n + coords[axis[x]] // strides[axis[x]]
         size = int(np.prod(shape))
         total = itemsize * float(np.prod([dims[d] for d in v.dims]))
         per = np.full(size, -np.inf if last else np.inf)
