@@ -64,7 +64,7 @@ return u, v;
 
 
 @pytest.mark.parametrize("name, fuse, size", [("waxpby", False, 2**24), ("gemver", True, 16384),
-                                             ("atax", True, 16384), ("sgemvt", False, 16384)])
+                                             ("atax", True, 32768), ("sgemvt", False, 16384)])
 def test_regions_of_many_instances_choose_as_single_instances(name, fuse, size, monkeypatch):
     """Beyond SAMPLES instances, runs of instances are one region of the cache model (at the first
     launch of a 2^26 vector the per-instance model took seconds): the orders stay those of the

@@ -63,37 +63,46 @@ def _strides(counts: tuple[int, ...]) -> tuple[int, ...]:
 
 def _instances(L, dims: dict[int, int], iters: int, order: int, resident: int, strides: tuple[int, ...],
                last: bool):
-    """Coordinates (i, j) and times of one instance per region (``strides`` instances along each
-    axis) of kernel launch L walked in ``order``: the region's last instance (``last``) or its
-    first."""
+    """Coordinates (i, j) of the regions (``strides`` instances along each axis) of kernel launch L
+    walked in ``order``, and each region's time: its last instance's (``last``) or its first's."""
     counts = L.counts(dims)
-
-    def along(n: int, g: int) -> np.ndarray:
-        x = np.arange(0, n, g, dtype=np.int64)
-        return np.minimum(x + g - 1, n - 1) if last else x
-
     if L.nesting == 1:
         n = counts[0]
         per_block = iters * L.ipb
-        i = along(n, strides[0])
+        i = np.arange(n, dtype=np.int64)
         b = i // per_block
         it = (i % per_block) // L.ipb
         grid = -(-n // per_block)
         if order & 1:
             b = grid - 1 - b
-        return (i,), b * (iters / resident) + it
-    (along_n, ga), (across_n, gc) = ((counts[0], strides[0]), (counts[1], strides[1])) if L.loop == "i" \
-        else ((counts[1], strides[1]), (counts[0], strides[0]))
-    sa, sc = along(along_n, ga), along(across_n, gc)
-    a, c = np.repeat(sa, len(sc)), np.tile(sc, len(sa))
+        t = _coarse(b * (iters / resident) + it, strides[0], last)
+        return (np.arange(len(t), dtype=np.int64),), t
+    along_n, across_n = (counts[0], counts[1]) if L.loop == "i" else (counts[1], counts[0])
+    ga, gc = (strides[0], strides[1]) if L.loop == "i" else (strides[1], strides[0])
+    a = np.arange(along_n, dtype=np.int64)[:, None]
+    c = np.arange(across_n, dtype=np.int64)[None, :]
     groups_along = -(-along_n // iters)
     groups_across = -(-across_n // L.span)
     ag, it, cg = a // iters, a % iters, c // L.span
     b = cg * groups_along + ag if order & 2 else ag * groups_across + cg
     if order & 1:
         b = groups_along * groups_across - 1 - b
-    t = b * (iters / resident) + it
-    return ((a, c) if L.loop == "i" else (c, a)), t
+    t = _coarse(_coarse(b * (iters / resident) + it, ga, last).T, gc, last).T     # (along, across) regions
+    ra = np.repeat(np.arange(t.shape[0], dtype=np.int64), t.shape[1])
+    rc = np.tile(np.arange(t.shape[1], dtype=np.int64), t.shape[0])
+    return ((ra, rc) if L.loop == "i" else (rc, ra)), t.ravel()
+
+
+def _coarse(t: np.ndarray, g: int, last: bool) -> np.ndarray:
+    """Times of runs of ``g`` along the first axis: the latest (``last``) or the earliest of each."""
+    if g == 1:
+        return t
+    n = t.shape[0]
+    pad = -n % g
+    if pad:
+        t = np.concatenate([t, np.full((pad,) + t.shape[1:], -np.inf if last else np.inf)])
+    t = t.reshape((-1, g) + t.shape[1:])
+    return t.max(axis=1) if last else t.min(axis=1)
 
 
 def _global_params(code) -> list[tuple[Any, tuple[str, ...]]]:
@@ -123,7 +132,7 @@ def _touches(code, dims, iters, order, resident, itemsize, last: bool) -> _Touch
         shape = [-(-counts[axis[x]] // strides[axis[x]]) for x in index]
         region = np.zeros_like(coords[0])
         for x, n in zip(index, shape):
-            region = region * n + coords[axis[x]] // strides[axis[x]]
+            region = region * n + coords[axis[x]]
         size = int(np.prod(shape))
         total = itemsize * float(np.prod([dims[d] for d in v.dims]))
         per = np.full(size, -np.inf if last else np.inf)
