@@ -2,8 +2,11 @@
 from .compiled import CompiledScript
 from .api import compile
 from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError
+from .frontend.trace import TraceError, lib, outer, sqrt
+from .jit import JitFunction, jit
 from .library.loader import load_library
 
 __version__ = "0.1.0"
-__all__ = ["compile", "CompiledScript", "load_library", "KfuseError", "ScriptError", "LibraryError",
-           "FusionError", "CompileError", "LaunchError", "__version__"]
+__all__ = ["compile", "CompiledScript", "jit", "JitFunction", "lib", "outer", "sqrt", "load_library",
+           "KfuseError", "ScriptError", "TraceError", "LibraryError", "FusionError", "CompileError", "LaunchError",
+           "__version__"]

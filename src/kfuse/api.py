@@ -69,7 +69,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
-    leaves it out).  ``fuse=False`` gives every call its own kernel (the paper's code without
+    leaves it out), or is a library already loaded (``kfuse.load_library``).  ``fuse=False`` gives every call its own kernel (the paper's code without
     fusions); otherwise the plan predicted fastest at ``sizes`` (script size name -> value;
     8192 per matrix side, 2^24 per vector by default) is chosen -- unless the tuning store
     (``tuned``: True for the default store, a path for another, False for none) holds a measured
@@ -84,11 +84,12 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+    folders = [] if library is None or isinstance(library, Library) else (
+        [library] if isinstance(library, (str, Path)) else list(library))
     timer = PassTimes()
     with _collector_paused():
         with timer("library"):
-            lib = load_library(*folders, shipped=shipped_library)
+            lib = library if isinstance(library, Library) else load_library(*folders, shipped=shipped_library)
         with timer("parse"):
             source, file = _read_script(script)
             program = parse_script(source, lib, file)
