@@ -3,7 +3,7 @@ from .compiled import CompiledScript
 from .api import compile
 from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError
 from .frontend.trace import TraceError, lib, outer, sqrt
-from .jit import JitFunction, jit
+from .decorator import JitFunction, jit
 from .library.loader import load_library
 
 __version__ = "0.1.0"

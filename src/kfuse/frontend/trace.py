@@ -217,7 +217,6 @@ _VALUE = ("it depends on array values, which are on the GPU and not known while 
 class Proxy:
     """A traced scalar, vector or matrix inside a @kfuse.jit function."""
     __slots__ = ("_node", "_tracer")
-    __array_ufunc__ = None              # NumPy: refuse, do not convert
     __array_priority__ = 1000
 
     def __init__(self, node: Node, tracer: Tracer):
@@ -243,37 +242,37 @@ class Proxy:
         return id(self)
 
     def __add__(self, o):
-        return _wrap(_linear("+", self._node, _node(o, "+")))
+        return _wrap(_linear("+", _node(self, '+'), _node(o, "+")))
 
     def __radd__(self, o):
-        return _wrap(_linear("+", _node(o, "+"), self._node))
+        return _wrap(_linear("+", _node(o, "+"), _node(self, '+')))
 
     def __sub__(self, o):
-        return _wrap(_linear("-", self._node, _node(o, "-")))
+        return _wrap(_linear("-", _node(self, '-'), _node(o, "-")))
 
     def __rsub__(self, o):
-        return _wrap(_linear("-", _node(o, "-"), self._node))
+        return _wrap(_linear("-", _node(o, "-"), _node(self, '-')))
 
     def __mul__(self, o):
-        return _wrap(_mul(self._node, _node(o, "*")))
+        return _wrap(_mul(_node(self, '*'), _node(o, "*")))
 
     def __rmul__(self, o):
-        return _wrap(_mul(_node(o, "*"), self._node))
+        return _wrap(_mul(_node(o, "*"), _node(self, '*')))
 
     def __truediv__(self, o):
-        return _wrap(_div(self._node, _node(o, "/")))
+        return _wrap(_div(_node(self, '/'), _node(o, "/")))
 
     def __rtruediv__(self, o):
-        return _wrap(_div(_node(o, "/"), self._node))
+        return _wrap(_div(_node(o, "/"), _node(self, '/')))
 
     def __matmul__(self, o):
-        return _wrap(_matmul(self._node, _node(o, "@")))
+        return _wrap(_matmul(_node(self, '@'), _node(o, "@")))
 
     def __rmatmul__(self, o):
-        return _wrap(_matmul(_node(o, "@"), self._node))
+        return _wrap(_matmul(_node(o, "@"), _node(self, '@')))
 
     def __neg__(self):
-        n = self._node
+        n = _node(self, "-")
         if n.rank == 0:
             return _wrap(Node("neg", 0, (n,)))
         return _wrap(_scale(lit(-1.0), n, "*"))
@@ -300,6 +299,8 @@ class Proxy:
     __iter__ = _refuse("iteration", "kfuse traces whole vectors and matrices")
     __len__ = _refuse("len()", "sizes are symbolic while tracing")
     __abs__ = _refuse("abs()", "no library function computes it")
+    __array_ufunc__ = __array_function__ = _refuse("a NumPy function", "inside a @kfuse.jit function use "
+                                                   "operators (A @ x, a * x + y) or kfuse.lib.<function>(...)")
     __array__ = _refuse("conversion to an array", "inside a @kfuse.jit function use operators (A @ x, a * x + y) "
                         "or kfuse.lib.<function>(...), not NumPy, CuPy or torch functions")
     __torch_function__ = classmethod(lambda cls, *a, **k: _refuse(
