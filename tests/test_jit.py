@@ -369,3 +369,19 @@ def test_traced_programs_compile_with_nvcc(nvcc, tmp_path, dtype):
     for k, (fn, args) in enumerate([(cg_step, (Ad, xd, xd, xd, Dev0(dtype))), (cg_step, (Ad, xd, xd, xd, 1.0)),
                                     (mixed, (Dev0(dtype), Ad, xd, yd, xd, yd))]):
         nvcc_compile(nvcc, kfuse.jit(fn).compile(*args).cuda_source, tmp_path, f"jit{k}")
+
+
+def test_bicg_products_share_their_pass_over_the_matrix():
+    """A coefficient computed in the function (alpha from a dot product) is not taken into the
+    product: A p and A^T p~ stay plain and fuse into one kernel reading A once."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+    import bicg
+    Asq, v = np.zeros((N, N), np.float64), np.zeros(N, np.float64)
+    prog = bicg.bicg_step.compile(Asq, v, v, v, v, v, Dev0("float64"))
+    products = [(c.function.name, len(c.args)) for c in prog.program.calls if c.function.nesting == 2]
+    assert products == [("gemv", 2), ("gemtv", 2)]
+    assert {kc.call.function.name for kc in prog.plan.kernels[0].calls} == {"gemv", "gemtv"}
+    f = kfuse.jit(lambda A, x, y: (x @ y) * (A @ x) + y)
+    assert calls(f, Asq.astype(np.float32), u, u) == [("dot", 2, ()), ("gemv", 2, ()), ("axpy", 3, ("s1",))]

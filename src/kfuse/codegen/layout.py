@@ -313,7 +313,8 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
     prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
                                          and not g.value.is_input and g.value.id not in own}
-    prior |= {g.value.id for g in args if g.kind == "dscalar"}
+    prior |= {g.value.id for g in args if g.kind == "dscalar" and not g.value.is_input}   # inputs: written
+    #   before the call's first kernel, which is never launched early
 
     def reads_prior(s) -> bool:
         binds = s.kc.call.bindings()

@@ -4,8 +4,9 @@ Each value the function computes becomes library calls, chosen for a whole expre
 
 * a vector expression is flattened into a linear combination ``c1 X1 + c2 X2 + ...`` of terms
   (coefficients are scalar expressions); a matrix-vector product read only here is fused into a
-  ``gemv``/``gemtv`` with ``alpha`` and ``beta`` (``a * (A @ x) + b * y`` is one call), the rest
-  become ``scal``, ``axpy``, ``axpby`` or ``vadd``;
+  ``gemv``/``gemtv`` with ``alpha`` and ``beta`` (``a * (A @ x) + b * y`` is one call) unless
+  they are computed in the function (see ``_computed``); the rest become ``scal``, ``axpy``,
+  ``axpby`` or ``vadd``;
 * a matrix expression ``A + B + c * outer(u, v)`` becomes ``madd`` and ``ger`` calls;
 * ``x @ y`` is ``dot``; scalar arithmetic stays arithmetic, written into the scalar arguments of
   the calls that use it (evaluated on the device); a scalar expression used more than once gets a
@@ -195,7 +196,10 @@ class _Lowering:
 
     def combine(self, terms: list[tuple[Node, Node]], root: Node) -> str:
         site = root.site
-        at = next((k for k, (_, b) in enumerate(terms) if self.fusable(b, "matvec", root)), None)
+        at = next((k for k, (c, b) in enumerate(terms) if self.fusable(b, "matvec", root) and not _computed(c)),
+                  None)
+        if at is not None and len(terms) == 2 and _computed(terms[1 - at][0]):
+            at = None
         if at is not None:
             c, b = terms[at]
             fn = "gemv" if b.data == "N" else "gemtv"
@@ -298,6 +302,13 @@ def lower(trace: Trace) -> Lowered:
         raise TraceError("the function computes nothing on the GPU (it returns its arguments or arithmetic "
                          "on them only)", trace.results[0].site)
     return _script(low, returns, outputs, leaves)
+
+
+def _computed(c: Node) -> bool:
+    """A coefficient that reads a scalar the function computes (a dot product): a product that
+    took it in would wait for that reduction, and could no longer share its pass over the matrix
+    with the other products (BiCG's A p and A^T p~), so it is computed plainly instead."""
+    return any(leaf.kind in ("dot", "out") for leaf in _leaves(c))
 
 
 def _leaves(n: Node) -> list[Node]:
