@@ -117,7 +117,8 @@ class Tracer:
 def _tracer() -> Tracer:
     t = getattr(_state, "tracer", None)
     if t is None:
-        raise TraceError("kfuse.outer, kfuse.sqrt and kfuse.lib are used inside a @kfuse.jit function", user_site())
+        raise TraceError("kfuse.lib functions (and kfuse.outer of traced values) are used inside a @kfuse.jit "
+                         "function", user_site())
     return t
 
 
@@ -316,8 +317,12 @@ class Proxy:
         _refuse(".shape", "sizes are symbolic while tracing (the program is compiled for any size)")(self)
 
 
-def outer(u, v) -> Proxy:
-    """The outer product u vᵀ, inside a @kfuse.jit function (``A + kfuse.outer(u, v)`` is ``ger``)."""
+def outer(u, v):
+    """The outer product u vᵀ: inside a @kfuse.jit function traced (``A + kfuse.outer(u, v)`` is
+    ``ger``); outside, of NumPy / CuPy arrays or torch tensors, computed at once (so that a
+    jitted function runs unchanged on NumPy, e.g. as its own reference)."""
+    if not isinstance(u, Proxy) and not isinstance(v, Proxy):
+        return u[:, None] * v[None, :]
     _tracer()
     a, b = _node(u, "outer"), _node(v, "outer")
     if a.rank != 1 or b.rank != 1:
@@ -327,9 +332,10 @@ def outer(u, v) -> Proxy:
 
 
 def sqrt(s):
-    """The square root of a scalar: of a traced scalar (evaluated on the device), or of a number."""
+    """The square root of a scalar: of a traced scalar (evaluated on the device), or of a number
+    or array (computed at once)."""
     if not isinstance(s, Proxy):
-        return math.sqrt(s)
+        return s ** 0.5
     if s._node.rank:
         raise TraceError("kfuse.sqrt takes a scalar", user_site())
     return _wrap(Node("sqrt", 0, (_node(s, "sqrt"),)))
@@ -337,7 +343,9 @@ def sqrt(s):
 
 class _Lib:
     """``kfuse.lib.<function>(...)``: a call of any library function by name (or alias), inside a
-    @kfuse.jit function; scalars may be traced scalars or numbers."""
+    @kfuse.jit function; scalars may be traced scalars or numbers.  Outside one, on NumPy arrays,
+    the shipped function's float64 reference expression is evaluated (a jitted function then runs
+    unchanged on NumPy as its own reference)."""
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -353,6 +361,8 @@ lib = _Lib()
 
 
 def _call(name: str, args: tuple):
+    if getattr(_state, "tracer", None) is None and not any(isinstance(a, Proxy) for a in args):
+        return _reference_call(name, args)
     library = _tracer().library
     site = user_site()
     overloads = library.overloads(name)
@@ -382,6 +392,18 @@ def _call(name: str, args: tuple):
     outs = [_wrap(Node("out", {"scalar": 0, "vector": 1, "matrix": 2}[p.type], (call,), k, site,
                        tuple(sizes.get(a, 0) for a in p.index))) for k, p in enumerate(fn.outputs)]
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _reference_call(name: str, args: tuple):
+    from ..library import expr
+    from ..library.loader import load_library
+    if not hasattr(_state, "shipped"):
+        _state.shipped = load_library()
+    fn = next((f for f in _state.shipped.overloads(name) if len(f.inputs) == len(args)), None)
+    if fn is None or fn.reference is None:
+        raise TraceError(f"kfuse.lib.{name} with {len(args)} arguments is no shipped function with a reference; "
+                         "call library functions inside a @kfuse.jit function", user_site())
+    return expr.evaluate(fn.reference, {p.name: a for p, a in zip(fn.inputs, args)}, "reference")
 
 
 def trace(fn, specs: list[ArgSpec], library: Library) -> Trace:
