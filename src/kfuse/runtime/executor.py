@@ -5,7 +5,10 @@ given; ``args.signature``) builds a ``Binding`` with every check; a later call w
 signature finds it in a table, reads the arguments' pointers, takes its outputs from the memory
 pool of the caller's framework (CuPy in, CuPy out; torch in, torch out), patches pointers and
 scalars into the prepared argument blocks and launches on the caller's stream (torch's current
-stream with torch tensors, CuPy's otherwise, or ``stream=``).
+stream with torch tensors, CuPy's otherwise, or ``stream=``).  A scalar input given as a 0-d
+device array is patched like an array (its pointer: the kernels read it by address); the
+signature says which scalars come so, and the first call that binds them so takes the program
+planned for it (``CompiledScript.for_device_scalars``).
 
 Launches replay from a CUDA graph when a program makes several launches and the same pointers and
 scalars come again (a loop over the same arrays): the launches are captured once on a private
