@@ -388,3 +388,15 @@ def test_bicg_products_share_their_pass_over_the_matrix():
     assert {kc.call.function.name for kc in prog.plan.kernels[0].calls} == {"gemv", "gemtv"}
     f = kfuse.jit(lambda A, x, y: (x @ y) * (A @ x) + y)
     assert calls(f, Asq.astype(np.float32), u, u) == [("gemv", 2, ()), ("dot", 2, ()), ("axpy", 3, ("s2",))]
+
+
+def test_a_jitted_function_called_while_tracing_is_inlined():
+    @kfuse.jit
+    def axpy(a, x, y):
+        return a * x + y
+
+    @kfuse.jit
+    def outer_fn(a, A, x, y):
+        return axpy(a, A @ x, y)
+    assert calls(outer_fn, 2.0, A, x, u) == [("gemv", 5, ("a", "1.0"))]
+    assert issubclass(kfuse.TraceError, ScriptError)

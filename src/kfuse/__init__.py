@@ -1,8 +1,8 @@
 """kfuse: automatic kernel fusion of map/reduce elementary functions into CUDA."""
 from .compiled import CompiledScript
 from .api import compile
-from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError
-from .frontend.trace import TraceError, lib, outer, sqrt
+from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError, TraceError
+from .frontend.trace import lib, outer, sqrt
 from .decorator import JitFunction, jit
 from .library.loader import load_library
 

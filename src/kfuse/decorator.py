@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from .api import compile as compile_script
-from .errors import KfuseError, ScriptError
+from .errors import KfuseError, ScriptError, TraceError
 from .frontend.lower import Lowered, lower
-from .frontend.trace import ArgSpec, TraceError, trace, user_site
+from .frontend.trace import ArgSpec, Proxy, trace, user_site
 from .library.loader import load_library
 
 _SHARED: dict = {}          # full key -> _Entry, across jitted functions (the same code and library)
@@ -126,6 +126,8 @@ class JitFunction:
                     key.append(t)
         entry = self._entries.get(key := tuple(key))
         if entry is None:
+            if any(isinstance(a, Proxy) for a in args):     # called from a function being traced: inlined
+                return self.fn(*args)
             entry = self._entries[key] = self._entry(args)
         self.last = entry
         res = entry.compiled.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)

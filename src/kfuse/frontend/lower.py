@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .trace import RANK_WORDS, Node, Site, Trace, TraceError, lit
+from ..errors import TraceError
+from .trace import RANK_WORDS, Node, Site, Trace, lit
 
 _RESERVED = {"input", "return", "scalar", "vector", "matrix", "sqrt", "out", "sync", "stream"}
 

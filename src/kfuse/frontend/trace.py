@@ -22,22 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import ScriptError
+from ..errors import TraceError
 from ..library.schema import Library
 
 _HERE = str(Path(__file__).resolve().parent.parent)       # kfuse's own frames are skipped
 _state = threading.local()
 RANK_WORDS = {0: "scalar", 1: "vector", 2: "matrix"}
-
-
-class TraceError(ScriptError):
-    """A traced function that maps onto no program: names the user's file:line and shows it."""
-
-    def __init__(self, message: str, site: "Site | None" = None):
-        if site is None:
-            super().__init__(message, "<traced function>")
-        else:
-            super().__init__(message, site.file, site.line, site.col, site.text)
 
 
 class Site(NamedTuple):
