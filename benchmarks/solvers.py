@@ -143,6 +143,10 @@ def torch_eager_solver(kind):
 
 def torch_compile_solver(kind, mode=None):
     import torch
+    import torch._dynamo
+    for name in ("cache_size_limit", "recompile_limit"):      # one step per size, dtype and mode
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
     if kind == "cg":
         start, step = _cg_plain(torch.mv, torch.dot)
     else:

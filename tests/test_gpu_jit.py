@@ -140,7 +140,8 @@ def test_torch_in_torch_out(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_device_scalar_results_feed_the_next_call(dtype):
     """A 0-d result of one call is the scalar input of the next (passed by address); the same
-    arguments again replay the captured graph with the same result."""
+    arguments again replay the captured graph with the same result (up to the order of the
+    atomic additions of the dot products)."""
     import cupy as cp
     import cg
     rng = np.random.default_rng(3)
@@ -154,7 +155,7 @@ def test_device_scalar_results_feed_the_next_call(dtype):
     out1 = cg.cg_step(Ad, bd * 0, r, r, rr)
     out2 = [cg.cg_step(Ad, bd * 0, r, r, rr) for _ in range(3)][-1]
     for a, b2 in zip(out1, out2):
-        assert cp.array_equal(a, b2)
+        assert a.shape == b2.shape and float(cp.max(cp.abs(a - b2))) <= 10 * TOL[dtype] * float(cp.max(cp.abs(a)))
     # against NumPy: one CG step from x = 0
     Ah, bh = A.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
     q = Ah @ bh
