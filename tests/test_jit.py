@@ -400,3 +400,17 @@ def test_a_jitted_function_called_while_tracing_is_inlined():
         return axpy(a, A @ x, y)
     assert calls(outer_fn, 2.0, A, x, u) == [("gemv", 5, ("a", "1.0"))]
     assert issubclass(kfuse.TraceError, ScriptError)
+
+
+def test_returned_scalar_arithmetic_is_evaluated_from_the_results():
+    """A scalar computed by arithmetic alone is no script result: it is evaluated after the call
+    from the results and the arguments (here NumPy stands in for the device arrays)."""
+    f = kfuse.jit(lambda a, x, y: (x + y, (x @ y) / a - kfuse.sqrt(a), a))
+    entry = f._entry((4.0, x, y))
+    low = entry.lowered
+    assert low.outputs == ["v1", "s2"] and [r[0] for r in low.returns] == ["out", "expr", "arg"]
+    assert not entry.direct
+    v, s = np.arange(3.0, dtype=np.float32), np.array(6.0, dtype=np.float32)
+    got = entry.package((v, s), (4.0, x, y))
+    assert got[0] is v and got[2] == 4.0
+    assert got[1].dtype == np.float32 and got[1].shape == () and got[1] == np.float32(6.0 / 4.0 - 2.0)

@@ -81,10 +81,10 @@ class _Entry:
         value = ev(node)
         like = outs[0]
         if hasattr(like, "new_tensor"):         # torch
-            import torch
-            dt = like.dtype
-            return value.to(dt) if isinstance(value, torch.Tensor) else like.new_tensor(value, dtype=dt)
-        import cupy
+            return value.to(like.dtype) if hasattr(value, "to") else like.new_tensor(value, dtype=like.dtype)
+        if hasattr(value, "astype"):            # a CuPy array (NumPy on the CPU)
+            return value.astype(self.dtype, copy=False)
+        import cupy                             # arithmetic of Python numbers only
         return cupy.asarray(value, dtype=self.dtype)
 
 
