@@ -1,9 +1,12 @@
 """kfuse: automatic kernel fusion of map/reduce elementary functions into CUDA."""
 from .compiled import CompiledScript
 from .api import compile
-from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError
+from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError, TraceError
+from .frontend.trace import lib, outer, sqrt
+from .decorator import JitFunction, jit
 from .library.loader import load_library
 
 __version__ = "0.1.0"
-__all__ = ["compile", "CompiledScript", "load_library", "KfuseError", "ScriptError", "LibraryError",
-           "FusionError", "CompileError", "LaunchError", "__version__"]
+__all__ = ["compile", "CompiledScript", "jit", "JitFunction", "lib", "outer", "sqrt", "load_library",
+           "KfuseError", "ScriptError", "TraceError", "LibraryError", "FusionError", "CompileError", "LaunchError",
+           "__version__"]

@@ -64,11 +64,12 @@ def read_script_file(path: Path) -> str:
 
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
-            tuned: bool | str | Path = True, calibration=True, horizontal: bool = True) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            tuned: bool | str | Path = True, calibration=True, horizontal: bool = True,
+            device_scalars=()) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
-    leaves it out).  ``fuse=False`` gives every call its own kernel (the paper's code without
+    leaves it out), or is a library already loaded (``kfuse.load_library``).  ``fuse=False`` gives every call its own kernel (the paper's code without
     fusions); otherwise the plan predicted fastest at ``sizes`` (script size name -> value;
     8192 per matrix side, 2^24 per vector by default) is chosen -- unless the tuning store
     (``tuned``: True for the default store, a path for another, False for none) holds a measured
@@ -77,19 +78,24 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     one, else the transfer model -- with a notice; False for the transfer model; a path for that
     calibration file; or a model object).  ``horizontal=False`` keeps kernels that exchange nothing
     apart (horizontal fusion otherwise merges them where the model predicts a launch saved).
+    ``device_scalars`` names scalar inputs that calls will bind to 0-d device arrays (kernels read
+    them by address; a call that binds others so gets a program planned for that on first use).
     Needs no GPU; running the result needs CuPy.
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+    folders = [] if library is None or isinstance(library, Library) else (
+        [library] if isinstance(library, (str, Path)) else list(library))
     timer = PassTimes()
     with _collector_paused():
         with timer("library"):
-            lib = load_library(*folders, shipped=shipped_library)
+            lib = library if isinstance(library, Library) else load_library(*folders, shipped=shipped_library)
         with timer("parse"):
             source, file = _read_script(script)
             program = parse_script(source, lib, file)
             _check_reserved(program)
+            if device_scalars:
+                program = _with_device_scalars(program, device_scalars)
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
                                 model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal)
@@ -123,6 +129,15 @@ def _check_reserved(program: Program) -> None:
                     break
             raise ScriptError(f"the input {v.name!r} has the name of a keyword of the call "
                               f"({', '.join(RESERVED)}); rename it", program.file, line_no, col, text)
+
+
+def _with_device_scalars(program: Program, names) -> Program:
+    scalars = [v.name for v in program.inputs if v.type == "scalar"]
+    for n in ([names] if isinstance(names, str) else names):
+        if n not in scalars:
+            raise KfuseError(f"device_scalars: {n!r} is not a scalar input of the script "
+                             f"(its scalar inputs: {', '.join(scalars) or 'none'})")
+    return program.with_device_scalars([names] if isinstance(names, str) else names)
 
 
 @contextmanager

@@ -37,6 +37,7 @@ class CompiledScript:
     tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
     from_store: bool = field(default=False, repr=False, compare=False)  # the plan is a tuned winner
     _by_class: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_scalars: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     tuning: dict | None = field(default=None, repr=False, compare=False)   # what tune() measured and stored
     # caches (declared; filled on demand)
     _own_source: str | None = field(default=None, init=False, repr=False, compare=False)
@@ -169,18 +170,41 @@ class CompiledScript:
         if key == tuple(round(log2(max(1, self.search.dims[d.id]))) for d in self.program.dims):
             return self
         if key not in self._by_class:
-            from .fusion.plans import PlanSearch
-            from .tuning.store import stored_plan
-            search = PlanSearch(self.program, self.library, sizes={d.name: dims[d.id] for d in self.program.dims},
-                                itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
-                                spans=self.search.spans, horizontal=self.search.horizontal)
-            stored = stored_plan(self.program, search, self.dtype, self.tuned)
-            plan = stored or search.best()
-            other = CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library), search)
-            other.tuned = self.tuned
-            other.from_store = stored is not None
-            self._by_class[key] = other
+            self._by_class[key] = self._replanned(self.program, dims)
         return self._by_class[key]
+
+    def for_device_scalars(self, names) -> "CompiledScript":
+        """The program with the scalar inputs ``names`` (and no others) bound to 0-d device arrays
+        (read by address in the kernels: no round trip through the host), planned like this one;
+        made once per set of names and kept."""
+        names = frozenset(names)
+        if names == self.program.device_scalars():
+            return self
+        if names not in self._by_scalars:
+            program = self.program.with_device_scalars(names)
+            if self.search is None:
+                from .fusion.plans import unfused_plan
+                plan = unfused_plan(program, self.library)
+                self._by_scalars[names] = CompiledScript(program, self.library, self.dtype, plan,
+                                                         generate(plan, self.library))
+            else:
+                self._by_scalars[names] = self._replanned(program, self.search.dims)
+        return self._by_scalars[names]
+
+    def _replanned(self, program: Program, dims: dict[int, int]) -> "CompiledScript":
+        """``program`` planned for sizes ``dims`` with this program's model and options (a tuned
+        winner for that size class preferred)."""
+        from .fusion.plans import PlanSearch
+        from .tuning.store import stored_plan
+        search = PlanSearch(program, self.library, sizes={d.name: dims[d.id] for d in program.dims},
+                            itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
+                            spans=self.search.spans, horizontal=self.search.horizontal)
+        stored = stored_plan(program, search, self.dtype, self.tuned)
+        plan = stored or search.best()
+        other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)
+        other.tuned = self.tuned
+        other.from_store = stored is not None
+        return other
 
     def __repr__(self) -> str:
         return (f"<kfuse.CompiledScript {self.program.name} ({self.dtype}): {len(self.program.calls)} call(s) in "

@@ -28,6 +28,18 @@ class ScriptError(KfuseError):
         super().__init__(text)
 
 
+class TraceError(ScriptError):
+    """A function traced by ``@kfuse.jit`` that maps onto no program, or a traced value used in a
+    way that needs its value: names the user's file:line:column and shows the line.  ``site`` is
+    where the user's code did it (anything with ``file``, ``line``, ``col``, ``text``)."""
+
+    def __init__(self, message: str, site=None):
+        if site is None:
+            super().__init__(message, "<traced function>")
+        else:
+            super().__init__(message, site.file, site.line, site.col, site.text)
+
+
 class FusionError(KfuseError):
     """A plan, fusion or implementation that cannot be built (resources, illegal choice)."""
 

@@ -29,10 +29,7 @@ def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[in
         scope: dict[str, object] = {}
         for p, a in zip(fn.inputs, c.args):
             if isinstance(a, ScalarArg):
-                val = a.literal if a.value is None else env[a.value.id]
-                assert val is not None                  # a scalar argument is a literal or a value
-                val = -val if a.negate else val
-                scope[p.name] = abs(val) if magnitude else val
+                scope[p.name] = a.evaluate(lambda v: env[v.id], magnitude)   # inputs already absolute
             else:
                 scope[p.name] = env[a.id]
         result = library_expr.evaluate(fn.reference, scope, "reference")   # checked, never eval

@@ -35,10 +35,15 @@ def render(lay: Layout) -> tuple[str, tuple[str, ...]]:
 
 
 def _scalar_expr(a: ScalarArg) -> str:
+    """C text of a scalar argument: arithmetic over scalars is evaluated inline, where it is used."""
+    return a.c_expr(_scalar_leaf)
+
+
+def _scalar_leaf(a: ScalarArg) -> str:
     if a.value is None:
         return f"real({a.literal!r})"
-    if not a.value.is_input:        # computed by an earlier kernel: read where it lies
-        return f"{'-' if a.negate else ''}(*s_{a.value.label}_p)"
+    if not a.value.is_input or a.value.on_device:   # computed by an earlier kernel, or a 0-d device
+        return f"{'-' if a.negate else ''}(*s_{a.value.label}_p)"   # array: read where it lies
     return f"{'-' if a.negate else ''}s_{a.value.label}"
 
 

@@ -275,9 +275,10 @@ def make_frame(lay: Layout) -> Frame:
 
 
 def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
-    """Arrays first (in order of first use), then scalars: script inputs by value, scalars an
-    earlier kernel computed (a reduction's result) by address (``dscalar``: read on the device,
-    no synchronisation with the host), then counts, iterations."""
+    """Arrays first (in order of first use), then the scalars the kernel's scalar arguments read
+    (arithmetic included): script inputs by value, scalars an earlier kernel computed (a
+    reduction's result) and script inputs bound to 0-d device arrays by address (``dscalar``: read
+    on the device, no synchronisation with the host), then counts, iterations."""
     args: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
@@ -291,10 +292,10 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
                     seen_vals.add(v.id)
                     args.append(GlobalArg("array", v.label, v))
             elif a.kind == "scalar":
-                sa = s.kc.call.bindings()[a.name]
-                if sa.value is not None:
-                    scalars[sa.value.id] = sa.value
-    args += [GlobalArg("scalar" if v.is_input else "dscalar", v.label, v) for v in scalars.values()]
+                for v in s.kc.call.bindings()[a.name].values():
+                    scalars[v.id] = v
+    args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
+             for v in scalars.values()]
     args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
              for ax, d, e in zip("ij", axis_dims, extents)]
     args.append(GlobalArg("iters", "iters"))
@@ -320,12 +321,13 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
     prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
                                          and not g.value.is_input and g.value.id not in own}
-    prior |= {g.value.id for g in args if g.kind == "dscalar"}
+    prior |= {g.value.id for g in args if g.kind == "dscalar" and not g.value.is_input}   # inputs: written
+    #   before the call's first kernel, which is never launched early
 
     def reads_prior(s) -> bool:
         binds = s.kc.call.bindings()
         return any((a.kind == "global" and binds[a.name].id in prior)
-                   or (a.kind == "scalar" and binds[a.name].value is not None and binds[a.name].value.id in prior)
+                   or (a.kind == "scalar" and any(v.id in prior for v in binds[a.name].values()))
                    for a in s.routine.args)
 
     return next((ph for ph in ("pre", "loop", "post")

@@ -6,7 +6,9 @@
     input A, p, r, alpha;
     q = gemv(alpha, A, p);     # calls into the library; scalars may be literals or -name
     s = gemtv(A, r);
-    return q, s;
+    beta = alpha / 2;          # scalar arithmetic (+ - * /, unary -, sqrt) on scalars: evaluated
+    t = axpy(sqrt(beta), q, s);  #   on the device, inline in each kernel that uses it
+    return q, t;
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\f\v]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
   | (?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<punct>[;,=()\[\]\-])
+  | (?P<punct>[;,=()\[\]\-+*/])
   | (?P<bad>.)
 """, re.VERBOSE)
 KEYWORDS = {"input", "return"}
@@ -67,6 +69,7 @@ class _Parser:
         self.decls: dict[str, tuple[str, tuple[int, ...], Tok]] = {}   # name -> (type, dims, tok)
         self.inputs: dict[str, Tok] = {}
         self.current: dict[str, Value] = {}      # name -> latest value
+        self.arith: dict[str, ScalarArg] = {}    # scalar name -> its arithmetic, when assigned one last
         self.values: list[Value] = []
         self.labels: set[str] = set()       # labels of the values so far (and their names)
         self.calls: list[Call] = []
@@ -245,6 +248,9 @@ class _Parser:
             self.lookup_decl(tok)
             if tok.text in self.inputs:
                 raise self.error(f"{tok.text} is an input; return values the script computes", tok)
+            if tok.text in self.arith:
+                raise self.error(f"{tok.text} is scalar arithmetic, evaluated where it is used; a script "
+                                 "returns values its calls compute", tok)
             if tok.text not in self.current:
                 raise self.error(f"{tok.text} is returned but never assigned", tok)
             if self.current[tok.text].id in seen:
@@ -257,19 +263,19 @@ class _Parser:
     def assignment(self) -> None:
         targets = self.names("a name to assign")
         self.expect("=")
+        first = self.peek()
+        if (len(targets) == 1 and targets[0].text in self.decls and self.decls[targets[0].text][0] == "scalar"
+                and not (first.kind == "ident" and first.text != "sqrt" and self.toks[self.pos + 1].text == "(")):
+            node = self.expression("a scalar expression")
+            self.expect(";")
+            self.scalar_assignment(targets[0], node)
+            return
         fn_tok = self.expect(kind="ident", what="a function name")
         self.expect("(")
-        args: list[tuple[Tok, bool]] = []   # (token, negated)
+        args: list[tuple] = []          # expression nodes (see ``atom``)
         if self.peek().text != ")":
             while True:
-                neg = False
-                if self.peek().text == "-":
-                    self.next()
-                    neg = True
-                tok = self.next()
-                if tok.kind not in ("ident", "num") or tok.text in KEYWORDS:
-                    raise self.error(f"expected an argument, found {tok.text!r}", tok)
-                args.append((tok, neg))
+                args.append(self.expression("an argument"))
                 if self.peek().text != ",":
                     break
                 self.next()
@@ -277,7 +283,84 @@ class _Parser:
         self.expect(";")
         self.call(targets, fn_tok, args)
 
-    def call(self, targets: list[Tok], fn_tok: Tok, args: list[tuple[Tok, bool]]) -> None:
+    # -- scalar expressions ------------------------------------------------------------------
+    # A node is ("num", tok), ("name", tok), ("neg", tok, node), ("sqrt", tok, node) or
+    # (op, tok, left, right) with op one of + - * /; tok is where the node starts.
+    def expression(self, what: str) -> tuple:
+        node = self.term(what)
+        while self.peek().text in ("+", "-"):
+            op = self.next().text
+            node = (op, node[1], node, self.term(what))
+        return node
+
+    def term(self, what: str) -> tuple:
+        node = self.unary(what)
+        while self.peek().text in ("*", "/"):
+            op = self.next().text
+            node = (op, node[1], node, self.unary(what))
+        return node
+
+    def unary(self, what: str) -> tuple:
+        if self.peek().text == "-":
+            tok = self.next()
+            return ("neg", tok, self.unary(what))
+        return self.atom(what)
+
+    def atom(self, what: str) -> tuple:
+        tok = self.next()
+        if tok.text == "(":
+            node = self.expression(what)
+            self.expect(")")
+            return node
+        if tok.kind == "num":
+            return ("num", tok)
+        if tok.kind != "ident" or tok.text in KEYWORDS:
+            raise self.error(f"expected {what}, found {tok.text!r}", tok)
+        if tok.text == "sqrt" and self.peek().text == "(" and "sqrt" not in self.decls:
+            self.next()
+            node = self.expression(what)
+            self.expect(")")
+            return ("sqrt", tok, node)
+        return ("name", tok)
+
+    def scalar(self, node: tuple) -> ScalarArg:
+        """A scalar expression node as a ScalarArg (names looked up, types checked)."""
+        kind, tok = node[0], node[1]
+        if kind == "num":
+            value = float(tok.text)
+            if not math.isfinite(value):
+                raise self.error(f"the number {tok.text} is too large (not a finite double)", tok)
+            return ScalarArg(None, value)
+        if kind == "name":
+            self.lookup_decl(tok)
+            if tok.text in self.arith:
+                return self.arith[tok.text]
+            if tok.text not in self.current:
+                raise self.error(f"{tok.text} is used before it is assigned", tok)
+            v = self.current[tok.text]
+            if v.type != "scalar":
+                raise self.error(f"{tok.text} is a {v.type}; scalar arithmetic takes scalars", tok)
+            return ScalarArg(v)
+        if kind == "neg":
+            inner = self.scalar(node[2])
+            if inner.op is None:            # -name, -number: the plain forms
+                if inner.value is None:
+                    assert inner.literal is not None
+                    return ScalarArg(None, -inner.literal)
+                return (ScalarArg(None, -inner.literal) if inner.value is None
+                        else ScalarArg(inner.value, negate=not inner.negate))
+            return ScalarArg(None, op="neg", operands=(inner,))
+        if kind == "sqrt":
+            return ScalarArg(None, op="sqrt", operands=(self.scalar(node[2]),))
+        return ScalarArg(None, op=kind, operands=(self.scalar(node[2]), self.scalar(node[3])))
+
+    def scalar_assignment(self, target: Tok, node: tuple) -> None:
+        if target.text in self.inputs:
+            raise self.error(f"{target.text} is an input and cannot be assigned", target)
+        self.arith[target.text] = self.scalar(node)
+        self.current.pop(target.text, None)
+
+    def call(self, targets: list[Tok], fn_tok: Tok, args: list[tuple]) -> None:
         overloads = self.lib.overloads(fn_tok.text)
         if not overloads:
             names = sorted({n for f in self.lib.functions for n in (f.name, *f.aliases)})
@@ -296,27 +379,31 @@ class _Parser:
         call_args: list[Value | ScalarArg] = []
         axes = [self.new_dim(f"{fn.name}@{fn_tok.line}.{a}") for a in AXES[fn.nesting]]
         axis_of = dict(zip(AXES[fn.nesting], axes))
-        for n, (p, (tok, neg)) in enumerate(zip(fn.inputs, args), 1):
+        for n, (p, node) in enumerate(zip(fn.inputs, args), 1):
             what = f"argument {n} ({p.name}) of {fn.name}"
-            if tok.kind == "num":
-                if p.type != "scalar":
-                    raise self.error(f"{what} must be a {p.type}, got the number {tok.text}", tok)
-                value = float(tok.text)
-                if not math.isfinite(value):
-                    raise self.error(f"the number {tok.text} is too large (not a finite double)", tok)
-                call_args.append(ScalarArg(None, -value if neg else value))
+            tok = node[1]
+            if p.type == "scalar":
+                if node[0] == "name" and tok.text in self.current and self.current[tok.text].type != "scalar":
+                    raise self.error(f"{what} must be a scalar, {tok.text} is a {self.current[tok.text].type}", tok)
+                call_args.append(self.scalar(node))
                 continue
+            if node[0] == "num":
+                raise self.error(f"{what} must be a {p.type}, got the number {tok.text}", tok)
+            if node[0] == "neg" and node[2][0] == "name":
+                tok = node[2][1]
+                self.lookup_decl(tok)
+                if tok.text in self.current and self.current[tok.text].type != "scalar":
+                    raise self.error(f"only scalars can be negated; {tok.text} is a {self.current[tok.text].type}", tok)
+            if node[0] != "name":
+                raise self.error(f"{what} must be a {p.type} name (arithmetic applies to scalars only)", tok)
             vtype, dims, _ = self.lookup_decl(tok)
+            if tok.text in self.arith:
+                raise self.error(f"{what} must be a {p.type}, {tok.text} is a scalar", tok)
             if tok.text not in self.current:
                 raise self.error(f"{tok.text} is used before it is assigned", tok)
             v = self.current[tok.text]
             if v.type != p.type:
                 raise self.error(f"{what} must be a {p.type}, {tok.text} is a {v.type}", tok)
-            if p.type == "scalar":
-                call_args.append(ScalarArg(v, negate=neg))
-                continue
-            if neg:
-                raise self.error(f"only scalars can be negated; {tok.text} is a {v.type}", tok)
             for d, a in zip(v.dims, p.index):
                 self.unify(axis_of[a], d, f"{what} {tok.text}: size does not match the other arguments", tok)
             call_args.append(v)
@@ -341,6 +428,7 @@ class _Parser:
             outs.append(v)
         for tok, v in zip(targets, outs):
             self.current[tok.text] = v
+            self.arith.pop(tok.text, None)
         if len({t.text for t in targets}) != len(targets):
             raise self.error("the same name is assigned twice in one statement", targets[0])
         self.calls.append(Call(len(self.calls), fn, tuple(call_args), tuple(outs), fn_tok.line,
@@ -357,14 +445,10 @@ class _Parser:
 
         values = tuple(canon(v) for v in self.values)
         calls = tuple(Call(c.index, c.function,
-                           tuple(values[a.id] if isinstance(a, Value) else
-                                 (ScalarArg(values[a.value.id], a.literal, a.negate) if a.value else a)
+                           tuple(values[a.id] if isinstance(a, Value) else a.remap(lambda v: values[v.id])
                                  for a in c.args),
                            tuple(values[v.id] for v in c.outputs), c.line,
                            tuple(dim_of[d] for d in c.axes)) for c in self.calls)
-        for v in values:
-            if v.is_input and v.type != "scalar":
-                pass
         assert self.outputs is not None         # checked by parse(): a script returns
         return Program(self.name, self.src, self.file, values, tuple(v for v in values if v.is_input),
                        tuple(values[v.id] for v in self.outputs), calls, dims, self.lib.digest,

@@ -47,7 +47,7 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
         for v in values:
             out = next(q for q, o in zip(prod.function.outputs, prod.outputs) if o is v)
             for q, a in zip(cons.function.inputs, cons.args):
-                if isinstance(a, ScalarArg) and a.value is v:
+                if isinstance(a, ScalarArg) and a.reads(v):
                     return (f"{cons.text()} takes {v.name} as a scalar argument, which {prod.text()} "
                             "computes from every instance: a global barrier")
                 if a is not v:

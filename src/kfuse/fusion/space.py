@@ -207,7 +207,7 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
     out = []
     for c in idx:
         call = program.calls[c]
-        args = tuple(("s", None if a.value is None else val(a.value)) if isinstance(a, ScalarArg) else val(a)
+        args = tuple(("s", a.op, tuple(val(v) for v in a.values())) if isinstance(a, ScalarArg) else val(a)
                      for a in call.args)
         out.append((id(call.function), args, tuple(val(v) for v in call.outputs), call.axes,
                     tuple(sorted(pos[p] for p in graph.preds[c] if p in pos))))

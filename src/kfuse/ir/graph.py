@@ -21,10 +21,7 @@ class DependencyGraph:
         producer: dict[int, int] = {}
         readers: dict[int, list[int]] = {}
         for c in program.calls:
-            for a in c.args:
-                v = a.value if isinstance(a, ScalarArg) else a
-                if v is None:
-                    continue
+            for v in (u for a in c.args for u in (a.values() if isinstance(a, ScalarArg) else (a,))):
                 readers.setdefault(v.id, []).append(c.index)
                 if v.id in producer:
                     p = producer[v.id]

@@ -124,7 +124,9 @@ class Binding:
         for v in arrays:
             check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
         for v in prog.inputs:
-            if v.type == "scalar":
+            if v.on_device:         # a 0-d device array, read by address in the kernels
+                check_array(v.name, facts(inputs[v.name]), 0, dtype, device, arrays[0].name)
+            elif v.type == "scalar":
                 to_scalar(inputs[v.name], v.name, dtype)
         self.dims = dims = bind_sizes(prog, {v.name: f[v.name][0] for v in arrays})
         self.out_names = sorted(v.name for v in prog.outputs if v.name in out)    # the order calls read them in
@@ -135,8 +137,9 @@ class Binding:
                 check_array(name, of, len(v.dims), dtype, device, arrays[0].name)
                 if of[0] != tuple(dims[d] for d in v.dims):
                     raise LaunchError(f"{name}: shape {of[0]}, expected {tuple(dims[d] for d in v.dims)}")
-        self.array_inputs = [v.name for v in arrays]
-        self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar"]
+        # pointers patched per call: arrays and device scalars, in the order of the script's inputs
+        self.array_inputs = [v.name for v in prog.inputs if v.type != "scalar" or v.on_device]
+        self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar" and not v.on_device]
         self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values}
         self.in_nbytes = [self.nbytes[n] for n in self.array_inputs]
         self.out_nbytes = [self.nbytes[n] for n in self.out_names]

@@ -5,7 +5,10 @@ given; ``args.signature``) builds a ``Binding`` with every check; a later call w
 signature finds it in a table, reads the arguments' pointers, takes its outputs from the memory
 pool of the caller's framework (CuPy in, CuPy out; torch in, torch out), patches pointers and
 scalars into the prepared argument blocks and launches on the caller's stream (torch's current
-stream with torch tensors, CuPy's otherwise, or ``stream=``).
+stream with torch tensors, CuPy's otherwise, or ``stream=``).  A scalar input given as a 0-d
+device array is patched like an array (its pointer: the kernels read it by address); the
+signature says which scalars come so, and the first call that binds them so takes the program
+planned for it (``CompiledScript.for_device_scalars``).
 
 Launches replay from a CUDA graph when a program makes several launches and the same pointers and
 scalars come again (a loop over the same arrays): the launches are captured once on a private
@@ -115,6 +118,16 @@ class Executor:
                     if type(x) is float or type(x) is int:
                         scalars.append(x)
                         continue
+                    if type(x) is ndarray and x.ndim == 0:         # a device scalar: by address
+                        d = x.data
+                        keys.append(("dscalar", x.dtype, d.device_id))
+                        ptrs.append(d.ptr)
+                        continue
+                    if tensor is not None and isinstance(x, tensor) and x.dim() == 0 and x.is_cuda:
+                        keys.append(("dscalar", x.dtype, x.device))
+                        ptrs.append(x.data_ptr())
+                        torch_in = True
+                        continue
                     return None, None, None, False
                 if type(x) is ndarray:
                     d = x.data
@@ -146,14 +159,20 @@ class Executor:
         """The slow path: every argument adapted and checked, a binding built (and kept when the
         call had a signature)."""
         check_names(self.compiled.program, inputs, out or {})
-        adapted = {}
+        adapted, device_scalars = {}, []
+        cp = cupy()
         for name, x in inputs.items():
             is_scalar = name in self.names and self.kinds[self.names.index(name)]
-            adapted[name] = x if is_scalar else adapt(x, name)
+            if is_scalar and _on_device(x, cp):
+                device_scalars.append(name)
+                adapted[name] = adapt(x, name)
+            else:
+                adapted[name] = x if is_scalar else adapt(x, name)
         out_adapted = {n: adapt(x, f"out[{n!r}]") for n, x in (out or {}).items()}
-        binding = Binding(self.compiled, adapted, out_adapted)
-        planned = self.compiled.for_sizes(binding.dims)
-        if planned is not self.compiled:         # another size class: its own plan
+        compiled = self.compiled.for_device_scalars(device_scalars)
+        binding = Binding(compiled, adapted, out_adapted)
+        planned = compiled.for_sizes(binding.dims)
+        if planned is not compiled:         # another size class: its own plan
             binding = Binding(planned, adapted, out_adapted)
         binding.graphs = Graphs()
         if key is not None:
@@ -258,6 +277,14 @@ class Executor:
             results = [out[name] if off is None else _view(block, off, shape, binding.dtype, nbytes)
                        for name, off, shape, nbytes in binding.result_layout]
         return results[0] if len(results) == 1 else tuple(results)
+
+
+def _on_device(x, cp) -> bool:
+    """A scalar input given as a device array (0-d, checked by the binding): passed by address."""
+    if isinstance(x, cp.ndarray) or hasattr(x, "__cuda_array_interface__"):
+        return True
+    tensor = torch_tensor_type()
+    return tensor is not None and isinstance(x, tensor) and x.is_cuda
 
 
 def _view(block, offset: int, shape, dtype: np.dtype, nbytes: int):

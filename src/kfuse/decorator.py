@@ -1,0 +1,300 @@
+"""``@kfuse.jit``: a Python function over arrays, traced into a program and run like a script.
+
+The first call with a new signature traces the function (``frontend/trace.py``), writes the
+traced graph as a script (``frontend/lower.py``) and compiles it with ``kfuse.compile`` -- the
+same program, plan search and code generation as the script front end.  Later calls with that
+signature look the compiled program up in a dict and go straight to its call path
+(``CompiledScript.__call__``: bindings per argument signature, CUDA graph replay).
+
+The signature (the dict key) is, per argument, its type, rank and dtype -- a Python number and
+a 0-d device array differ, so a scalar an earlier call returned is passed by address.  Shapes,
+devices and size classes are the compiled program's business one level down: sizes are symbolic
+in the program, its call path keeps a binding per shape and device, and it plans each size class
+on first use (``CompiledScript.for_sizes``).  Entries are also kept under a full key -- the
+function's code (its bytecode and constants, numbers it closes over), the library digest, the
+element type, the options -- so that a changed function or library never finds a stale program.
+
+Python numbers that the function takes from outside its arguments (globals, closures) are
+constants of the compiled program, like a number written in the function; pass them as
+arguments to vary them per call.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import marshal
+from pathlib import Path
+
+import numpy as np
+
+from .api import compile as compile_script
+from .errors import KfuseError, ScriptError, TraceError
+from .frontend.lower import Lowered, lower
+from .frontend.trace import ArgSpec, Proxy, trace, user_site
+from .library.loader import load_library
+from .library.schema import Library
+
+_SHARED: dict = {}          # full key -> _Entry, across jitted functions (the same code and library)
+_NUMBER = "number"
+
+
+class _Entry:
+    """One signature's compiled program and how its results map onto the function's."""
+    __slots__ = ("compiled", "inputs", "lowered", "direct", "single", "dtype", "key")
+
+    def __init__(self, compiled, lowered: Lowered, single: bool, dtype: np.dtype, key):
+        self.compiled, self.lowered, self.single, self.dtype, self.key = compiled, lowered, single, dtype, key
+        self.inputs = lowered.inputs
+        outs = [("out", k) for k in range(len(lowered.outputs))]
+        self.direct = lowered.returns == outs and (len(outs) == 1) == single
+
+    def package(self, res, args):
+        outs = res if isinstance(res, tuple) else (res,)
+        items = []
+        for r in self.lowered.returns:
+            if r[0] == "out":
+                items.append(outs[r[1]])
+            elif r[0] == "arg":
+                items.append(args[r[1]])
+            else:
+                items.append(self._scalar(r[1], outs, args))
+        return items[0] if self.single else tuple(items)
+
+    def _scalar(self, node, outs, args):
+        """Scalar arithmetic returned as a result: evaluated with the caller's framework on the
+        0-d results and arguments (on its current stream, no host round trip)."""
+        leaves = self.lowered.leaves
+
+        def ev(n):
+            if n.kind == "lit":
+                return n.data
+            if id(n) in leaves:
+                where, k = leaves[id(n)]
+                return outs[k] if where == "out" else args[k]
+            a = [ev(x) for x in n.args]
+            if n.kind == "neg":
+                return -a[0]
+            if n.kind == "sqrt":
+                return a[0] ** 0.5
+            return {"+": lambda: a[0] + a[1], "-": lambda: a[0] - a[1], "*": lambda: a[0] * a[1],
+                    "/": lambda: a[0] / a[1]}[n.data]()
+        value = ev(node)
+        like = outs[0]
+        if hasattr(like, "new_tensor"):         # torch
+            return value.to(like.dtype) if hasattr(value, "to") else like.new_tensor(value, dtype=like.dtype)
+        if hasattr(value, "astype"):            # a CuPy array (NumPy on the CPU)
+            return value.astype(self.dtype, copy=False)
+        import cupy                             # arithmetic of Python numbers only
+        return cupy.asarray(value, dtype=self.dtype)
+
+
+class JitFunction:
+    """A function traced and compiled per signature on first call (see the module docstring)."""
+
+    def __init__(self, fn, library=None, fuse: bool = True, tuned=True, calibration=True):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        sig = inspect.signature(fn)
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+                raise KfuseError(f"@kfuse.jit {fn.__name__}: parameter {p.name} must be an ordinary positional "
+                                 "parameter (no *args, **kwargs or keyword-only parameters)")
+        self._sig = sig
+        self._n = len(sig.parameters)
+        self._folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+        self._options = (fuse, tuned, calibration)
+        self._library: Library | None = None
+        self._code = fn.__code__
+        self._entries: dict = {}        # fast key (per argument: type, rank, dtype) -> _Entry
+        self.last: _Entry | None = None
+
+    # -- the call --------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if kwargs or len(args) != self._n:
+            args = self._positional(args, kwargs)
+        if self.fn.__code__ is not self._code:      # the function was given new code
+            self._code, self._entries = self.fn.__code__, {}
+        key: list = []
+        for a in args:
+            t = type(a)
+            if t is float or t is int:
+                key.append(_NUMBER)
+            else:
+                try:
+                    key.append((t, a.ndim, a.dtype))
+                except AttributeError:
+                    key.append(t)
+        tkey = tuple(key)
+        entry = self._entries.get(tkey)
+        if entry is None:
+            if any(isinstance(a, Proxy) for a in args):     # called from a function being traced: inlined
+                return self.fn(*args)
+            entry = self._entries[tkey] = self._entry(args)
+        self.last = entry
+        res = entry.compiled.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
+        return res if entry.direct else entry.package(res, args)
+
+    def _positional(self, args, kwargs) -> tuple:
+        try:
+            bound = self._sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise KfuseError(f"{self.fn.__name__}(): {e}") from None
+        bound.apply_defaults()
+        return bound.args
+
+    # -- tracing and compiling -------------------------------------------------------------------
+    @property
+    def library(self):
+        if self._library is None:
+            self._library = load_library(*self._folders)
+        return self._library
+
+    def specs(self, args) -> tuple[list[ArgSpec], np.dtype]:
+        """What tracing knows of the arguments, and their element type; errors name the caller's line."""
+        names = list(self._sig.parameters)
+        specs, dtypes = [], {}
+        for name, a in zip(names, args):
+            if isinstance(a, bool) or a is None or isinstance(a, (str, bytes)):
+                raise TraceError(f"argument {name} of {self.fn.__name__}: expected an array or a number, got "
+                                 f"{type(a).__name__}", user_site())
+            if isinstance(a, (int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0):
+                specs.append(ArgSpec(name, "scalar"))
+                continue
+            if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+                raise TraceError(f"argument {name} of {self.fn.__name__}: expected an array or a number, got "
+                                 f"{type(a).__name__}", user_site())
+            shape = tuple(int(n) for n in a.shape)
+            if len(shape) > 2:
+                raise TraceError(f"argument {name} of {self.fn.__name__} has rank {len(shape)} (shape {shape}); "
+                                 "kfuse works on scalars, vectors and matrices", user_site())
+            dt = _dtype(a.dtype)
+            if dt not in (np.float32, np.float64):
+                raise TraceError(f"argument {name} of {self.fn.__name__} has dtype {dt}; kfuse runs float32 or "
+                                 "float64", user_site())
+            dtypes[name] = dt
+            specs.append(ArgSpec(name, "dscalar" if not shape else "array", shape))
+        if len(set(dtypes.values())) > 1:
+            listed = ", ".join(f"{n} is {d}" for n, d in dtypes.items())
+            raise TraceError(f"mixed dtypes in a call of {self.fn.__name__}: {listed}; a jitted function runs in "
+                             "one element type (convert with .astype)", user_site())
+        if not any(s.kind == "array" for s in specs):
+            raise TraceError(f"{self.fn.__name__} is called without a vector or matrix argument; nothing fixes "
+                             "the sizes or the device", user_site())
+        return specs, next(iter(dtypes.values()))
+
+    def cache_key(self, *args, **kwargs) -> tuple:
+        """The full key of the program a call with these arguments runs: the function's code, the
+        library digest, the element type, each argument's kind and rank, and the options."""
+        if kwargs or len(args) != self._n:
+            args = self._positional(args, kwargs)
+        specs, dtype = self.specs(args)
+        return (_code_key(self.fn), self.library.digest, dtype.name,
+                tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
+
+    def trace(self, *args, **kwargs) -> Lowered:
+        """The script a call with these arguments runs (NumPy arrays will do: only shapes and
+        dtypes are read)."""
+        if kwargs or len(args) != self._n:
+            args = self._positional(args, kwargs)
+        specs, _ = self.specs(args)
+        return lower(trace(self.fn, specs, self.library))
+
+    def compile(self, *args, **kwargs):
+        """The compiled program a call with these arguments runs (traced and compiled now if need be;
+        NumPy arrays will do)."""
+        if kwargs or len(args) != self._n:
+            args = self._positional(args, kwargs)
+        return self._entry(args).compiled
+
+    def _entry(self, args) -> _Entry:
+        specs, dtype = self.specs(args)
+        key = (_code_key(self.fn), self.library.digest, dtype.name,
+               tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
+        entry = _SHARED.get(key)
+        if entry is not None:
+            return entry
+        tr = trace(self.fn, specs, self.library)
+        lowered = lower(tr)
+        fuse, tuned, calibration = self._options
+        try:
+            compiled = compile_script(lowered.script, dtype=dtype.name, library=self.library, fuse=fuse,
+                                      sizes=lowered.sizes, tuned=tuned, calibration=calibration,
+                                      device_scalars=lowered.device_scalars)
+        except TraceError:
+            raise
+        except ScriptError as e:
+            site = lowered.sites.get(e.line)
+            if site is None:
+                raise KfuseError(f"{self.fn.__name__}: the traced script is refused ({e}); the script:\n"
+                                 f"{lowered.script}") from None
+            raise TraceError(e.bare, site) from None
+        entry = _SHARED[key] = _Entry(compiled, lowered, tr.single, dtype, key)
+        return entry
+
+    # -- what the last call ran ------------------------------------------------------------------
+    def _last(self) -> _Entry:
+        if self.last is None:
+            raise KfuseError(f"{self.fn.__name__} has not been called yet (or use .compile(*args))")
+        return self.last
+
+    @property
+    def script(self) -> str:
+        """The traced script of the last call's signature."""
+        return self._last().lowered.script
+
+    @property
+    def compiled(self):
+        return self._last().compiled
+
+    @property
+    def cuda_source(self) -> str:
+        """The generated CUDA of the last call's signature."""
+        return self._last().compiled.cuda_source
+
+    def explain(self) -> str:
+        """The traced script and the plan of the last call's signature (for the sizes it was
+        compiled at)."""
+        e = self._last()
+        return f"{e.lowered.script}\n{e.compiled.describe()}"
+
+    def __repr__(self) -> str:
+        return f"<kfuse.jit {self.fn.__qualname__}: {len(self._entries)} signature(s)>"
+
+
+def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=True):
+    """Decorate a function over CuPy arrays / torch CUDA tensors (vectors, matrices, scalars as
+    numbers or 0-d device arrays) to run it as one fused kfuse program.  ``library``: user
+    library folder(s) beside the shipped BLAS (``kfuse.lib.<name>(...)`` calls their functions);
+    ``fuse``, ``tuned``, ``calibration`` as for ``kfuse.compile``.  Use as ``@kfuse.jit`` or
+    ``@kfuse.jit(library=...)``."""
+    def wrap(f):
+        return JitFunction(f, library=library, fuse=fuse, tuned=tuned, calibration=calibration)
+    return wrap if fn is None else wrap(fn)
+
+
+def _dtype(dt) -> np.dtype:
+    try:
+        return np.dtype(dt)
+    except TypeError:
+        return np.dtype(str(dt).removeprefix("torch."))      # a torch dtype
+
+
+@functools.lru_cache(maxsize=256)
+def _code_digest(code) -> str:
+    return hashlib.sha256(marshal.dumps(code)).hexdigest()[:16]
+
+
+def _code_key(fn) -> tuple:
+    """The function's bytecode and constants (nested functions included), and the numbers it
+    closes over (constants of the compiled program)."""
+    cells = tuple(_cell(c) for c in (fn.__closure__ or ())
+                  if isinstance(_cell(c), (int, float, str, bool, type(None))))
+    return (_code_digest(fn.__code__), cells)
+
+
+def _cell(c):
+    try:
+        return c.cell_contents
+    except ValueError:          # an empty cell
+        return None

@@ -1,0 +1,337 @@
+"""Python front end, part 2: a traced expression graph (``frontend/trace.py``) as a script.
+
+Each value the function computes becomes library calls, chosen for a whole expression at once:
+
+* a vector expression is flattened into a linear combination ``c1 X1 + c2 X2 + ...`` of terms
+  (coefficients are scalar expressions); a matrix-vector product read only here is fused into a
+  ``gemv``/``gemtv`` with ``alpha`` and ``beta`` (``a * (A @ x) + b * y`` is one call) unless
+  they are computed in the function (see ``_computed``); the rest become ``scal``, ``axpy``,
+  ``axpby`` or ``vadd``;
+* a matrix expression ``A + B + c * outer(u, v)`` becomes ``madd`` and ``ger`` calls;
+* ``x @ y`` is ``dot``; scalar arithmetic stays arithmetic, written into the scalar arguments of
+  the calls that use it (evaluated on the device); a scalar expression used more than once gets a
+  name (``s2 = rr / s1;``).
+
+A node read by more than one other node is computed once and named.  Each statement carries the
+user's line as a comment, and ``Lowered.sites`` maps script lines back to it for errors.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+from dataclasses import dataclass, field
+
+from ..errors import TraceError
+from .trace import RANK_WORDS, Node, Site, Trace, lit
+
+_RESERVED = {"input", "return", "scalar", "vector", "matrix", "sqrt", "out", "sync", "stream"}
+
+
+@dataclass
+class Lowered:
+    script: str
+    inputs: list[tuple[str, int]]          # (script input name, argument index), declaration order
+    device_scalars: list[str]
+    returns: list[tuple]                   # per result: ("out", k) | ("arg", index) | ("expr", node)
+    outputs: list[str]                     # the script's returned names
+    sites: dict[int, Site] = field(default_factory=dict)     # script line -> the user's line
+    leaves: dict[int, tuple] = field(default_factory=dict)   # id(node) -> ("out", k) | ("arg", i): expr leaves
+    sizes: dict[str, int] = field(default_factory=dict)      # size name -> size at trace time
+
+
+def _is_one(n: Node) -> bool:
+    return n.kind == "lit" and n.data == 1.0
+
+
+def _smul(a: Node, b: Node) -> Node:
+    """a * b with literals folded (coefficient products made while lowering)."""
+    if _is_one(a):
+        return b
+    if _is_one(b):
+        return a
+    if a.kind == "lit" and b.kind == "lit":
+        return lit(a.data * b.data, a.site)
+    if a.kind == "lit" and a.data == -1.0:
+        return _sneg(b)
+    if b.kind == "lit" and b.data == -1.0:
+        return _sneg(a)
+    return Node("bin", 0, (a, b), "*", a.site)
+
+
+def _sneg(a: Node) -> Node:
+    if a.kind == "lit":
+        return lit(-a.data, a.site)
+    if a.kind == "neg":
+        return a.args[0]
+    return Node("neg", 0, (a,), site=a.site)
+
+
+class _Lowering:
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.lines: list[str] = []
+        self.body: list[tuple[str, Site | None]] = []
+        self.names: dict[int, str] = {}           # id(node) -> script name (computed or input)
+        self.call_outs: dict[int, list[str]] = {}     # id(call node) -> its outputs' script names
+        self.decls: dict[str, list[str]] = {"scalar": [], "vector": [], "matrix": []}
+        self.taken: set[str] = set()
+        self.counter = 0
+        self.inputs: list[tuple[str, int]] = []
+        self.device: list[str] = []
+        self.sizes: dict[str, int] = {}
+        for k, (node, name) in enumerate(zip(trace.args, trace.names)):
+            if node.uses == 0:
+                continue
+            spec = node.data
+            script = self.fresh(re.sub(r"\W", "_", name) if name.isidentifier() else "arg")
+            self.names[id(node)] = script
+            self.decls[RANK_WORDS[node.rank]].append(script)
+            self.inputs.append((script, k))
+            if spec.kind == "dscalar":
+                self.device.append(script)
+            for word, size in zip({1: ("len",), 2: ("rows", "cols")}.get(node.rank, ()), spec.shape):
+                self.sizes[f"{script}.{word}"] = size
+
+    def fresh(self, base: str, numbered: bool = False) -> str:
+        """An unused script name: ``base`` (an argument's own name when it can be one), else
+        ``base`` with a number."""
+        name = f"{base}{self._next()}" if numbered else base
+        while name in self.taken or name in _RESERVED or self.trace.library.overloads(name) \
+                or re.fullmatch(r"subvector\d+|TILE\d+x\d+", name, re.IGNORECASE):
+            name = f"{base}{self._next()}"
+        self.taken.add(name)
+        return name
+
+    def _next(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    def new_value(self, rank: int) -> str:
+        name = self.fresh({0: "s", 1: "v", 2: "M"}[rank], numbered=True)
+        self.decls[RANK_WORDS[rank]].append(name)
+        return name
+
+    def statement(self, text: str, site: Site | None) -> None:
+        self.body.append((text, site))
+
+    def emit(self, fn: str, args: list[str], rank: int, site: Site | None) -> str:
+        out = self.new_value(rank)
+        self.statement(f"{out} = {fn}({', '.join(args)});", site)
+        return out
+
+    # -- scalars ------------------------------------------------------------------------------------
+    def scalar(self, n: Node) -> str:
+        """Script text of a scalar argument."""
+        if id(n) in self.names:
+            return self.names[id(n)]
+        k = n.kind
+        if k == "lit":
+            return repr(n.data)
+        if k == "dot":
+            name = self.emit("dot", [self.tensor(n.args[0]), self.tensor(n.args[1])], 0, n.site)
+        elif k == "out":
+            name = self.call_out(n)
+        else:
+            if k == "neg":
+                text = "-" + self._wrapped(n.args[0])
+            elif k == "sqrt":
+                text = f"sqrt({self.scalar(n.args[0])})"
+            else:
+                text = f"{self._wrapped(n.args[0])} {n.data} {self._wrapped(n.args[1])}"
+            if n.uses < 2:
+                return text
+            name = self.new_value(0)
+            self.statement(f"{name} = {text};", n.site)
+        self.names[id(n)] = name
+        return name
+
+    def _wrapped(self, n: Node) -> str:
+        text = self.scalar(n)
+        return f"({text})" if not re.fullmatch(r"-?[\w.]+", text) or text.startswith("-") else text
+
+    # -- vectors and matrices -------------------------------------------------------------------------
+    def call_out(self, n: Node) -> str:
+        """The script name of output ``n.data`` of a library call (the call emitted once)."""
+        call = n.args[0]
+        if id(call) not in self.call_outs:
+            fn = call.data
+            args = [self.scalar(a) if a.rank == 0 else self.tensor(a) for a in call.args]
+            outs = [self.new_value({"scalar": 0, "vector": 1, "matrix": 2}[p.type]) for p in fn.outputs]
+            self.statement(f"{', '.join(outs)} = {fn.name}({', '.join(args)});", call.site)
+            self.call_outs[id(call)] = outs
+        name = self.call_outs[id(call)][n.data]
+        self.names[id(n)] = name
+        return name
+
+    def tensor(self, n: Node) -> str:
+        if id(n) in self.names:
+            return self.names[id(n)]
+        if n.kind == "out":
+            return self.call_out(n)
+        if n.kind not in ("add", "scale", "matvec", "outer"):
+            raise TraceError(f"internal: no script value for a {n.kind} node", n.site)
+        terms = self.terms(n, lit(1.0, n.site), root=True)
+        name = self.combine(terms, n) if n.rank == 1 else self.combine_matrix(terms, n)
+        self.names[id(n)] = name
+        return name
+
+    def terms(self, n: Node, coef: Node, root: bool = False) -> list[tuple[Node, Node]]:
+        """(coefficient, base) terms of a linear combination; nodes read elsewhere are bases."""
+        private = root or (n.uses <= 1 and id(n) not in self.names)
+        if private and n.kind == "add":
+            out = self.terms(n.args[0], coef) + self.terms(n.args[1], coef)
+            merged: dict[int, tuple[Node, Node]] = {}
+            for c, b in out:          # x + a x = (1 + a) x
+                if id(b) in merged:
+                    c0 = merged[id(b)][0]
+                    c = lit(c0.data + c.data, c.site) if c0.kind == c.kind == "lit" else Node("bin", 0, (c0, c), "+", c.site)
+                merged[id(b)] = (c, b)
+            return list(merged.values())
+        if private and n.kind == "scale":
+            return self.terms(n.args[1], _smul(coef, n.args[0]))
+        return [(coef, n)]
+
+    @staticmethod
+    def fusable(n: Node, kind: str, root: Node) -> bool:
+        """``n`` is a ``kind`` node that the call computing ``root`` may take in (read nowhere
+        else, or the root itself)."""
+        return n.kind == kind and (n is root or n.uses <= 1)
+
+    def combine(self, terms: list[tuple[Node, Any]], root: Node) -> str:
+        site = root.site
+        at = next((k for k, (c, b) in enumerate(terms) if self.fusable(b, "matvec", root) and not _computed(c)),
+                  None)
+        if at is not None and len(terms) == 2 and _computed(terms[1 - at][0]):
+            at = None
+        if at is not None:
+            c, b = terms[at]
+            fn = "gemv" if b.data == "N" else "gemtv"
+            A, x = self.tensor(b.args[0]), self.tensor(b.args[1])
+            rest = terms[:at] + terms[at + 1:]
+            if not rest:
+                return self.emit(fn, [A, x] if _is_one(c) else [self.scalar(c), A, x], 1, site)
+            if len(rest) == 1:
+                beta, y = rest[0][0], self.base(rest[0][1])
+            else:
+                beta, y = lit(1.0, site), self.combine(rest, root)
+            return self.emit(fn, [self.scalar(c), A, x, self.scalar(beta), y], 1, site)
+        if len(terms) > 2:
+            first = self.combine(terms[:2], root)
+            return self.combine([(lit(1.0, site), _Named(first))] + terms[2:], root)
+        names = [(c, self.base(b)) for c, b in terms]
+        if len(names) == 1:
+            (c, x), = names
+            return x if _is_one(c) else self.emit("scal", [self.scalar(c), x], 1, site)
+        (a, x), (b, y) = names
+        if _is_one(a) and _is_one(b):
+            return self.emit("vadd", [x, y], 1, site)
+        if _is_one(b):
+            return self.emit("axpy", [self.scalar(a), x, y], 1, site)
+        if _is_one(a):
+            return self.emit("axpy", [self.scalar(b), y, x], 1, site)
+        return self.emit("axpby", [self.scalar(a), x, self.scalar(b), y], 1, site)
+
+    def base(self, b) -> str:
+        return b.name if isinstance(b, _Named) else self.tensor(b)
+
+    def combine_matrix(self, terms: list[tuple[Node, Node]], root: Node) -> str:
+        outers = [(c, b) for c, b in terms if self.fusable(b, "outer", root)]
+        mats = [(c, b) for c, b in terms if not self.fusable(b, "outer", root)]
+        for c, b in mats:
+            if b.kind == "outer":
+                raise TraceError("outer(u, v) used more than once: it is no value of its own here; ger computes "
+                                 "A + outer(u, v) -- write the sum each time", b.site)
+            if not _is_one(c):
+                raise TraceError(f"a scaled matrix ({self.scalar(c)} * A) maps onto no library function "
+                                 "(the library adds matrices: A + B, A + outer(u, v))", root.site)
+        if not mats:
+            raise TraceError("outer(u, v) alone maps onto no library function; ger computes A + outer(u, v)",
+                             outers[0][1].site)
+        M = self.base(mats[0][1])
+        for _, b in mats[1:]:
+            M = self.emit("madd", [M, self.base(b)], 2, root.site)
+        for c, b in outers:
+            u = self.tensor(b.args[0]) if _is_one(c) else self.combine([(c, b.args[0])], b)
+            M = self.emit("ger", [M, u, self.tensor(b.args[1])], 2, b.site)
+        return M
+
+    # -- the script -----------------------------------------------------------------------------------
+    def result(self, n: Node) -> str:
+        return self.scalar(n) if n.rank == 0 else self.tensor(n)
+
+
+class _Named:
+    """A vector already computed (a partial sum of a long combination)."""
+    __slots__ = ("name", "uses", "kind")
+
+    def __init__(self, name: str):
+        self.name, self.uses, self.kind = name, 2, "named"
+
+
+def lower(trace: Trace) -> Lowered:
+    """The script of a traced function (see the module docstring)."""
+    low = _Lowering(trace)
+    arg_of = {id(n): k for k, n in enumerate(trace.args)}
+    input_names = {name for name, _ in low.inputs}
+    returns: list[tuple] = []
+    outputs: list[str] = []
+    leaves: dict[int, tuple] = {}
+
+    def output(name: str) -> tuple:
+        if name not in outputs:
+            outputs.append(name)
+        return ("out", outputs.index(name))
+
+    for n in trace.results:
+        if id(n) in arg_of:
+            returns.append(("arg", arg_of[id(n)]))
+            continue
+        if n.rank == 0 and n.kind in ("bin", "neg", "sqrt", "lit"):
+            # scalar arithmetic as a result: evaluated after the call from the script's scalar
+            # results and the arguments (jit.py), on the device
+            for leaf in _leaves(n):
+                if id(leaf) in arg_of:
+                    leaves[id(leaf)] = ("arg", arg_of[id(leaf)])
+                elif leaf.kind != "lit":
+                    leaves[id(leaf)] = output(low.scalar(leaf))
+            returns.append(("expr", n))
+            continue
+        name = low.result(n)
+        if name in input_names:          # the sum of one term: an argument, returned as it came
+            returns.append(("arg", next(k for s, k in low.inputs if s == name)))
+        else:
+            returns.append(output(name))
+    if not outputs:
+        raise TraceError("the function computes nothing on the GPU (it returns its arguments or arithmetic "
+                         "on them only)", trace.results[0].site)
+    return _script(low, returns, outputs, leaves)
+
+
+def _computed(c: Node) -> bool:
+    """A coefficient that reads a scalar the function computes (a dot product): a product that
+    took it in would wait for that reduction, and could no longer share its pass over the matrix
+    with the other products (BiCG's A p and A^T p~), so it is computed plainly instead."""
+    return any(leaf.kind in ("dot", "out") for leaf in _leaves(c))
+
+
+def _leaves(n: Node) -> list[Node]:
+    if n.kind in ("bin", "neg", "sqrt"):
+        return [leaf for a in n.args for leaf in _leaves(a)]
+    return [n]
+
+
+def _script(low: _Lowering, returns, outputs, leaves) -> Lowered:
+    head = [f"# traced from {low.trace.args[0].site.file}" if low.trace.args else "# traced"]
+    for t in ("matrix", "vector", "scalar"):
+        if low.decls[t]:
+            head.append(f"{t} {', '.join(low.decls[t])};")
+    if low.inputs:
+        head.append(f"input {', '.join(name for name, _ in low.inputs)};")
+    lines, sites = list(head), {}
+    width = max((len(t) for t, _ in low.body), default=0)
+    for text, site in low.body:
+        lines.append(text if site is None else f"{text:<{width}}   # {site.short()}")
+        if site is not None:
+            sites[len(lines)] = site
+    lines.append(f"return {', '.join(outputs)};")
+    return Lowered("\n".join(lines) + "\n", low.inputs, low.device, returns, outputs, sites, leaves, low.sizes)

@@ -1,0 +1,416 @@
+"""@kfuse.jit on the CPU: each operator form and library function traced onto the expected calls,
+errors that name the user's line, the cache (hits, and misses on a new dtype, rank, scalar kind,
+code or library; size classes planned below it), device scalars and scalar arithmetic through
+the script front end, code generation, and nvcc builds of traced programs.  NumPy arrays stand
+in for device arrays where only shapes and dtypes are read; the call path runs on the CuPy
+stand-in of test_callpath (nothing is compiled or launched)."""
+import inspect
+
+import numpy as np
+import pytest
+
+import kfuse
+from kfuse import decorator as jit_module
+from kfuse.errors import KfuseError, ScriptError
+from kfuse.frontend import parse_script
+from kfuse.ir.program import ScalarArg
+from kfuse.reference import evaluate
+
+from test_callpath import FakeArray, fake  # noqa: F401 - the fixture
+from test_library import make_library, scal_function
+from test_nvcc import nvcc_compile
+
+N, M = 33, 31
+A = np.zeros((N, M), np.float32)
+B = np.zeros((N, M), np.float32)
+x, y, u = np.zeros(M, np.float32), np.zeros(M, np.float32), np.zeros(N, np.float32)
+r = np.zeros(N, np.float32)
+
+
+class Dev0:
+    """A 0-d device array as tracing sees it (shape and dtype only)."""
+    shape, ndim = (), 0
+
+    def __init__(self, dtype="float32"):
+        self.dtype = np.dtype(dtype)
+
+
+def calls(fn, *args):
+    """(function name, scalar arguments as text) of each call of the traced program."""
+    prog = fn.compile(*args).program
+    return [(c.function.name, len(c.args), tuple(a.text() for a in c.args if isinstance(a, ScalarArg)))
+            for c in prog.calls]
+
+
+def here() -> int:
+    return inspect.currentframe().f_back.f_lineno
+
+
+# -- operator forms ------------------------------------------------------------------------------
+def test_matrix_vector_products():
+    assert calls(kfuse.jit(lambda A, x: A @ x), A, x) == [("gemv", 2, ())]
+    assert calls(kfuse.jit(lambda A, r: A.T @ r), A, r) == [("gemtv", 2, ())]
+    assert calls(kfuse.jit(lambda A, r: r @ A), A, r) == [("gemtv", 2, ())]
+    assert calls(kfuse.jit(lambda a, A, x: a * (A @ x)), 2.0, A, x) == [("gemv", 3, ("a",))]
+    assert calls(kfuse.jit(lambda A, r: (A.T @ r) * 3), A, r) == [("gemtv", 3, ("3.0",))]
+
+
+def test_five_argument_gemv_is_one_call():
+    f = kfuse.jit(lambda a, A, x, b, y: a * (A @ x) + b * y)
+    assert calls(f, 1.5, A, x, 2.5, u) == [("gemv", 5, ("a", "b"))]
+    g = kfuse.jit(lambda A, x, y: A @ x - y)
+    assert calls(g, A, x, u) == [("gemv", 5, ("1.0", "-1.0"))]
+    h = kfuse.jit(lambda a, A, r, y: y + a * (A.T @ r))
+    assert calls(h, 2.0, A, r, x) == [("gemtv", 5, ("a", "1.0"))]
+
+
+def test_gesummv_two_products_and_a_shared_product():
+    f = kfuse.jit(lambda a, b, A, B, x: a * (A @ x) + b * (B @ x))
+    assert calls(f, 1.0, 2.0, A, B, x) == [("gemv", 2, ()), ("gemv", 5, ("a", "b"))]
+
+    def twice(A, x, y):
+        q = A @ x              # read twice: computed once, then an axpy and a dot
+        return q + y, q @ q
+    assert calls(kfuse.jit(twice), A, x, u) == [("gemv", 2, ()), ("vadd", 2, ()), ("dot", 2, ())]
+
+
+@pytest.mark.parametrize("body, expected", [
+    (lambda a, b, x, y: a * x + y, [("axpy", 3, ("a",))]),
+    (lambda a, b, x, y: y + x * a, [("axpy", 3, ("a",))]),
+    (lambda a, b, x, y: a * x + b * y, [("axpby", 4, ("a", "b"))]),
+    (lambda a, b, x, y: x + y, [("vadd", 2, ())]),
+    (lambda a, b, x, y: x - y, [("axpy", 3, ("-1.0",))]),
+    (lambda a, b, x, y: 2 * x, [("scal", 2, ("2.0",))]),
+    (lambda a, b, x, y: -x, [("scal", 2, ("-1.0",))]),
+    (lambda a, b, x, y: x / a, [("scal", 2, ("1.0 / a",))]),
+    (lambda a, b, x, y: x + a * x, [("scal", 2, ("1.0 + a",))]),
+    (lambda a, b, x, y: x @ y, [("dot", 2, ())]),
+    (lambda a, b, x, y: a * x + b * y + x, [("axpby", 4, ("a", "b")), ("vadd", 2, ())]),
+])
+def test_vector_forms(body, expected):
+    f = kfuse.jit(body)
+    got = calls(f, 1.5, 2.5, x, y)
+    if expected[0][0] == "axpby" and len(expected) == 2:     # x appears twice: (a + 1) x + b y
+        assert got == [("axpby", 4, ("a + 1.0", "b"))]
+    else:
+        assert got == expected
+
+
+def test_matrix_forms():
+    assert calls(kfuse.jit(lambda A, B: A + B), A, B) == [("madd", 2, ())]
+    assert calls(kfuse.jit(lambda A, u, v: A + kfuse.outer(u, v)), A, u, x) == [("ger", 3, ())]
+    gemver = kfuse.jit(lambda A, u1, v1, u2, v2: A + kfuse.outer(u1, v1) + kfuse.outer(u2, v2))
+    assert calls(gemver, A, u, x, u, y) == [("ger", 3, ()), ("ger", 3, ())]
+    scaled = kfuse.jit(lambda a, A, u, v: A + a * kfuse.outer(u, v))
+    assert calls(scaled, 2.0, A, u, x) == [("scal", 2, ("a",)), ("ger", 3, ())]
+
+
+def test_library_functions_by_name_and_alias():
+    assert calls(kfuse.jit(lambda A, x: kfuse.lib.gemv(A, x)), A, x) == [("gemv", 2, ())]
+    assert calls(kfuse.jit(lambda a, x, b, y: kfuse.lib.waxpby(a, x, b, y)), 1.0, x, 2.0, y) == [
+        ("axpby", 4, ("a", "b"))]
+    f = kfuse.jit(lambda a, A, x, y: kfuse.lib.gemtv(a, A, x, -a, y))
+    assert calls(f, 2.0, A, u, x) == [("gemtv", 5, ("a", "-a"))]
+    for name, args in [("scal", (2.0, x)), ("axpy", (2.0, x, y)), ("vadd", (x, y)), ("dot", (x, y)),
+                       ("ger", (A, u, x)), ("madd", (A, B)), ("gemv", (2.0, A, x)), ("gemtv", (A, u))]:
+        params = ", ".join(f"p{k}" for k in range(len(args)))
+        fn = eval(f"lambda {params}: kfuse.lib.{name}({params})", {"kfuse": kfuse})
+        assert calls(kfuse.jit(fn), *args)[0][0] == name
+
+
+def test_user_library_function(tmp_path):
+    folder = make_library(tmp_path / "mine", [scal_function()])
+    f = kfuse.jit(lambda a, x: kfuse.lib.myscal(a, x) + x, library=folder)
+    assert calls(f, 2.0, x) == [("myscal", 2, ("a",)), ("vadd", 2, ())]
+
+
+def test_cg_step_script_reads_like_the_function():
+    def cg_step(A, x, r, p, rr):
+        q = A @ p
+        alpha = rr / (p @ q)
+        x = x + alpha * p
+        r = r - alpha * q
+        rr_new = r @ r
+        p = r + (rr_new / rr) * p
+        return x, r, p, rr_new
+    f = kfuse.jit(cg_step)
+    Asq = np.zeros((N, N), np.float32)
+    low = f.trace(Asq, u, u, u, Dev0())
+    assert low.device_scalars == ["rr"] and [n for n, _ in low.inputs] == ["A", "x", "r", "p", "rr"]
+    assert "s3 = rr / s2;" in low.script and "alpha = rr / (p @ q)" in low.script
+    assert calls(f, Asq, u, u, u, Dev0()) == [
+        ("gemv", 2, ()), ("dot", 2, ()), ("axpy", 3, ("rr / s2",)), ("axpy", 3, ("-(rr / s2)",)),
+        ("dot", 2, ()), ("axpy", 3, ("s6 / rr",))]
+    prog = f.compile(Asq, u, u, u, Dev0()).program
+    assert [v.name for v in prog.inputs if v.on_device] == ["rr"]
+    assert [v.name for v in prog.outputs] == ["v4", "v5", "v7", "s6"]
+
+
+# -- errors --------------------------------------------------------------------------------------
+def _raises(fn, *args, match):
+    with pytest.raises(kfuse.TraceError, match=match) as e:
+        fn.compile(*args)
+    return e.value
+
+
+def test_unsupported_operations_name_the_line():
+    def entrywise(x, y):
+        z = x * y
+        return z
+    line = inspect.getsourcelines(entrywise)[1] + 1
+    e = _raises(kfuse.jit(entrywise), x, y, match="entrywise product maps onto no library function")
+    assert e.line == line and e.file == __file__ and "z = x * y" in str(e) and f"test_jit.py:{line}" in str(e)
+
+    cases = [
+        (lambda A, B: A @ B, (A, A.T.copy()), "matrix @ matrix maps onto no library function"),
+        (lambda u, v: kfuse.outer(u, v), (u, x), "outer\\(u, v\\) alone maps onto no library function"),
+        (lambda a, A, B: a * A + B, (2.0, A, B), "a scaled matrix"),
+        (lambda a, x: x + a, (2.0, x), "vector \\+ scalar maps onto no library function"),
+        (lambda x: abs(x), (x,), "abs\\(\\) of a traced value"),
+        (lambda x: x[0] @ x, (x,), "indexing of a traced value"),
+        (lambda x: np.sqrt(x), (x,), "conversion to an array"),
+        (lambda x: x.shape[0] * x, (x,), "shape of a traced value"),
+        (lambda A, x: kfuse.lib.gemv(x, x), (A, x), "argument 1 \\(A\\) of gemv must be a matrix, got a vector"),
+        (lambda A, x: kfuse.lib.gemvv(A, x), (A, x), "unknown library function gemvv \\(did you mean gemv\\?\\)"),
+        (lambda A, x: kfuse.lib.gemv(A, x, x), (A, x), "gemv takes 2 or 3 or 5 arguments, 3 given"),
+        (lambda A, r: A @ r, (A, r), "the columns of A and the length of x: sizes 31 and 33 differ"),
+        (lambda x, y: (x + y, 1.0), (x, y), "returns a float as result 2"),
+        (lambda x: x, (x,), "computes nothing on the GPU"),
+    ]
+    for fn, args, match in cases:
+        e = _raises(kfuse.jit(fn), *args, match=match)
+        assert e.file == __file__ and e.line > 0, match
+
+
+def test_value_dependent_control_flow_says_what_to_do():
+    def branch(x, y):
+        if x @ y > 0:
+            return x + y
+        return x - y
+    line = inspect.getsourcelines(branch)[1] + 1
+    e = _raises(kfuse.jit(branch), x, y, match="a comparison of a traced value")
+    assert e.line == line and "move the control flow out of the @kfuse.jit function" in str(e)
+    for fn, what in [(lambda x, y: x + y if bool(x @ y) else x, "bool\\(\\)"),
+                     (lambda x, y: float(x @ y) * x, "float\\(\\) of a traced value: it would wait for the GPU"),
+                     (lambda x, y: x if x @ y == 0 else y, "== / !=")]:
+        _raises(kfuse.jit(fn), x, y, match=what)
+
+
+def test_argument_errors_name_the_callers_line():
+    f = kfuse.jit(lambda x, y: x + y)
+    with pytest.raises(kfuse.TraceError, match="mixed dtypes in a call of <lambda>: x is float32, y is float64") as e:
+        line = here() + 1
+        f.compile(x, np.zeros(M, np.float64))
+    assert e.value.line == line and e.value.file == __file__
+    _raises(f, x, np.zeros((2, 3, 4), np.float32), match="argument y of <lambda> has rank 3")
+    _raises(f, x, "y", match="argument y of <lambda>: expected an array or a number, got str")
+    _raises(f, x, np.zeros(M, np.int32), match="dtype int32")
+    _raises(kfuse.jit(lambda a, b: a * b), 1.0, 2.0, match="without a vector or matrix argument")
+    with pytest.raises(KfuseError, match="must be an ordinary positional parameter"):
+        kfuse.jit(lambda *xs: xs[0])
+    with pytest.raises(KfuseError, match="missing a required argument"):
+        f(x)
+
+
+def test_traced_values_do_not_escape():
+    kept = []
+
+    def keep(x, y):
+        kept.append(x)
+        return x + y
+    kfuse.jit(keep).compile(x, y)
+    other = kfuse.jit(lambda x, y: kept[0] + y)
+    _raises(other, x, y, match="a value traced by another call")
+    with pytest.raises(kfuse.TraceError, match="no shipped function with a reference"):
+        kfuse.lib.gemv(A)
+    Ar, xr = np.random.default_rng(0).standard_normal((N, M)), np.random.default_rng(1).standard_normal(M)
+    assert np.allclose(kfuse.lib.gemv(Ar, xr), Ar @ xr)       # outside a jitted function: the reference
+    assert np.array_equal(kfuse.outer(np.arange(2.0), np.arange(3.0)), np.outer(np.arange(2.0), np.arange(3.0)))
+
+
+# -- the cache -----------------------------------------------------------------------------------
+@pytest.fixture
+def traces(monkeypatch):
+    count = []
+    real = jit_module.trace
+
+    def counting(*a, **k):
+        count.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(jit_module, "trace", counting)
+    monkeypatch.setattr(jit_module, "_SHARED", {})
+    return count
+
+
+def test_cache_hits_on_the_same_signature_and_misses_on_a_new_one(fake, traces):  # noqa: F811
+    def make():
+        return kfuse.jit(lambda a, x, y: a * x + y, calibration=False)
+    f = make()
+    X, Y = FakeArray((100,)), FakeArray((100,))
+    f(2.0, X, Y)
+    f(3.0, FakeArray((100,)), FakeArray((100,)))
+    f(a=4, x=X, y=Y)                                   # keywords, an int: the same signature
+    f(2.0, FakeArray((5000,)), FakeArray((5000,)))     # another size class: planned below, not traced
+    assert len(traces) == 1 and len(fake.launched) == 4
+    assert [launch[3] for launch in fake.launched] == [[2.0], [3.0], [4], [2.0]]
+    f(2.0, FakeArray((100,), "float64"), FakeArray((100,), "float64"))     # a new dtype
+    assert len(traces) == 2 and f.compiled.dtype == "float64"
+    f(FakeArray(()), X, Y)                             # a device scalar: passed by address
+    assert len(traces) == 3
+    assert [v.name for v in f.compiled.program.inputs if v.on_device] == ["a"]
+    binding = fake.built[-1]
+    assert binding.array_inputs == ["a", "x", "y"] and binding.scalar_inputs == []
+    g = make()                                         # another function of the same code: shared
+    g(2.0, X, Y)
+    assert len(traces) == 3
+
+
+def test_cache_key_holds_code_library_dtype_and_ranks(tmp_path, traces):
+    def body(a, x, y):
+        return a * x + y
+    f = kfuse.jit(body)
+    key = f.cache_key(2.0, x, y)
+    assert f.cache_key(3, x, y) == key
+    assert f.cache_key(2.0, x.astype(np.float64), y.astype(np.float64)) != key
+    assert f.cache_key(Dev0(), x, y) != key
+    assert f.cache_key(2.0, A, B) != key                      # ranks
+    mine = kfuse.jit(body, library=make_library(tmp_path / "mine", [scal_function()]))
+    assert mine.cache_key(2.0, x, y) != key and mine.cache_key(2.0, x, y)[1] == mine.library.digest
+    f.compile(2.0, x, y)
+    mine.compile(2.0, x, y)
+    assert len(traces) == 2                                    # another library: traced again
+
+    def other(a, x, y):
+        return a * x - y
+    f.fn.__code__ = other.__code__                             # new code: a new key, traced again
+    assert f.cache_key(2.0, x, y) != key
+    assert calls(f, 2.0, x, y) == [("axpby", 4, ("a", "-1.0"))] and len(traces) == 3
+
+
+def test_explain_and_cuda_source_show_the_last_signature(fake):  # noqa: F811
+    f = kfuse.jit(lambda A, p, r: (A @ p, A.T @ r), calibration=False)
+    with pytest.raises(KfuseError, match="has not been called yet"):
+        f.explain()
+    q, s = f(FakeArray((40, 50)), FakeArray((50,)), FakeArray((40,)))
+    assert q[0] == "view" and s[0] == "view"
+    text = f.explain()
+    assert "v1 = gemv(A, p);" in text and "v2 = gemtv(A, r);" in text and "plan for script: 1 kernel(s)" in text
+    assert "__global__" in f.cuda_source and "k0_gemv_gemtv" in f.cuda_source
+
+
+# -- scalar arithmetic and device scalars through the script front end ---------------------------------
+def test_script_scalar_arithmetic(lib):
+    src = ("scalar a, s, b; vector x, y, z, w; input a, x, y;\n"
+           "s = dot(x, y);\nb = sqrt(s) / (a - 2) * -a;\nz = axpy(b, x, y);\nw = axpby(-b, z, s * s, y);\nreturn z, w;\n")
+    prog = parse_script(src, lib)
+    alpha = prog.calls[1].args[0]
+    assert alpha.op == "*" and alpha.text() == "sqrt(s) / (a - 2.0) * -a"
+    assert [v.name for v in alpha.values()] == ["s", "a"]
+    assert prog.calls[2].args[0].text() == "-(sqrt(s) / (a - 2.0) * -a)"
+    assert prog.consumers(prog.calls[0].outputs[0]) == prog.calls[1:]
+    # the float64 reference evaluates the arithmetic
+    xs, ys = np.arange(1.0, 5.0), np.ones(4)
+    env = evaluate(prog, {"a": 3.0, "x": xs, "y": ys})
+    s = xs @ ys
+    b = np.sqrt(s) / (3.0 - 2) * -3.0
+    assert np.allclose(env[prog.calls[1].outputs[0].id], b * xs + ys)
+    for bad, match in [("b = x + a;", "x is a vector; scalar arithmetic takes scalars"),
+                       ("z = scal(a, x + y);", "must be a vector name"),
+                       ("b = a * ;", "expected a scalar expression, found ';'")]:
+        text = "scalar a, b; vector x, y, z; input a, x, y;\n" + bad + "\nz = scal(a, x); return z;"
+        with pytest.raises(ScriptError, match=match):
+            parse_script(text, lib)
+    with pytest.raises(ScriptError, match="b is scalar arithmetic, evaluated where it is used"):
+        parse_script("scalar a, b; vector x, z; input a, x; b = 2 * a; z = scal(b, x); return z, b;", lib)
+
+
+def test_arithmetic_and_device_scalars_in_the_generated_kernel():
+    src = ("scalar rr, s; vector p, q, x, y; matrix A; input A, p, x, rr;\n"
+           "q = gemv(A, p);\ns = dot(p, q);\ny = axpy(rr / s, p, x);\nreturn y, s;\n")
+    host = kfuse.compile(src, calibration=False)
+    dev = kfuse.compile(src, calibration=False, device_scalars=["rr"])
+    assert host.program.with_device_scalars(["rr"]) == dev.program
+    assert host.for_device_scalars(["rr"]).program == dev.program and host.for_device_scalars([]) is host
+    assert "const real* __restrict__ s_rr_p," in dev.cuda_source and "((*s_rr_p) / (*s_s_p))" in dev.cuda_source
+    assert "real s_rr," in host.cuda_source and "(s_rr / (*s_s_p))" in host.cuda_source
+    assert "s_rr_p" not in host.cuda_source
+    with pytest.raises(KfuseError, match="'p' is not a scalar input"):
+        kfuse.compile(src, calibration=False, device_scalars=["p"])
+
+
+def test_script_scalar_input_bound_to_a_0d_array(fake):  # noqa: F811
+    prog = kfuse.compile("scalar a; vector x, y; input a, x; y = scal(a, x); return y;", calibration=False)
+    X, a = FakeArray((100,)), FakeArray(())
+    prog(a=2.0, x=X)
+    prog(a=a, x=X)
+    prog(a=a, x=X)
+    host, dev = fake.built[0], fake.built[1]
+    assert len(fake.built) == 2 and dev.array_inputs == ["a", "x"] and host.array_inputs == ["x"]
+    assert fake.launched[-1][1] == [a.data.ptr, X.data.ptr] and fake.launched[-1][3] == []
+    with pytest.raises(kfuse.LaunchError, match="a: dtype is float64"):
+        prog(a=FakeArray((), "float64"), x=X)
+    with pytest.raises(kfuse.LaunchError, match="a: expected a scalar \\(0-d\\) array"):
+        prog(a=FakeArray((3,)), x=X)
+
+
+# -- nvcc ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_traced_programs_compile_with_nvcc(nvcc, tmp_path, dtype):
+    def cg_step(A, x, r, p, rr):
+        q = A @ p
+        alpha = rr / (p @ q)
+        x = x + alpha * p
+        r = r - alpha * q
+        rr_new = r @ r
+        return x, r, r + (rr_new / rr) * p, rr_new, kfuse.sqrt(rr_new)
+
+    def mixed(a, A, u, v, x, y):
+        B = A + kfuse.outer(u, v) + a * kfuse.outer(v, v)
+        w = a * (B @ x) + kfuse.sqrt(a) * y
+        return B, w, B.T @ w
+    Ad, xd, yd = np.zeros((N, N), dtype), np.zeros(N, dtype), np.zeros(N, dtype)
+    for k, (fn, args) in enumerate([(cg_step, (Ad, xd, xd, xd, Dev0(dtype))), (cg_step, (Ad, xd, xd, xd, 1.0)),
+                                    (mixed, (Dev0(dtype), Ad, xd, yd, xd, yd))]):
+        nvcc_compile(nvcc, kfuse.jit(fn).compile(*args).cuda_source, tmp_path, f"jit{k}")
+
+
+def test_bicg_products_share_their_pass_over_the_matrix():
+    """A coefficient computed in the function (alpha from a dot product) is not taken into the
+    product: A p and A^T p~ stay plain and fuse into one kernel reading A once."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+    import bicg
+    Asq, v = np.zeros((N, N), np.float64), np.zeros(N, np.float64)
+    prog = bicg.bicg_step.compile(Asq, v, v, v, v, v, Dev0("float64"))
+    products = [(c.function.name, len(c.args)) for c in prog.program.calls if c.function.nesting == 2]
+    assert products == [("gemv", 2), ("gemtv", 2)]
+    assert {kc.call.function.name for kc in prog.plan.kernels[0].calls} == {"gemv", "gemtv"}
+    f = kfuse.jit(lambda A, x, y: (x @ y) * (A @ x) + y)
+    assert calls(f, Asq.astype(np.float32), u, u) == [("gemv", 2, ()), ("dot", 2, ()), ("axpy", 3, ("s2",))]
+
+
+def test_a_jitted_function_called_while_tracing_is_inlined():
+    @kfuse.jit
+    def axpy(a, x, y):
+        return a * x + y
+
+    @kfuse.jit
+    def outer_fn(a, A, x, y):
+        return axpy(a, A @ x, y)
+    assert calls(outer_fn, 2.0, A, x, u) == [("gemv", 5, ("a", "1.0"))]
+    assert issubclass(kfuse.TraceError, ScriptError)
+
+
+def test_returned_scalar_arithmetic_is_evaluated_from_the_results():
+    """A scalar computed by arithmetic alone is no script result: it is evaluated after the call
+    from the results and the arguments (here NumPy stands in for the device arrays)."""
+    f = kfuse.jit(lambda a, x, y: (x + y, (x @ y) / a - kfuse.sqrt(a), a))
+    entry = f._entry((4.0, x, y))
+    low = entry.lowered
+    assert low.outputs == ["v1", "s2"] and [r[0] for r in low.returns] == ["out", "expr", "arg"]
+    assert not entry.direct
+    v, s = np.arange(3.0, dtype=np.float32), np.array(6.0, dtype=np.float32)
+    got = entry.package((v, s), (4.0, x, y))
+    assert got[0] is v and got[2] == 4.0
+    assert got[1].dtype == np.float32 and got[1].shape == () and got[1] == np.float32(6.0 / 4.0 - 2.0)
