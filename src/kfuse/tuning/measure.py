@@ -123,8 +123,10 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
         err = max(_error_on_device(cp, g, *want[v.id]) for v, g in zip(prog.outputs, got))
         if not err < TOL[compiled.dtype]:
             log(f"  plan {n + 1:3d}: WRONG (error {err:.1e}), skipped")
+            c.release()
             continue
         t = median_us(c.bind(**dev), reps=reps, cold_l2=True)      # kfuse's own outputs, as without out=
+        c.release()
         results.append((t, n, c))
         log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
     bar.close()
