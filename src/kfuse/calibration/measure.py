@@ -179,15 +179,6 @@ def _jobs(probes: dict[str, Probe], todo: list[Probe], quick: bool):
     return jobs, bar_jobs
 
 
-def block_ns(cp, empty, sink, sms: int, threads: int = 64, per_sm: int = 64) -> float:
-    """Nanoseconds an SM takes per block of ``threads`` threads of an empty kernel: a grid of
-    ``per_sm`` blocks per SM against a grid of one block, over the blocks each SM runs."""
-    args = (np.int32(0), sink)
-    one = median_us(lambda: empty((1,), (threads,), args), reps=200, warmup=20)
-    many = median_us(lambda: empty((sms * per_sm,), (threads,), args), reps=200, warmup=20)
-    return max(0.0, (many - one) * 1e3 / per_sm)
-
-
 def _overheads(cp, empty, dtype: str, log) -> tuple[float, float]:
     """(launch overhead, clear) in microseconds."""
     sink = cp.zeros(1, dtype=np.dtype(dtype))
@@ -281,8 +272,6 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     funcs = {k: modules[n].get_function(k) for n, chunk in enumerate(chunks) for k in chunk}
 
     launch_us, clear_us = _overheads(cp, modules[0].get_function("kfc_empty"), dtype, log)
-    per_block = block_ns(cp, modules[0].get_function("kfc_empty"), cp.zeros(1, dtype=np.dtype(dtype)), dev["sms"])
-    log(f"  {per_block:.1f} ns per block and SM (empty blocks of 64 threads)")
     arrays = _Arrays(lib, dtype, sizes["n"], sizes["N"])
     sink = cp.zeros(1, dtype=np.dtype(dtype))
     times = _time_all(cp, jobs, funcs, arrays, dev, sink, reps, launch_us * 1e3, log)
@@ -290,6 +279,6 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     meta = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kfuse": __version__,
             "quick": quick, "sizes": sizes, "reps": reps}
     cal = Calibration(gpu, lib.digest, dtype, dev, round(launch_us * 1e3, 1), round(clear_us * 1e3, 1), barrier,
-                      routines, {pid: measured[pid] for pid in probes}, meta, block_ns=round(per_block, 1))
+                      routines, {pid: measured[pid] for pid in probes}, meta)
     log(f"calibrate {dtype}: done in {time.perf_counter() - t0:.1f} s")
     return cal

@@ -1,7 +1,6 @@
 """Calibrated prediction: a kernel's time from the measured costs of its routines.
 
-time(kernel) = max(sum of transfer-routine times + barriers, sum of compute-routine times,
-                   blocks per SM x an SM's time per block)
+time(kernel) = max(sum of transfer-routine times + barriers, sum of compute-routine times)
                + contention of atomic partial stores + launch overhead + clears of reduced outputs
 time(plan)   = sum over its kernels
 
@@ -129,14 +128,13 @@ class CalibratedModel:
             kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
             ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
-                "blocks": L.grid(dims, iters) / dev["sms"] * self.cal.block_ns * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
                 "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         p = self.kernel_parts(code, dims, itemsize)
-        return (max(p["transfer"] + p["barrier"], p["compute"], p["blocks"]) + p["contention"] + p["launch"]
+        return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]
                 + p["clears"])
 
 

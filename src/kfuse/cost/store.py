@@ -74,9 +74,6 @@ class Calibration:
     probes: dict[str, dict]
     meta: dict = field(default_factory=dict)       # written, kfuse, quick, sizes, reps
     source: str = ""                                # the file it was read from
-    # ns an SM takes per block it runs of a kernel that does nothing (block scheduling: the bound
-    # on a kernel of many small blocks at small sizes); 0 in files written before it was measured
-    block_ns: float = 0.0
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -88,7 +85,6 @@ class Calibration:
     def to_json(self) -> dict:
         rec = {"gpu": self.gpu, "library": self.library, "dtype": self.dtype, "device": self.device,
                "launch_ns": self.launch_ns, "clear_ns": self.clear_ns,
-               **({"block_ns": self.block_ns} if self.block_ns else {}),
                "barrier_ns": {str(k): {str(t): v for t, v in sorted(b.items())}
                               for k, b in sorted(self.barrier_ns.items())},
                "routines": dict(sorted(self.routines.items())), "probes": dict(sorted(self.probes.items())),
@@ -112,7 +108,6 @@ class Calibration:
                 if device.get(k, 0) < (0 if k == "smem_reserved" else 1):
                     raise CalibrationError(f"device.{k} missing or not positive")
             launch, clear = _ns(rec["launch_ns"], "launch_ns"), _ns(rec["clear_ns"], "clear_ns")
-            block = _ns(rec.get("block_ns", 0.0), "block_ns")
             barrier = {int(k): {int(t): _ns(v, "barrier_ns") for t, v in _obj(b).items()}
                        for k, b in _obj(rec["barrier_ns"]).items()}
             routines = {_str(k): _str(v) for k, v in _obj(rec["routines"]).items()}
@@ -147,7 +142,7 @@ class Calibration:
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise CalibrationError(f"malformed entry ({e!r})") from None
         meta = {k: rec[k] for k in ("written", "kfuse", "quick", "sizes", "reps") if k in rec}
-        return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source, block)
+        return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source)
 
 
 def _obj(v) -> dict:
