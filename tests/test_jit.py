@@ -288,13 +288,15 @@ def test_cache_key_holds_code_library_dtype_and_ranks(tmp_path, traces):
 
 
 def test_explain_and_cuda_source_show_the_last_signature(fake):  # noqa: F811
-    f = kfuse.jit(lambda A, p, r: (A @ p, A.T @ r), calibration=False)
+    def both(A, p, r):
+        return A @ p, A.T @ r
+    f = kfuse.jit(both, calibration=False)
     with pytest.raises(KfuseError, match="has not been called yet"):
         f.explain()
     q, s = f(FakeArray((40, 50)), FakeArray((50,)), FakeArray((40,)))
     assert q[0] == "view" and s[0] == "view"
     text = f.explain()
-    assert "v1 = gemv(A, p);" in text and "v2 = gemtv(A, r);" in text and "plan for script: 1 kernel(s)" in text
+    assert "v1 = gemv(A, p);" in text and "v2 = gemtv(A, r);" in text and "plan for both: 1 kernel(s)" in text
     assert "__global__" in f.cuda_source and "k0_gemv_gemtv" in f.cuda_source
 
 

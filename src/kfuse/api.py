@@ -65,7 +65,7 @@ def read_script_file(path: Path) -> str:
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
             tuned: bool | str | Path = True, calibration=True, horizontal: bool = True,
-            device_scalars=()) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            device_scalars=(), name: str | None = None) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
@@ -80,6 +80,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     apart (horizontal fusion otherwise merges them where the model predicts a launch saved).
     ``device_scalars`` names scalar inputs that calls will bind to 0-d device arrays (kernels read
     them by address; a call that binds others so gets a program planned for that on first use).
+    ``name`` names the program (kernels' comments, ``plan``; default: the file's stem or "script").
     Needs no GPU; running the result needs CuPy.
     """
     if dtype not in DTYPES:
@@ -92,7 +93,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             lib = library if isinstance(library, Library) else load_library(*folders, shipped=shipped_library)
         with timer("parse"):
             source, file = _read_script(script)
-            program = parse_script(source, lib, file)
+            program = parse_script(source, lib, file, name)
             _check_reserved(program)
             if device_scalars:
                 program = _with_device_scalars(program, device_scalars)

@@ -220,7 +220,7 @@ class JitFunction:
         try:
             compiled = compile_script(lowered.script, dtype=dtype.name, library=self.library, fuse=fuse,
                                       sizes=lowered.sizes, tuned=tuned, calibration=calibration,
-                                      device_scalars=lowered.device_scalars)
+                                      device_scalars=lowered.device_scalars, name=self.fn.__name__)
         except TraceError:
             raise
         except ScriptError as e:
