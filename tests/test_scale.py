@@ -131,8 +131,17 @@ def test_hundred_call_scripts_plan(lib, kind):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_an_element_passed_twice_to_a_routine_builds(lib, nvcc, tmp_path, dtype):
-    """``v3 = axpy(-a1, v2, v2)`` with v2 in shared memory: one view of v2, declared once."""
-    prog = kfuse.compile(random_script(lib, 2007).text, dtype=dtype, tuned=False)
-    assert "v3 = axpy(-a1, v2, v2);" in prog.program.source
-    assert "KfSh_" in prog.cuda_source          # shared views are used (the case that collided)
-    nvcc_compile(nvcc, prog.cuda_source, tmp_path, f"twice_{dtype}")
+    """``v3 = axpy(-a, v2, v2)`` with v2 in shared memory (written by a quad scal, read by a warp
+    axpy: another mapping): one view of v2, declared once."""
+    from kfuse.codegen.kernel import build_kernel
+    from kfuse.codegen.module import module_source
+    from kfuse.ir.kernel import KernelCall, KernelSpec
+    prog = parse_script("scalar a; vector x, v2, v3; input a, x; v2 = scal(-a, x); v3 = axpy(-a, v2, v2); "
+                        "return v3;", lib)
+    scal, axpy = prog.calls
+    var = {c.function.name: {v.name: v for v in c.function.variants} for c in prog.calls}
+    code = build_kernel(KernelSpec("k", (KernelCall(scal, var["scal"]["quad"]), KernelCall(axpy, var["axpy"]["warp"])),
+                                   ipb=8, stores=frozenset({axpy.outputs[0].id})), lib)
+    assert "axpy_compute(rix, v_v2, v_v2, " in code.source      # one view, passed twice
+    assert code.source.count("KfSh_subvector32_lane_32x1 v_v2{") == 1
+    nvcc_compile(nvcc, module_source([code], lib, dtype), tmp_path, f"twice_{dtype}")
