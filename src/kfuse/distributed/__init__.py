@@ -5,5 +5,6 @@ that plan on P simulated ranks with the float64 reference; ``compile`` builds it
 ``torch.distributed`` (one process per GPU) -- see ``spmd.py``."""
 from .partition import Collective, Local, Partitioned, Placement, partition, row_ranges
 from .simulate import simulate
+from .spmd import DistributedScript, compile, gather, split
 
-__all__ = ["partition", "row_ranges", "simulate", "Partitioned", "Local", "Collective", "Placement"]
+__all__ = ["compile", "split", "gather", "DistributedScript", "partition", "row_ranges", "simulate", "Partitioned", "Local", "Collective", "Placement"]
