@@ -150,3 +150,15 @@ def test_local_segments_compile(nvcc, tmp_path, stem):
         nvcc_compile(nvcc, compiled.cuda_source, tmp_path, f"{stem}{k}")
     if stem == "bicgk":                          # both products in one kernel, as on one GPU
         assert len(kfuse.compile(part.locals[0].text, calibration=False).plan.kernels) == 1
+
+
+def test_local_segments_of_random_scripts_plan(lib):
+    """Every local sub-script of 40 random scripts over 3 ranks parses, plans and generates CUDA."""
+    count = 0
+    for seed in range(40):
+        part = partition(parse_script(random_script(lib, seed).text, lib), lib, 3)
+        for seg in part.locals:
+            compiled = kfuse.compile(seg.text, library=lib, device_scalars=seg.scalar_inputs, calibration=False)
+            assert compiled.kernels and {v.name for v in compiled.program.outputs} == set(seg.outputs)
+            count += 1
+    assert count >= 40
