@@ -162,3 +162,14 @@ def test_local_segments_of_random_scripts_plan(lib):
             assert compiled.kernels and {v.name for v in compiled.program.outputs} == set(seg.outputs)
             count += 1
     assert count >= 40
+
+
+def test_names_made_for_local_scripts_never_clash(lib):
+    """The partial sum of x is named apart from a script value x_part; sizes apart from values."""
+    text = ("scalar b; matrix A[n, n]; vector y[n], z[n], x[n], x_part[n], n_blk[n];\n"
+            "input b, A, y, z;\nx = gemtv(b, A, y, 1, z);\nx_part = gemv(A, x);\nn_blk = vadd(x_part, y);\n"
+            "return x, n_blk;")
+    prog = parse_script(text, lib)
+    part = _check(lib, prog, 3, {d.id: 40 for d in prog.dims}, row_block=4)
+    assert "x_part2 = gemtv(b, A, y);" in part.locals[0].text
+    assert "n_blk2" in part.locals[0].text

@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
-
 from ..errors import KfuseError
 from ..ir.program import Program, ScalarArg, Value
 from ..library.schema import Function, Library
@@ -155,9 +153,8 @@ def partition(program: Program, library: Library, world_size: int, row_block: in
         raise KfuseError(f"row_block must be positive, got {row_block}")
     steps = _steps(program, library)
     native = _layouts(program, steps)
-    need = _needs(steps, native)
-    _phases(steps, native, need)
-    names = _Names(program)
+    _phases(steps, native)
+    names = _Names(program, [v.label for s in steps for v in s.outputs])
     segments = _segments(program, steps, native, names)
     inputs = tuple(Placement(v.name, v.label, v.type, native[v.id], v.dims[0] if native[v.id] == SPLIT else None,
                              v.dims) for v in program.inputs)
@@ -180,6 +177,7 @@ def _steps(program: Program, lib: Library) -> list[_Step]:
     kept.reverse()
     out: list[_Step] = []
     next_id = len(program.values)
+    taken = {v.label for v in program.values}
     for s in kept:
         fn = s.fn
         where = f"line {s.line}: {fn.name}"
@@ -199,13 +197,13 @@ def _steps(program: Program, lib: Library) -> list[_Step]:
             out.append(s)
             continue
         # reduces over the split rows and adds a term along j: partial sum, then the term once
-        part_step, add_step = _split_term(s, lib, extra, next_id)
+        part_step, add_step = _split_term(s, lib, extra, next_id, taken)
         next_id += 1
         out += [part_step, add_step]
     return out
 
 
-def _split_term(s: _Step, lib: Library, extra, next_id: int) -> tuple[_Step, _Step]:
+def _split_term(s: _Step, lib: Library, extra, next_id: int, taken: set[str]) -> tuple[_Step, _Step]:
     fn = s.fn
     where = f"line {s.line}: {fn.name}"
     if len(extra) != 1 or len(fn.outputs) != 1:
@@ -225,7 +223,10 @@ def _split_term(s: _Step, lib: Library, extra, next_id: int) -> tuple[_Step, _St
         if axpy is None:
             break
         out = s.outputs[0]
-        label = f"{out.label}_part"
+        label, k = f"{out.label}_part", 2
+        while label in taken:
+            label, k = f"{out.label}_part{k}", k + 1
+        taken.add(label)
         part = Value(next_id, label, label, out.type, out.dims)
         term = bind[coef]
         assert isinstance(term, ScalarArg)
@@ -236,13 +237,6 @@ def _split_term(s: _Step, lib: Library, extra, next_id: int) -> tuple[_Step, _St
 
 
 # -- layouts ----------------------------------------------------------------------------------
-def _values(args: Iterable[Value | ScalarArg]) -> list[Value]:
-    out: list[Value] = []
-    for a in args:
-        out += list(a.values()) if isinstance(a, ScalarArg) else [a]
-    return out
-
-
 def _layouts(program: Program, steps: list[_Step]) -> dict[int, str]:
     """The native layout of every value: inputs replicated when some call reads them whole."""
     whole: set[int] = set()
@@ -271,19 +265,8 @@ def _layouts(program: Program, steps: list[_Step]) -> dict[int, str]:
     return native
 
 
-def _needs(steps: list[_Step], native: dict[int, str]) -> dict[int, set[str]]:
-    """Value id -> the forms its readers need other than its native one."""
-    need: dict[int, set[str]] = {}
-    for s in steps:
-        for a, f in zip(s.args, _forms(s.fn, s.mode or SPLIT)):
-            for v in (a.values() if isinstance(a, ScalarArg) else (a,)):
-                form = f or REP
-                if form != native[v.id]:
-                    need.setdefault(v.id, set()).add(form)
-    return need
-
-
-def _phases(steps: list[_Step], native: dict[int, str], need: dict[int, set[str]]) -> None:
+def _phases(steps: list[_Step], native: dict[int, str]) -> None:
+    """Each call's phase: the first after every conversion (collective or slice) its arguments need."""
     made: dict[int, int] = {}                 # value id -> phase of its producer (inputs: -1)
     for s in steps:
         phase = 0
@@ -301,9 +284,9 @@ class _Names:
     """Local names: a value's native form is its label; its block ``<label>_blk``, its whole
     ``<label>_all``; sizes ``<dim>`` whole and ``<dim>_blk`` a rank's block."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, extra: list[str]):
         self.program = program
-        self.taken = {v.label for v in program.values}
+        self.taken = {v.label for v in program.values} | set(extra)
         self.forms: dict[tuple[int, str], str] = {}
         self.dims: dict[int, str] = {}
         for d in program.dims:
