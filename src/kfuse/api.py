@@ -62,7 +62,7 @@ def read_script_file(path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
-def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | None = None,
+def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | Library | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
             tuned: bool | str | Path = True, calibration=True, horizontal: bool = True,
             device_scalars=(), name: str | None = None) -> CompiledScript:   # noqa: A001 - mirrors re.compile

@@ -1,0 +1,226 @@
+"""BiCGK, GEMVER and GESUMMV over 1, 2, 4 or 8 GPUs: kfuse.distributed beside the same scripts written
+by hand with torch.distributed and cuBLAS (torch.mv / addr, NCCL all-reduce).  One process per GPU,
+launched by torchrun; each rank makes its own row blocks on its GPU (nothing whole is ever held, so
+n can exceed one GPU's memory), every contender is timed with CUDA events (median of --reps after
+warm-up) and the slowest rank counts.
+
+UNTESTED: written where no GPU was available (the partitioning it runs is proved on the CPU by
+tests/test_distributed.py; the GPU path by tests/test_gpu_distributed.py, also not yet run).
+
+    torchrun --standalone --nproc_per_node 8 benchmarks/multigpu.py --n 65536 --n max --out r8.json
+    torchrun --standalone --nproc_per_node 1 benchmarks/multigpu.py --n 65536 --n max --out r1.json
+    python3 benchmarks/multigpu.py --report r1.json r2.json r4.json r8.json > table.md
+
+Per record: time (ms) of kfuse and of the hand-written peer; the bandwidth bound (this GPU's share
+of the compulsory traffic at the measured copy bandwidth); the collectives alone (the same NCCL
+calls on buffers of the same sizes); the bound efficiency (bound + collectives) / time -- the
+issue's goal is at least 90 % on 8 GPUs for BiCGK and GEMVER at the largest n -- and, in the report,
+the strong-scaling efficiency T(1) / (P T(P)) where one GPU ran the same n.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ("bicgk", "gemver", "gesummv")
+MATRICES = {"bicgk": 1, "gemver": 3, "gesummv": 2}      # n x n matrices a rank holds (inputs and results)
+
+
+def timed(fn, reps: int) -> float:
+    """Median milliseconds of ``fn()`` over ``reps`` runs (after two warm-up runs), the slowest rank's."""
+    import torch
+    import torch.distributed as dist
+    fn()
+    fn()
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    t = torch.tensor([statistics.median(times)], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a device-to-device copy of 1 GiB (read + write)."""
+    import torch
+    a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    b = torch.empty_like(a)
+    ms = timed(lambda: b.copy_(a), 10)
+    return 2 * a.numel() * 4 / (ms * 1e-3)
+
+
+def largest_n(script: str, P: int, itemsize: int, row_block: int) -> int:
+    """The largest n (a multiple of P row blocks) whose matrices fill at most 80 % of the free memory
+    of every GPU."""
+    import torch
+    import torch.distributed as dist
+    free = torch.tensor([torch.cuda.mem_get_info()[0]], device="cuda", dtype=torch.float64)
+    dist.all_reduce(free, op=dist.ReduceOp.MIN)
+    n = int(math.sqrt(0.8 * float(free.item()) * P / (MATRICES[script] * itemsize)))
+    return n - n % (row_block * P)
+
+
+def local_inputs(ds, n: int, rank: int, dtype) -> dict:
+    """This rank's inputs made on its GPU: row blocks of the split ones, whole replicated ones."""
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(1000 + rank)
+    out = {}
+    for p in ds.part.inputs:
+        if p.type == "scalar":
+            out[p.name] = 1.5
+            continue
+        shape = [n] * len(p.dims)
+        if p.layout == "split":
+            a, b = ds.part.rows(p.dim, n)[rank]
+            shape[0] = b - a
+        out[p.name] = torch.randn(shape, device="cuda", dtype=dtype, generator=gen)
+    return out
+
+
+def peer(script: str, x: dict):
+    """The script by hand: cuBLAS through torch on the local row blocks, NCCL all-reduce."""
+    import torch
+    import torch.distributed as dist
+    if script == "bicgk":
+        def run():
+            q = torch.mv(x["A"], x["p"])
+            s = torch.mv(x["A"].t(), x["r"])
+            dist.all_reduce(s)
+            return q, s
+    elif script == "gemver":
+        def run():
+            B = torch.addr(torch.addr(x["A"], x["u1"], x["v1"]), x["u2"], x["v2"])
+            xs = torch.mv(B.t(), x["y"]).mul_(x["b"])
+            dist.all_reduce(xs)
+            xs.add_(x["z"])
+            return B, xs, torch.mv(B, xs).mul_(x["a"])
+    else:
+        def run():
+            return torch.mv(x["A"], x["x"]).mul_(x["a"]).add_(torch.mv(x["B"], x["x"]), alpha=x["b"])
+    return run
+
+
+def local_traffic(ds, n: int, rank: int) -> int:
+    """This rank's compulsory bytes: every local segment's inputs read once and outputs written once."""
+    sizes = {}
+    for d, name in ds.part.dim_names.items():
+        sizes[name] = n
+        a, b = ds.part.rows(d, n)[rank]
+        sizes[name + "_blk"] = b - a
+    total = 0
+    for c in ds.compiled:
+        dims = {d.id: d.literal if d.literal is not None else sizes[d.name] for d in c.program.dims}
+        total += c.compulsory_traffic(dims)
+    return total
+
+
+def collectives_only(ds, n: int, dtype) -> float:
+    """Milliseconds of the script's NCCL calls alone, on buffers of the same sizes."""
+    import torch
+    import torch.distributed as dist
+    bufs = []
+    for seg in ds.part.collectives:
+        if seg.op == "all_reduce":
+            bufs.append(("r", torch.zeros(len(seg.items) * n, device="cuda", dtype=dtype)))
+        else:
+            m = -(-n // ds.world_size)
+            for _ in seg.items:
+                bufs.append(("g", torch.zeros(m, device="cuda", dtype=dtype)))
+    if not bufs:
+        return 0.0
+
+    def run():
+        for kind, b in bufs:
+            if kind == "r":
+                dist.all_reduce(b)
+            else:
+                out = b.new_empty(b.numel() * ds.world_size)
+                dist.all_gather_into_tensor(out, b)
+    return timed(run, 20)
+
+
+def bench(args) -> list[dict]:
+    import torch
+    import torch.distributed as dist
+    import kfuse.distributed as kd
+    dist.init_process_group("nccl")
+    rank, P = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dtype = getattr(torch, args.dtype)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    bw = copy_bandwidth()
+    records = []
+    for script in args.scripts:
+        ds = kd.compile(ROOT / "examples" / f"{script}.kf", P, dtype=args.dtype)
+        for n_arg in args.n:
+            n = largest_n(script, P, itemsize, ds.part.row_block) if n_arg == "max" else int(n_arg)
+            x = local_inputs(ds, n, rank, dtype)
+            ds.check_sizes = True
+            ds(rank, **x)                       # sizes checked once on every rank
+            ds.check_sizes = False
+            t_kfuse = timed(lambda: ds(rank, **x), args.reps)
+            t_peer = timed(peer(script, x), args.reps)
+            traffic = torch.tensor([local_traffic(ds, n, rank)], device="cuda", dtype=torch.float64)
+            dist.all_reduce(traffic, op=dist.ReduceOp.MAX)
+            bound = float(traffic.item()) / bw * 1e3
+            coll = collectives_only(ds, n, dtype)
+            rec = dict(script=script, n=n, gpus=P, dtype=args.dtype, kfuse_ms=t_kfuse, peer_ms=t_peer,
+                       bound_ms=bound, collectives_ms=coll, bound_efficiency=(bound + coll) / t_kfuse,
+                       peer_bound_efficiency=(bound + coll) / t_peer, copy_GBps=bw / 1e9,
+                       device=torch.cuda.get_device_name())
+            records.append(rec)
+            if rank == 0:
+                print(json.dumps(rec), flush=True)
+            del x
+            torch.cuda.empty_cache()
+    dist.destroy_process_group()
+    return records
+
+
+def report(paths: list[str]) -> str:
+    recs = [r for p in paths for r in json.loads(Path(p).read_text())]
+    one = {(r["script"], r["n"], r["dtype"]): r["kfuse_ms"] for r in recs if r["gpus"] == 1}
+    lines = ["| script | n | GPUs | kfuse ms | torch+cuBLAS ms | bound ms | collectives ms | "
+             "bound eff. | strong eff. | device |", "|" + " --- |" * 10]
+    for r in sorted(recs, key=lambda r: (r["script"], r["n"], r["gpus"])):
+        t1 = one.get((r["script"], r["n"], r["dtype"]))
+        strong = f"{t1 / (r['gpus'] * r['kfuse_ms']):.0%}" if t1 else "-"
+        lines.append(f"| {r['script']} | {r['n']} | {r['gpus']} | {r['kfuse_ms']:.3f} | {r['peer_ms']:.3f} | "
+                     f"{r['bound_ms']:.3f} | {r['collectives_ms']:.3f} | {r['bound_efficiency']:.0%} | {strong} | "
+                     f"{r['device']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", action="append", help="a size, or 'max' (the largest the GPUs hold); repeatable")
+    ap.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
+    ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", help="JSON file for this run's records (written by rank 0)")
+    ap.add_argument("--report", nargs="+", metavar="JSON", help="print the scaling table of saved runs and exit")
+    args = ap.parse_args()
+    if args.report:
+        print(report(args.report))
+        return
+    args.n = args.n or ["65536", "max"]
+    sys.path.insert(0, str(ROOT / "src"))
+    records = bench(args)
+    import os
+    if args.out and int(os.environ.get("RANK", "0")) == 0:
+        Path(args.out).write_text(json.dumps(records, indent=1))
+
+
+if __name__ == "__main__":
+    main()
