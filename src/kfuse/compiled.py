@@ -36,6 +36,7 @@ class CompiledScript:
     timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
     tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
     from_store: bool = field(default=False, repr=False, compare=False)  # the plan is a tuned winner
+    pinned: bool = field(default=False, repr=False, compare=False)      # the plan was given (with_plan): kept at every size
     _by_class: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _by_scalars: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     tuning: dict | None = field(default=None, repr=False, compare=False)   # what tune() measured and stored
@@ -48,9 +49,12 @@ class CompiledScript:
     _executor: object = field(default=None, init=False, repr=False, compare=False)
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
-        """The same script compiled with another plan (e.g. the next best, for empirical search)."""
-        return CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library),
-                              self.search)
+        """The same script compiled with another plan (e.g. the next best, for empirical search).
+        The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``)."""
+        other = CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library),
+                               self.search)
+        other.tuned, other.pinned = self.tuned, True
+        return other
 
     @property
     def cuda_source(self) -> str:
@@ -161,9 +165,9 @@ class CompiledScript:
     def for_sizes(self, dims: dict[int, int]) -> "CompiledScript":
         """The program planned for the size class of ``dims`` (every size rounded to a power of
         two): this one when the class is the one it was planned for (or it was compiled
-        unfused), else a plan ranked for that class (a tuned winner for it preferred), made once
-        and kept."""
-        if self.search is None:
+        unfused, or its plan was given: ``with_plan``), else a plan ranked for that class (a tuned
+        winner for it preferred), made once and kept."""
+        if self.search is None or self.pinned:
             return self
         from math import log2
         key = tuple(round(log2(max(1, dims[d.id]))) for d in self.program.dims)

@@ -18,7 +18,8 @@ outside the max.  Environments not measured exactly are interpolated:
 * unroll: linearly between the two nearest measured values (clamped);
 * occupancy: the kernel's resident threads per SM (from its block size and shared memory) against
   the probe's at full and at half occupancy; the slowdown is linear in 1 / occupancy between the
-  two measurements (extrapolated below half, none above full).
+  two measurements (extrapolated below half, none above full).  A load or store routine of fewer
+  threads than the kernel's instance counts only its own threads (the others idle while it runs).
 """
 from __future__ import annotations
 
@@ -126,7 +127,14 @@ class CalibratedModel:
                                  "recalibrate (kfuse calibrate)")
             u = spec.unroll if s.phase == "loop" else 1
             kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
-            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, resident) * runs
+            where = resident
+            if kind != "compute":
+                # a routine of fewer threads than the kernel's instance leaves the others idle: its
+                # loads and stores have that fraction of the SM's threads in flight (a `quad` load,
+                # 8 threads, in an instance of 32 beside `warp` calls: a quarter)
+                X, Y = s.kc.shape(s.routine)
+                where = resident * min(1.0, X * Y * spec.ipb / L.threads)
+            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all

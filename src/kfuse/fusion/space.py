@@ -244,7 +244,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     fns = [program.calls[i].function for i in sorted(calls)]
     nesting = fns[0].nesting
     stores = stores_of(program, graph, calls)
-    pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0}
+    pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0, "unrolled with no serial loop": 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     loops = AXES[nesting] if nesting == 2 else ("i",)
     spans = tuple(spans) if nesting == 2 else (1,)
@@ -269,9 +269,34 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                     if isinstance(code, FusionError):
                         pruned["refused by the builder"] += 1
                         continue
+                    if unroll > 1 and not code.launch.carried and not code.launch.iters:
+                        # nothing to amortise across a serial loop: one instance per slot (ir/kernel.py,
+                        # KernelSpec.iterations), so the unrolled copies never run but hold registers
+                        # (float64 WAXPBY, H100: 35 registers and 712 us unrolled by 4, 20 and 537 us not)
+                        pruned["unrolled with no serial loop"] += 1
+                        continue
                     impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span, macros)
                     _keep(built, pruned, impl, code, order, variants)
-    return list(built.values()), pruned
+    return _without_map_exchanges(list(built.values()), pruned), pruned
+
+
+def _exchanges(code: KernelCode) -> bool:
+    return bool(code.barriers or code.launch.smem_bytes_per_real)
+
+
+def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], pruned: dict[str, int]
+                           ) -> list[tuple[Implementation, KernelCode]]:
+    """A map kernel (nothing carried across a serial loop: one instance per slot) whose calls'
+    mappings differ passes values through shared memory behind a barrier; when the same calls also
+    fuse with no exchange, that implementation is dropped.  The exchange buys only another access
+    width for some calls, which an exchange-free implementation of one mapping also has, and costs
+    what the calibration's micro-kernels do not see (float64 WAXPBY and VADD at N = 2^26 on the H100:
+    a quad + warp kernel 720 and 751 us, warp + warp 517 and 685; docs/experiments/map_sweep.py)."""
+    if not any(not code.launch.carried and not _exchanges(code) for _, code in found):
+        return found
+    kept = [(impl, code) for impl, code in found if code.launch.carried or not _exchanges(code)]
+    pruned["a map exchanging between mappings (one without exists)"] = len(found) - len(kept)
+    return kept
 
 
 def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants) -> None:

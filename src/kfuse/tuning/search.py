@@ -102,8 +102,13 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
     search = compiled.search
     if search is None:
         raise KfuseError("tune needs a fused compile (fuse=True): it searches the ranked plans")
-    prog = compiled.program
     dims = search_dims(compiled, sizes)
+    if not compiled.pinned:
+        # sizes of another size class: search that class's ranking (the plans ranked at the
+        # compile's sizes would not be those the model prefers at ``dims``)
+        compiled = compiled.for_sizes(dims)
+        search = compiled.search
+    prog = compiled.program
     t0 = time.perf_counter()
     plans = list(itertools.islice(search.plans(), top))
     results, _ = measure_plans(compiled, plans, dims, reps=reps, log=log)

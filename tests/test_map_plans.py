@@ -1,0 +1,73 @@
+"""Map kernels (nothing carried across a serial loop) and plans given by hand: what the plan space
+holds for them and which plan a call runs (CPU)."""
+from pathlib import Path
+
+import pytest
+
+import kfuse
+from kfuse.tuning import search
+
+ROOT = Path(__file__).resolve().parents[1]
+MAPS = ["sscal", "vadd", "waxpby", "madd"]
+
+
+def _implementations(prog):
+    s = prog.search
+    return [(impl, code) for ranked in s.ranked.values() for _, impl, code in ranked]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", MAPS)
+def test_a_map_kernel_is_never_unrolled(name, dtype):
+    """One instance per slot: unrolled copies would never run, only hold registers."""
+    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", dtype=dtype, tuned=False)
+    found = _implementations(prog)
+    maps = [(impl, code) for impl, code in found if not code.launch.carried]
+    assert maps, "the example has map kernels"
+    assert all(impl.unroll == 1 for impl, _ in maps)
+    assert any(impl.unroll > 1 for impl, code in _implementations(
+        kfuse.compile(ROOT / "examples" / "axpydot.kf", dtype=dtype, tuned=False)) if code.launch.carried)
+    assert prog.search.space.pruned, "the pruned implementations are counted for --explain"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["vadd", "waxpby"])
+def test_a_map_with_a_plain_implementation_exchanges_nothing(name, dtype):
+    """Fused maps whose calls could take different mappings (quad beside warp) keep only the
+    implementations that pass nothing through shared memory."""
+    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", dtype=dtype, tuned=False)
+    fused = [(impl, code) for impl, code in _implementations(prog) if len(impl.calls) > 1]
+    assert fused
+    assert all(code.barriers == 0 and code.launch.smem_bytes_per_real == 0 for _, code in fused)
+    assert len({impl.variants for impl, _ in fused}) >= 2, "both uniform mappings remain"
+    reasons = {k for calls, p in prog.search.space.pruned.items() for k, v in p.items() if v}
+    assert "a map exchanging between mappings (one without exists)" in reasons
+
+
+def test_a_plan_given_by_hand_runs_at_every_size():
+    """with_plan pins the plan: a call at another size class must not swap in the model's choice
+    (the empirical search and experiments time the plan they built)."""
+    prog = kfuse.compile(ROOT / "examples" / "waxpby.kf", tuned=False)
+    plans = list(prog.search.plans())
+    other = prog.with_plan(plans[3])
+    dims = {d.id: 2**26 for d in prog.program.dims}
+    assert other.for_sizes(dims) is other
+    replanned = prog.for_sizes(dims)
+    assert replanned is not prog and replanned.search.dims == dims
+
+
+def test_tune_at_another_size_class_searches_that_class(monkeypatch):
+    """kfuse tune --size N=2^26 on a script compiled at 2^24 measures the plans ranked at 2^26."""
+    prog = kfuse.compile(ROOT / "examples" / "waxpby.kf", tuned=False)
+    seen = {}
+
+    def fake_measure(compiled, plans, dims, reps=30, log=None, label="tune"):
+        seen["dims"], seen["search_dims"] = dims, compiled.search.dims
+        seen["plans"] = plans
+        return [(10.0 + n, n, compiled.with_plan(p)) for n, p in enumerate(plans)], 0.0
+    monkeypatch.setattr(search, "measure_plans", fake_measure)
+    best = search.tune(prog, top=3, sizes={"N": 2**26}, store=False, iterations=False)
+    assert seen["dims"] == seen["search_dims"] == {d.id: 2**26 for d in prog.program.dims}
+    at_class = prog.for_sizes(seen["dims"])
+    assert [p.describe() for p in seen["plans"]] == [p.describe() for p in list(at_class.search.plans())[:3]]
+    assert best.pinned and best.for_sizes(seen["dims"]) is best
