@@ -544,3 +544,29 @@ def test_charts_keep_colours_and_put_legends_off_the_bars(monkeypatch, tmp_path)
     assert bars and all(COLOURS[label] == colour for label, colour in bars)
     legends = [k for name, a, k in calls if name == "legend"]
     assert len(legends) == 2 and all(k["bbox_to_anchor"][0] > 1 and k["loc"] == "upper left" for k in legends)
+
+
+# ---- per-call results: read back from their CSV, drawn in the bench charts' colours -------------
+def test_per_call_csv_reads_back_and_charts_keep_the_bench_colours(tmp_path):
+    from kfuse.bench import percall
+    from kfuse.bench.records import COLOURS
+    from kfuse.errors import KfuseError
+    rows = [percall.PerCallRow("sscal", "float32", 1024, 2**20, 6.25, 1),
+            percall.PerCallRow("gemver", "float64", 8192, 2**26, 281.5, 2)]
+    for n, r in enumerate(rows):
+        for k, name in enumerate(percall.COLUMNS):
+            if (n, k) != (1, 6):                     # one missing time stays missing
+                r.records[name] = percall.Record(r.sequence, r.dtype, name, percall.OK, 10.0 * (k + 1) + n)
+    percall.write_outputs(rows, 3000.0, tmp_path)
+    back = percall.read_csv(tmp_path / "per-call.csv")
+    assert [(r.sequence, r.dtype, r.n, r.N, r.kernels, r.gpu_us) for r in back] == \
+        [(r.sequence, r.dtype, r.n, r.N, r.kernels, r.gpu_us) for r in rows]
+    assert [[r.us(k) for k in percall.COLUMNS] for r in back] == [[r.us(k) for k in percall.COLUMNS] for r in rows]
+    assert back[1].us(percall.COLUMNS[6]) is None
+    for name in (percall.CUBLAS, percall.EAGER, percall.COMPILE):
+        assert percall.PER_CALL_COLOURS[name] == COLOURS[name]
+    assert percall.PER_CALL_COLOURS[percall.PLAIN] == COLOURS["kfuse"]
+    assert len(set(percall.PER_CALL_COLOURS.values())) == len(percall.PER_CALL_COLOURS)
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(KfuseError, match="not a per-call CSV"):
+        percall.read_csv(tmp_path / "bad.csv")

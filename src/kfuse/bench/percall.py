@@ -20,7 +20,7 @@ from ..runtime.timing import quartiles
 from . import peers
 from .harness import (ERROR, OK, Record, _sequence_inputs, check_then_time, copy_bandwidth, device_timer,
                       sequence_dims)
-from .records import display_name
+from .records import COLOURS, CUBLAS as _CUBLAS, KFUSE, TORCH_COMPILE, TORCH_EAGER, display_name
 
 PLAIN, REPEATED, BOUND = "kfuse plain", "kfuse repeated", "kfuse bound"
 CUBLAS, EAGER, COMPILE, REDUCE = "cuBLAS", "torch eager", "torch.compile", "torch.compile reduce-overhead"
@@ -198,6 +198,33 @@ def write_outputs(rows: list[PerCallRow], bandwidth: float, folder: Path, header
     return written + ([chart] if chart else [])
 
 
+def read_csv(path: Path) -> list[PerCallRow]:
+    """Rows of a ``per-call.csv`` written by ``write_outputs`` (to draw its chart again without a
+    GPU); raises KfuseError on a file of another shape."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = {"sequence", "dtype", "n", "N", "kernels", "gpu_us", *COLUMNS}
+    if not rows or not need <= set(rows[0]):
+        raise KfuseError(f"{path}: not a per-call CSV (columns {', '.join(sorted(need))})")
+    out = []
+    try:
+        for r in rows:
+            row = PerCallRow(r["sequence"], r["dtype"], int(r["n"]), int(r["N"]), float(r["gpu_us"]), int(r["kernels"]))
+            for k in COLUMNS:
+                if r[k]:
+                    row.records[k] = Record(r["sequence"], r["dtype"], k, OK, float(r[k]))
+            out.append(row)
+    except ValueError as e:
+        raise KfuseError(f"{path}: {e}") from None
+    return out
+
+
+# one colour per contender, the same as in the bench charts (records.COLOURS); kfuse's other call
+# forms in lighter blues, the CUDA-graph form of torch.compile in purple
+PER_CALL_COLOURS = {PLAIN: COLOURS[KFUSE], REPEATED: "C9", BOUND: "#9ecae1", CUBLAS: COLOURS[_CUBLAS],
+                    EAGER: COLOURS[TORCH_EAGER], COMPILE: COLOURS[TORCH_COMPILE], REDUCE: "C4"}
+
+
 def _chart(rows: list[PerCallRow], folder: Path) -> Path | None:
     try:
         import matplotlib
@@ -211,7 +238,7 @@ def _chart(rows: list[PerCallRow], folder: Path) -> Path | None:
     width = 0.8 / len(shown)
     for k, name in enumerate(shown):
         ys = [r.us(name) or 0 for r in small]
-        ax.bar([i + k * width for i in range(len(small))], ys, width, label=name)
+        ax.bar([i + k * width for i in range(len(small))], ys, width, label=name, color=PER_CALL_COLOURS[name])
     ax.plot([i + 0.4 - width / 2 for i in range(len(small))], [r.gpu_us for r in small], "k_", markersize=20,
             label="kfuse GPU time")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(small))], [display_name(r.sequence) for r in small])
