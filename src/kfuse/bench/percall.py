@@ -239,7 +239,7 @@ def _chart(rows: list[PerCallRow], folder: Path) -> Path | None:
     for k, name in enumerate(shown):
         ys = [r.us(name) or 0 for r in small]
         ax.bar([i + k * width for i in range(len(small))], ys, width, label=name, color=PER_CALL_COLOURS[name])
-    ax.plot([i + 0.4 - width / 2 for i in range(len(small))], [r.gpu_us for r in small], "k_", markersize=20,
+    ax.plot([i + 0.4 - width / 2 for i in range(len(small))], [r.gpu_us or 0.0 for r in small], "k_", markersize=20,
             label="kfuse GPU time")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(small))], [display_name(r.sequence) for r in small])
     ax.set_ylabel("us per call (Python loop)")
