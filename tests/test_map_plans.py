@@ -71,3 +71,32 @@ def test_tune_at_another_size_class_searches_that_class(monkeypatch):
     at_class = prog.for_sizes(seen["dims"])
     assert [p.describe() for p in seen["plans"]] == [p.describe() for p in list(at_class.search.plans())[:3]]
     assert best.pinned and best.for_sizes(seen["dims"]) is best
+
+
+def test_a_narrow_variant_beside_wider_calls_is_priced_at_its_own_threads(monkeypatch):
+    """A `quad` call (8 threads per instance) fused with `warp` calls (32) runs its loads and stores
+    with a quarter of the kernel's threads: the calibrated model looks its probes up at a quarter
+    of the kernel's occupancy; the `warp` call's at the kernel's own."""
+    from kfuse.cost.calibrated import CalibratedModel
+    prog = kfuse.compile(ROOT / "examples" / "axpydot.kf", tuned=False)
+    model = prog.search.model
+    if not isinstance(model, CalibratedModel):
+        pytest.fail("the shipped calibration should rank this script")
+    mixed = next(code for ranked in prog.search.ranked.values() for _, impl, code in ranked
+                 if {kc.variant.name for kc in code.spec.calls} == {"quad", "warp"} and code.spec.ipb == 8)
+    seen = []
+    real = CalibratedModel.routine_ns
+
+    def spy(self, pid, loop, unroll, ipb, resident):
+        seen.append(resident)
+        return real(self, pid, loop, unroll, ipb, resident)
+    monkeypatch.setattr(CalibratedModel, "routine_ns", spy)
+    model.kernel_parts(mixed, prog.search.dims, 4)
+    by_variant = {}
+    steps = [s for s in mixed.steps if s.routine is not None]
+    assert len(seen) == len(steps)
+    for s, resident in zip(steps, seen):
+        if s.routine.kind in ("load", "store"):
+            by_variant.setdefault(s.kc.variant.name, set()).add(resident)
+    assert len(by_variant["quad"]) == len(by_variant["warp"]) == 1
+    assert by_variant["quad"].pop() == pytest.approx(by_variant["warp"].pop() / 4)

@@ -18,8 +18,9 @@ outside the max.  Environments not measured exactly are interpolated:
 * unroll: linearly between the two nearest measured values (clamped);
 * occupancy: the kernel's resident threads per SM (from its block size and shared memory) against
   the probe's at full and at half occupancy; the slowdown is linear in 1 / occupancy between the
-  two measurements (extrapolated below half, none above full).  A load or store routine of fewer
-  threads than the kernel's instance counts only its own threads (the others idle while it runs).
+  two measurements (extrapolated below half, none above full).  The loads and stores of a variant
+  whose instance has fewer threads than the kernel's count only that variant's threads (the others
+  idle while they run; each probe ran in its own variant's instance).
 """
 from __future__ import annotations
 
@@ -129,11 +130,12 @@ class CalibratedModel:
             kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
             where = resident
             if kind != "compute":
-                # a routine of fewer threads than the kernel's instance leaves the others idle: its
-                # loads and stores have that fraction of the SM's threads in flight (a `quad` load,
-                # 8 threads, in an instance of 32 beside `warp` calls: a quarter)
-                X, Y = s.kc.shape(s.routine)
-                where = resident * min(1.0, X * Y * spec.ipb / L.threads)
+                # a variant whose instance has fewer threads than the kernel's leaves the others
+                # idle while its routines run (its probe ran in its own instance): its loads and
+                # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
+                # per instance, beside `warp` calls of 32: a quarter)
+                T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads)
+                where = resident * min(1.0, T * spec.ipb / L.threads)
             ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
