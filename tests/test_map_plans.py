@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 import kfuse
+from kfuse.ir.plan import plan_to_json
 from kfuse.tuning import search
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,3 +101,17 @@ def test_a_narrow_variant_beside_wider_calls_is_priced_at_its_own_threads(monkey
             by_variant.setdefault(s.kc.variant.name, set()).add(resident)
     assert len(by_variant["quad"]) == len(by_variant["warp"]) == 1
     assert by_variant["quad"].pop() == pytest.approx(by_variant["warp"].pop() / 4)
+
+
+def test_a_plan_given_by_hand_is_kept_with_device_scalars():
+    """A pinned program bound to 0-d device scalars runs its own plan, the scalars read by address."""
+    prog = kfuse.compile(ROOT / "examples" / "waxpby.kf", tuned=False)
+    plans = list(prog.search.plans())
+    pinned = prog.with_plan(plans[5])
+    assert pinned.plan.describe() != prog.plan.describe()
+    dev = pinned.for_device_scalars({"a"})
+    assert dev.pinned and dev.program.device_scalars() == frozenset({"a"})
+    assert plan_to_json(dev.plan) == plan_to_json(pinned.plan)
+    assert dev.for_sizes({d.id: 2**26 for d in dev.program.dims}) is dev
+    assert dev.cuda_source != pinned.cuda_source, "a is read by address"
+    assert plan_to_json(prog.for_device_scalars({"a"}).plan) == plan_to_json(prog.plan)

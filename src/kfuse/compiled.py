@@ -179,8 +179,8 @@ class CompiledScript:
 
     def for_device_scalars(self, names) -> "CompiledScript":
         """The program with the scalar inputs ``names`` (and no others) bound to 0-d device arrays
-        (read by address in the kernels: no round trip through the host), planned like this one;
-        made once per set of names and kept."""
+        (read by address in the kernels: no round trip through the host), planned like this one
+        (a given plan, ``with_plan``, kept); made once per set of names and kept."""
         names = frozenset(names)
         if names == self.program.device_scalars():
             return self
@@ -191,6 +191,14 @@ class CompiledScript:
                 plan = unfused_plan(program, self.library)
                 self._by_scalars[names] = CompiledScript(program, self.library, self.dtype, plan,
                                                          generate(plan, self.library))
+            elif self.pinned:
+                # the given plan, on the program whose scalars are read by address
+                from .ir.plan import plan_from_json, plan_to_json
+                plan = plan_from_json(program, plan_to_json(self.plan))
+                other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library),
+                                       self.search)
+                other.tuned, other.pinned = self.tuned, True
+                self._by_scalars[names] = other
             else:
                 self._by_scalars[names] = self._replanned(program, self.search.dims)
         return self._by_scalars[names]
