@@ -51,8 +51,12 @@ class CompiledScript:
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search).
         The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``)."""
-        other = CompiledScript(self.program, self.library, self.dtype, plan, generate(plan, self.library),
-                               self.search)
+        return self._pinned(self.program, plan)
+
+    def _pinned(self, program: Program, plan: Plan) -> "CompiledScript":
+        """``program`` compiled with ``plan``, pinned (``for_sizes`` keeps it), with this one's
+        ranking and tuning store."""
+        other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), self.search)
         other.tuned, other.pinned = self.tuned, True
         return other
 
@@ -194,11 +198,7 @@ class CompiledScript:
             elif self.pinned:
                 # the given plan, on the program whose scalars are read by address
                 from .ir.plan import plan_from_json, plan_to_json
-                plan = plan_from_json(program, plan_to_json(self.plan))
-                other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library),
-                                       self.search)
-                other.tuned, other.pinned = self.tuned, True
-                self._by_scalars[names] = other
+                self._by_scalars[names] = self._pinned(program, plan_from_json(program, plan_to_json(self.plan)))
             else:
                 self._by_scalars[names] = self._replanned(program, self.search.dims)
         return self._by_scalars[names]

@@ -20,10 +20,10 @@ from ..runtime.timing import quartiles
 from . import peers
 from .harness import (ERROR, OK, Record, _sequence_inputs, check_then_time, copy_bandwidth, device_timer,
                       sequence_dims)
-from .records import COLOURS, CUBLAS as _CUBLAS, KFUSE, TORCH_COMPILE, TORCH_EAGER, display_name
+from .records import COLOURS, CUBLAS, KFUSE, TORCH_COMPILE as COMPILE, TORCH_EAGER as EAGER, display_name
 
 PLAIN, REPEATED, BOUND = "kfuse plain", "kfuse repeated", "kfuse bound"
-CUBLAS, EAGER, COMPILE, REDUCE = "cuBLAS", "torch eager", "torch.compile", "torch.compile reduce-overhead"
+REDUCE = "torch.compile reduce-overhead"
 COLUMNS = (PLAIN, REPEATED, BOUND, CUBLAS, EAGER, COMPILE, REDUCE)
 SIZE_CLASSES = ((1024, 2**20), (8192, 2**26))
 
@@ -221,8 +221,8 @@ def read_csv(path: Path) -> list[PerCallRow]:
 
 # one colour per contender, the same as in the bench charts (records.COLOURS); kfuse's other call
 # forms in lighter blues, the CUDA-graph form of torch.compile in purple
-PER_CALL_COLOURS = {PLAIN: COLOURS[KFUSE], REPEATED: "C9", BOUND: "#9ecae1", CUBLAS: COLOURS[_CUBLAS],
-                    EAGER: COLOURS[TORCH_EAGER], COMPILE: COLOURS[TORCH_COMPILE], REDUCE: "C4"}
+PER_CALL_COLOURS = {PLAIN: COLOURS[KFUSE], REPEATED: "C9", BOUND: "#9ecae1", CUBLAS: COLOURS[CUBLAS],
+                    EAGER: COLOURS[EAGER], COMPILE: COLOURS[COMPILE], REDUCE: "C4"}
 
 
 def _chart(rows: list[PerCallRow], folder: Path) -> Path | None:

@@ -103,11 +103,10 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
     if search is None:
         raise KfuseError("tune needs a fused compile (fuse=True): it searches the ranked plans")
     dims = search_dims(compiled, sizes)
-    if not compiled.pinned:
-        # sizes of another size class: search that class's ranking (the plans ranked at the
-        # compile's sizes would not be those the model prefers at ``dims``)
-        compiled = compiled.for_sizes(dims)
-        search = compiled.search
+    # sizes of another size class: search that class's ranking (the plans ranked at the compile's
+    # sizes would not be those the model prefers at ``dims``); a pinned program is its own
+    compiled = compiled.for_sizes(dims)
+    search = compiled.search
     prog = compiled.program
     t0 = time.perf_counter()
     plans = list(itertools.islice(search.plans(), top))
