@@ -62,6 +62,34 @@ def read_script_file(path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
+def _resolve_sizes(program, sizes) -> dict[str, int]:
+    """``sizes`` by the script's size names: a declared name, or ``<value>.len`` / ``.rows`` /
+    ``.cols`` of any vector or matrix (the size it has after unification).  A name that is
+    neither, a size that is not a positive integer or two names of one size given different
+    values are errors (a misspelt name would otherwise plan at the default size in silence)."""
+    names = [d.name for d in program.dims]
+    if not isinstance(sizes, dict):
+        raise KfuseError(f"sizes must be a dict of size name -> int (the script's sizes: {', '.join(names)})")
+    by_name = {d.name: d for d in program.dims}
+    for v in program.values:
+        for word, d in zip({1: ("len",), 2: ("rows", "cols")}.get(len(v.dims), ()), v.dims):
+            by_name.setdefault(f"{v.name}.{word}", program.dims[d])
+    out: dict[str, int] = {}
+    given: dict[str, str] = {}
+    for k, v in sizes.items():
+        dim = by_name.get(k)
+        if dim is None:
+            raise KfuseError(f"sizes names {k!r}, which is not a size of the script "
+                             f"(its sizes: {', '.join(names) or 'none'})")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise KfuseError(f"sizes[{k!r}] must be a positive integer, got {v!r}")
+        if dim.name in out and out[dim.name] != int(v):
+            raise KfuseError(f"sizes[{k!r}] = {v} and sizes[{given[dim.name]!r}] = {out[dim.name]} "
+                             "name the same size of the script")
+        out[dim.name], given[dim.name] = int(v), k
+    return out
+
+
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | Library | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
             tuned: bool | str | Path = True, calibration=True, horizontal: bool = True,
@@ -97,6 +125,8 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             _check_reserved(program)
             if device_scalars:
                 program = _with_device_scalars(program, device_scalars)
+        if sizes:
+            sizes = _resolve_sizes(program, sizes)
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
                                 model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal)

@@ -213,7 +213,7 @@ def cmd_report(args) -> int:
         out.with_suffix(".json").write_text(json.dumps({"header": header, "sequences": [r.to_json() for r in results]},
                                                        indent=1))
     results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
-                                 checkpoint=checkpoint)
+                                 checkpoint=checkpoint, rounds=args.retime)
     checkpoint(results, header)
     log.info(f"wrote {out}")
     return 0
@@ -316,6 +316,8 @@ def _measure_commands(sub) -> None:
                    "(default 2^26)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="element type (default float32)")
     p.add_argument("--reps", type=_positive, default=20, help="timed repetitions per plan, median (default 20)")
+    p.add_argument("--retime", type=int, default=5, metavar="R",
+                   help="time the first choice and the measured best again in turns, R rounds (default 5; 0: not)")
     p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
     p.add_argument("--random", type=int, default=0, metavar="K",
                    help="report on K random scripts of the generator instead (written beside the report)")

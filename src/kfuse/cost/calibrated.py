@@ -15,7 +15,8 @@ inside the serial loop; docs/experiments/README.md, 'Implementation sweeps'), ad
 outside the max.  Environments not measured exactly are interpolated:
 
 * instances per block: linearly in log2 between the two nearest measured values (clamped);
-* unroll: linearly between the two nearest measured values (clamped);
+* unroll: linearly between the two nearest measured values (clamped); a loop unrolled beyond its
+  serial iterations (small sizes) is priced at the iterations it runs;
 * occupancy: the kernel's resident threads per SM (from its block size and shared memory) against
   the probe's at full and at half occupancy; the slowdown is linear in 1 / occupancy between the
   two measurements (extrapolated below half, none above full).  The loads and stores of a variant
@@ -126,7 +127,8 @@ class CalibratedModel:
             if pid is None:
                 raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
                                  "recalibrate (kfuse calibrate)")
-            u = spec.unroll if s.phase == "loop" else 1
+            # a loop unrolled beyond its serial iterations runs only those (small sizes)
+            u = min(spec.unroll, iters) if s.phase == "loop" else 1
             kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
             where = resident
             if kind != "compute":

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 from ..codegen.kernel import KernelCode
 from ..cost.transfer import DEFAULT_MACHINE, Machine
 from ..ir.graph import DependencyGraph
-from ..ir.kernel import KernelCall, KernelSpec
+from ..ir.kernel import KernelCall, KernelSpec, target_blocks
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..library.mappings import MAPPINGS
@@ -29,6 +29,7 @@ DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the call
 DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
 HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
+H100_FACTS = {"sms": 132, "max_threads_per_sm": 2048}   # the launch policy's GPU when no calibration says
 
 
 
@@ -171,8 +172,17 @@ class PlanSearch:
 
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         scored = [(self._score(code), impl, code) for impl, code in impls]
-        scored.sort(key=lambda t: (t[0], _preference(t[1], t[2])))
+        scored.sort(key=lambda t: (t[0], t[1].unroll > self._iterations(t[2]), _preference(t[1], t[2])))
         return scored
+
+    def _iterations(self, code: KernelCode) -> int:
+        """Serial iterations of a kernel at the search's sizes, as chosen at launch on the model's
+        GPU (H100 facts for the transfer model).  An unroll beyond them buys nothing and costs
+        registers (docs/results/random-report/README.md: at n = 1024, where most kernels run
+        one iteration, unroll 1 or 2 measured faster than 4), so ties prefer an unroll that fits."""
+        dev = getattr(getattr(self.model, "cal", None), "device", None) or H100_FACTS
+        L = code.launch
+        return L.iterations(self.dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
 
     def _refine(self) -> None:
         """Bounded search: the chosen partition's fused kernels searched further (fusion/space.py

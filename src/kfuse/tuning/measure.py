@@ -131,3 +131,26 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
         log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
     bar.close()
     return results, compile_s
+
+
+def retime(compiled, plans, dims: dict[int, int], reps: int = 20, rounds: int = 5) -> list[float]:
+    """Time ``plans`` again, interleaved: ``rounds`` rounds, each timing every plan once (median of
+    ``reps`` CUDA-event timings, L2 flushed); each plan's median over the rounds, in microseconds.
+
+    The best of many candidates timed once each is biased low (the candidate whose timing happened
+    to fall low wins); timing the winner and another plan again, in turns, compares them without
+    that bias and without the drift of the GPU's clocks between the two."""
+    cp = cupy()
+    device = cp.cuda.Device().id
+    pdl = pdl_available(device)
+    candidates = candidates_for(compiled, plans, dims, device, pdl)
+    compile_candidates(candidates, f"re-timed plans of {compiled.program.name}", dims, device, pdl)
+    dev, _, _ = device_case(compiled.program, dims, compiled.dtype, 1)
+    bound = [c.bind(**dev) for c in candidates]
+    times: list[list[float]] = [[] for _ in candidates]
+    for _ in range(rounds):
+        for k, b in enumerate(bound):
+            times[k].append(median_us(b, reps=reps, cold_l2=True))
+    for c in candidates:
+        c.release()
+    return [sorted(t)[len(t) // 2] for t in times]
