@@ -204,11 +204,19 @@ class _Emitter:
                     var = f"v_{acc.element}_{len(declared)}"
                 if var not in declared:
                     declared[var] = vname
-                    lines.append(sk.view_decl(inner, vname, acc.element, tx, ty, var))
+                    lines.append(sk.view_decl(inner, vname, acc.element, tx, ty, var, self.copy_of(acc.element, "rix")))
                 cargs.append(var)
         lines.append(sk.call_line(inner, r.fn, kc.macros, cargs))
         lines.append(f"{indent}}}")
         return lines
+
+    def copy_of(self, key: str, ix: str) -> str | None:
+        """The pointer to the copy of a two-copy shared element that instance ``ix`` uses (its
+        parity along the loop axis), or None for an element of one copy."""
+        el = self.lay.elements[key]
+        if el.buffers == 1:
+            return None
+        return f"sh_{key} + ({ix}.{self.L} & 1) * {el.size}"
 
     def view(self, acc: Access, X: int, Y: int) -> str:
         """The name of the view struct of a shared element under an access (defined once)."""
