@@ -106,7 +106,7 @@ def test_generated_one_pass_kernel_reads_like_the_hand_written_one():
     src = _search(None, 8192).cuda_source
     body = src[src.index("k0_gemv_gemtv("):]
     assert body.count("__syncthreads()") == 1
-    assert "(rix.i & 1) * " in body                 # this strip's copy of the warp partials
+    assert "(it & 1) * " in body                 # this strip's copy of the warp partials
     assert "kf_smem[" in body
     # A loaded once per strip, t never stored: one load of A, the y partials added after the loop
     assert body.count("stile_load<") == 1 and "srowvec_store" not in body

@@ -95,6 +95,10 @@ def analyse(spec: KernelSpec, lib: Library) -> Layout:
     tile = check_spec(spec, lib)
     sch = Scheduler(spec, lib, tile)
     sch.schedule()
+    for s in sch.steps:
+        if s.phase != "loop" and any(sch.elements[a.element].buffers > 1 for a in s.accesses):
+            raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
+                              "two-copy local outside the serial loop (its copies alternate by iteration)")
     pl = place(spec, sch.elements, sch.steps)
     flags = barriers(sch.steps, pl, frozenset(k for k, el in sch.elements.items() if el.buffers > 1))
     steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))

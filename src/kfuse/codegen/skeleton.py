@@ -115,7 +115,7 @@ def view_decl(indent: str, vname: str, key: str, tx: str, ty: str, var: str | No
               base: str | None = None) -> str:
     """A routine argument's view of a shared element (the variable ``v_<key>`` unless named;
     ``base``: the pointer to view, default the element's ``sh_<key>``)."""
-    comment = "   // this instance's copy (alternate instances alternate copies)" if base else ""
+    comment = "   // this iteration's copy (consecutive iterations alternate copies)" if base else ""
     return f"{indent}{vname} {var or 'v_' + key}{{{base or 'sh_' + key}, {tx}, {ty}}};{comment}"
 
 
