@@ -44,8 +44,10 @@ def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
                                       stores=frozenset({call.outputs[0].id}))
                     try:
                         kernels.append(build_kernel(spec, lib))
-                    except FusionError as e:    # only combinations that do not fit on chip
-                        assert "shared entries" in str(e) or "register entries" in str(e), str(e)
+                    except FusionError as e:    # only combinations that do not fit on chip (or, for
+                        # strips of whole rows, threads whose 16-byte pieces do not tile the strip)
+                        assert "shared entries" in str(e) or "register entries" in str(e) or (
+                            var.whole and "is not a multiple of 4 x" in str(e)), str(e)
                         refused.append(str(e))
     assert len(kernels) > 30 and len(refused) < len(kernels) / 4
     nvcc_compile(nvcc, module_source(kernels, lib, "float64"), tmp_path, "all")

@@ -35,8 +35,13 @@ def cmd_plan(args) -> int:
     import time
 
     from .api import compile as kcompile
+    sizes = None
+    if args.size:                   # the script's dimensions first (an unfused compile plans nothing)
+        program = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=False).program
+        dims = _parse_sizes(program, args.size)
+        sizes = {d.name: dims[d.id] for d in program.dims}
     t0 = time.perf_counter()
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused)
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes)
     elapsed = time.perf_counter() - t0
     search = prog.search
     if args.graph:                  # DOT alone, so that it pipes into Graphviz
@@ -248,6 +253,9 @@ def _script_commands(sub) -> None:
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.add_argument("--timings", action="store_true",
                    help="print the time of each compiler pass (library, parse, space, rank, search, layout, emit)")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="plan for this size of a script dimension (repeatable; a bare N sets every dimension "
+                   "not named; default: the model's, 8192 per matrix side, 2^24 per vector)")
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("run", help="run on random inputs, check against NumPy, print the time (GPU)")
     common(p)

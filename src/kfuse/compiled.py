@@ -15,7 +15,7 @@ import numpy as np
 from .codegen import generate
 from .codegen.kernel import KernelCode
 from .codegen.module import module_source
-from .errors import KfuseError
+from .errors import KfuseError, LaunchError
 from .ir.graph import DependencyGraph
 from .ir.plan import Plan
 from .ir.program import Program
@@ -172,14 +172,37 @@ class CompiledScript:
         unfused, or its plan was given: ``with_plan``), else a plan ranked for that class (a tuned
         winner for it preferred), made once and kept."""
         if self.search is None or self.pinned:
+            short = self.uncovered(dims)
+            if short:
+                raise LaunchError(f"the given plan cannot run at these sizes: {short}; compile without a "
+                                  "given plan (or one for these sizes)")
             return self
         from math import log2
-        key = tuple(round(log2(max(1, dims[d.id]))) for d in self.program.dims)
+        key: tuple = tuple(round(log2(max(1, dims[d.id]))) for d in self.program.dims)
         if key == tuple(round(log2(max(1, self.search.dims[d.id]))) for d in self.program.dims):
-            return self
+            if not self.uncovered(dims):
+                return self
+            key = ("exact",) + tuple(dims[d.id] for d in self.program.dims)
+        if key in self._by_class and self._by_class[key].uncovered(dims):
+            # the class's plan holds strips narrower than these rows: planned for these sizes
+            key = ("exact",) + tuple(dims[d.id] for d in self.program.dims)
         if key not in self._by_class:
             self._by_class[key] = self._replanned(self.program, dims)
         return self._by_class[key]
+
+    def uncovered(self, dims: dict[int, int]) -> str | None:
+        """Why a kernel of this plan whose tiles span an axis whole (strips of whole rows: a
+        reduction's result used in its kernel) cannot run at sizes ``dims`` -- the axis is
+        longer than its strip -- or None when every kernel can."""
+        for code in self.kernels:
+            L = code.launch
+            whole = {a for kc in code.spec.calls for a in kc.variant.whole}
+            for n, (axis, count) in enumerate(zip(("i", "j"), L.counts(dims))):
+                if axis in whole and count > 1:
+                    what = "rows" if axis == "j" else "columns"
+                    return (f"kernel {L.kernel} reads {what} of {dims[L.axis_dims[n]]} entries in strips of "
+                            f"{L.axis_extent[n]}")
+        return None
 
     def for_device_scalars(self, names) -> "CompiledScript":
         """The program with the scalar inputs ``names`` (and no others) bound to 0-d device arrays
@@ -214,6 +237,9 @@ class CompiledScript:
         stored = stored_plan(program, search, self.dtype, self.tuned)
         plan = stored or search.best()
         other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)
+        if stored is not None and other.uncovered(dims):    # a winner tuned at shorter rows of this class
+            stored, plan = None, search.best()
+            other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)
         other.tuned = self.tuned
         other.from_store = stored is not None
         return other

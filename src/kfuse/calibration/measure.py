@@ -282,3 +282,18 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
                       routines, {pid: measured[pid] for pid in probes}, meta)
     log(f"calibrate {dtype}: done in {time.perf_counter() - t0:.1f} s")
     return cal
+
+
+def carry_over(cal: Calibration, lib: Library) -> Calibration:
+    """A calibration of ``lib`` from one of an earlier version of it, without a GPU: every routine
+    whose micro-kernel is unchanged (its probe id hashes the kernel text and the routine's source
+    file) keeps its measurement; routines of new micro-kernels are left out (``kfuse calibrate``
+    measures just those, reusing the rest).  The shipped H100 calibration was carried over to the
+    library with the strip variants (blas2_strip.cu) this way: strip kernels whose routines are
+    unmeasured are priced by the transfer model (cost/calibrated.py)."""
+    routines, _probes = library_probes(lib)
+    kept = {key: pid for key, pid in routines.items() if pid in cal.probes}
+    meta = dict(cal.meta, carried_from=cal.library)
+    return Calibration(cal.gpu, lib.digest, cal.dtype, dict(cal.device), cal.launch_ns, cal.clear_ns,
+                       {k: dict(v) for k, v in cal.barrier_ns.items()}, kept,
+                       {pid: cal.probes[pid] for pid in sorted(set(kept.values()))}, meta)

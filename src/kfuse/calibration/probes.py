@@ -317,6 +317,8 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
                     p = _probe(lib, fn, var, macros, r)
                     if p.shared_entries() * max(p.ipbs) * 8 > MAX_SHARED_BYTES:
                         continue        # no kernel can hold it (the builder refuses it too)
+                    if any(MAPPINGS[a.mapping].check(a.shape, *p.shape) for kind, a in p.args if kind == "element"):
+                        continue        # a mapping its element cannot take (the builder refuses it too)
                     probes.setdefault(p.id, p)
                     routines[routine_key(fn, var, macros, r)] = p.id
     return routines, probes

@@ -69,6 +69,11 @@ class _Emitter:
         self.other = ("j" if self.L == "i" else "i") if self.nest == 2 else None
         self.T = self.fr.T
         self.first_expr, self.count = sk.loop_bounds(self.nest, self.L)
+        # a strip kernel (tiles spanning an axis whole) interleaves its blocks along the loop: block
+        # group g walks instances g, g + G, g + 2G, ... (G groups), so that the blocks resident at
+        # once read neighbouring strips (one region of the matrix, few DRAM pages and TLB entries)
+        # rather than one region each
+        self.strided = self.nest == 2 and any(kc.variant.whole for kc in spec.calls)
         self.out: list[str] = []
         self.views: dict[str, str] = {}
 
@@ -136,7 +141,11 @@ class _Emitter:
                 w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
                   f"{V} instances each")
             w(f"    const long long kf_groups = gridDim.x / {nb};   // block groups along the loop")
-            w(f"    const long long first_{L} = ((order & 2) ? kf_b % kf_groups : kf_b / {nb}) * iters;  // loop axis {L}")
+            if self.strided:
+                w(f"    const long long first_{L} = (order & 2) ? kf_b % kf_groups : kf_b / {nb};   // loop axis {L}: "
+                  "this group's first instance, then every kf_groups-th")
+            else:
+                w(f"    const long long first_{L} = ((order & 2) ? kf_b % kf_groups : kf_b / {nb}) * iters;  // loop axis {L}")
             w(f"    const long long blk_{other} = ((order & 2) ? kf_b / kf_groups : kf_b % {nb})"
               + (f" * {V};" if V > 1 else ";"))
             w(sk.nested_index(L))
@@ -204,11 +213,19 @@ class _Emitter:
                     var = f"v_{acc.element}_{len(declared)}"
                 if var not in declared:
                     declared[var] = vname
-                    lines.append(sk.view_decl(inner, vname, acc.element, tx, ty, var))
+                    lines.append(sk.view_decl(inner, vname, acc.element, tx, ty, var, self.copy_of(acc.element)))
                 cargs.append(var)
         lines.append(sk.call_line(inner, r.fn, kc.macros, cargs))
         lines.append(f"{indent}}}")
         return lines
+
+    def copy_of(self, key: str) -> str | None:
+        """The pointer to the copy of a two-copy shared element that the serial loop's iteration
+        uses (its parity: consecutive iterations alternate), or None for an element of one copy."""
+        el = self.lay.elements[key]
+        if el.buffers == 1:
+            return None
+        return f"sh_{key} + (it & 1) * {el.size}"
 
     def view(self, acc: Access, X: int, Y: int) -> str:
         """The name of the view struct of a shared element under an access (defined once)."""
@@ -276,6 +293,16 @@ class _Emitter:
         U, V, L, w = self.U, self.V, self.L, self.w
         w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if self.nest == 1 else 'block'}"
           + (f", {U} at a time" if U > 1 else ""))
+        if self.strided:
+            assert U == 1 and V == 1, "a strip kernel keeps shared data: no unrolled or spanned copies"
+            w("    for (int it = 0; it < iters; ++it) {")
+            w(f"        if (first_{L} + it * kf_groups >= n_{L}) break;   // past the end")
+            w(f"        KfIx ix_u0 = ix; ix_u0.{L} = first_{L} + it * kf_groups;")
+            for s in self.lay.steps:
+                if s.phase == "loop":
+                    self.step(s, "        ", 0)
+            w("    }")
+            return
         self.out += sk.loop_open(self.nest, U, self.spec.ipb, L)
         for u in range(U):
             if self.nest == 1 or V == 1:

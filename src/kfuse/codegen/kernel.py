@@ -62,5 +62,6 @@ def _code(lay: Layout) -> KernelCode:
     launch = LaunchInfo(spec.name, fr.threads, spec.nesting, spec.iters, spec.ipb, fr.axis_dims, fr.extents,
                         fr.args, fr.clears, fr.smem, tuple(kc.call.index for kc in spec.calls), spec.loop,
                         spec.span, spec.unroll, any(s.phase != "loop" for s in lay.steps),
-                        fr.wait_phase is not None)
+                        fr.wait_phase is not None,
+                        sum(lay.placement.registers.values()) if any(kc.variant.whole for kc in spec.calls) else 0)
     return KernelCode(spec, partial(render, lay), fr.sources, launch, lay.placement, lay.steps)

@@ -95,8 +95,12 @@ def analyse(spec: KernelSpec, lib: Library) -> Layout:
     tile = check_spec(spec, lib)
     sch = Scheduler(spec, lib, tile)
     sch.schedule()
+    for s in sch.steps:
+        if s.phase != "loop" and any(sch.elements[a.element].buffers > 1 for a in s.accesses):
+            raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
+                              "two-copy local outside the serial loop (its copies alternate by iteration)")
     pl = place(spec, sch.elements, sch.steps)
-    flags = barriers(sch.steps, pl)
+    flags = barriers(sch.steps, pl, frozenset(k for k, el in sch.elements.items() if el.buffers > 1))
     steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))
     return Layout(spec, lib, tile, MappingProxyType(dict(sch.elements)), steps, pl)
 
@@ -185,13 +189,17 @@ def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement
             raise FusionError(f"{spec.name}: element {key} is accessed with different mappings "
                               f"but mapping {bad[0]} cannot use shared memory")
         shared[key] = offset
-        offset += elements[key].size
+        offset += elements[key].size * elements[key].buffers
     return Placement(MappingProxyType(registers), MappingProxyType(shared), offset)
 
 
 # -- barriers --------------------------------------------------------------------------------
-def barriers(steps, pl: Placement) -> list[bool]:
-    """Which steps need a local barrier before them (paper, Algorithm 2, line 1)."""
+def barriers(steps, pl: Placement, buffered: frozenset[str] = frozenset()) -> list[bool]:
+    """Which steps need a local barrier before them (paper, Algorithm 2, line 1).  An element
+    with two copies (``buffered``) used by alternate instances along the loop axis carries no
+    conflict across the loop's back edge: the next instance writes the other copy, and the
+    barrier that separates this instance's writer from its readers separates the readers from
+    the writer two instances later (one barrier per instance instead of two)."""
     flags = [False] * len(steps)
     since: list[Access] = []
 
@@ -212,7 +220,7 @@ def barriers(steps, pl: Placement) -> list[bool]:
         since = list(entry)
         for n in by_phase["loop"]:
             visit(n)
-        since = list(since)
+        since = [a for a in since if a.element not in buffered]     # across the back edge
         before = list(flags)
         for n in by_phase["loop"]:
             visit(n)

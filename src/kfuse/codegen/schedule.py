@@ -31,9 +31,11 @@ class Element:
     value: Value | None             # None for a call-private local
     identity: str = "0"             # value a clear writes
     axes: tuple[str, ...] = ("i", "j")   # instance axes it follows (locals: private to the instance)
+    buffers: int = 1                # 2: alternate instances along the loop axis use alternate copies
 
     @property
     def size(self) -> int:
+        """Entries of one copy."""
         if self.kind == "tile":
             return self.shape[0] * self.pitch
         return prod(self.shape) if self.shape else 1
@@ -83,12 +85,12 @@ class Scheduler:
 
     # -- elements ------------------------------------------------------------------------
     def new_element(self, v: Value | None, base: str, p_elem: str, shape: tuple[int, ...], pad: int,
-                    identity: str = "0", axes: tuple[str, ...] = ("i", "j")) -> str:
+                    identity: str = "0", axes: tuple[str, ...] = ("i", "j"), buffers: int = 1) -> str:
         name, n = base, 2
         while name in self.elements:
             name, n = f"{base}_{n}", n + 1
         pitch = shape[1] + pad if p_elem == "tile" else 0
-        self.elements[name] = Element(name, p_elem, shape, pitch, v, identity, tuple(axes))
+        self.elements[name] = Element(name, p_elem, shape, pitch, v, identity, tuple(axes), buffers)
         return name
 
     def widen_pitch(self, name: str, p: Param) -> None:
@@ -108,18 +110,18 @@ class Scheduler:
             ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
             el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad, ident,
                                   p.index)
-            self.produced[(v.id, p.index)] = (el, p)
+            self.produced[(v.id, p.index)] = (el, p, kc)
         else:
             loc = next(loc for loc in kc.variant.locals if loc.name == name)
             el = self.new_element(None, f"{kc.call.name}_{loc.name}", loc.element,
-                                  tuple(kc.value_of(x) for x in loc.shape), loc.pad)
+                                  tuple(kc.value_of(x) for x in loc.shape), loc.pad, buffers=loc.buffers)
         self.call_elem[key] = el
         return el
 
     # -- schedule --------------------------------------------------------------------------
     def schedule(self) -> None:
         """Each call's loads, computes (with the clears they need) and stores, call by call."""
-        self.produced: dict[tuple[int, tuple[str, ...]], tuple[str, Param]] = {}
+        self.produced: dict[tuple[int, tuple[str, ...]], tuple[str, Param, KernelCall]] = {}
         self.loaded: dict[tuple, str] = {}
         self.cleared: set[str] = set()
         for kc in self.spec.calls:
@@ -138,8 +140,8 @@ class Scheduler:
             v = binds[p.name]
             made = self.produced.get((v.id, p.index))
             if made is not None:    # produced on chip in this kernel: no load
-                el, prod = made
-                self.check_exchange(kc, p, v, prod)
+                el, prod, maker = made
+                self.check_exchange(kc, p, v, prod, maker)
                 self.call_elem[(kc.call.index, p.name)] = el
                 self.widen_pitch(el, p)
                 continue
@@ -190,13 +192,19 @@ class Scheduler:
                 self.add_routine(phase, kc, f)
             self.add_routine(phase, kc, r)
 
-    def check_exchange(self, kc: KernelCall, p: Param, v: Value, prod: Param) -> None:
-        """May input p of kc take the element an earlier call of this kernel produced?"""
+    def check_exchange(self, kc: KernelCall, p: Param, v: Value, prod: Param, maker: KernelCall) -> None:
+        """May input p of kc take the element an earlier call of this kernel produced?  A
+        reduction's result only when the producer's tile spans every axis it reduces over (the
+        reduction completes in the block: its barrier is a local one)."""
         where = f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
         if prod.reduce:
-            if not p.partial:
+            reduced = [a for a in maker.call.function.axes if a not in prod.index]
+            if not p.partial and not set(reduced) <= set(maker.variant.whole):
                 raise FusionError(f"{where} is the result of a reduction in the same kernel "
-                                  "(needs a global barrier)")
+                                  f"(needs a global barrier: variant {maker.variant.name} of "
+                                  f"{maker.call.function.name} does not span {''.join(reduced)} whole)")
+            if not p.partial:
+                return
             if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
                 raise FusionError(f"{where}: partial sums are exchanged only when the producer's "
                                   f"output follows the loop axis {self.spec.loop} or stays on chip")

@@ -111,9 +111,12 @@ def routine_index(indent: str, tx: str, ty: str, ix: str) -> str:
     return f"{indent}const KfIx rix{{{tx}, {ty}, {ix}.i, {ix}.j}};"
 
 
-def view_decl(indent: str, vname: str, key: str, tx: str, ty: str, var: str | None = None) -> str:
-    """A routine argument's view of a shared element (the variable ``v_<key>`` unless named)."""
-    return f"{indent}{vname} {var or 'v_' + key}{{sh_{key}, {tx}, {ty}}};"
+def view_decl(indent: str, vname: str, key: str, tx: str, ty: str, var: str | None = None,
+              base: str | None = None) -> str:
+    """A routine argument's view of a shared element (the variable ``v_<key>`` unless named;
+    ``base``: the pointer to view, default the element's ``sh_<key>``)."""
+    comment = "   // this iteration's copy (consecutive iterations alternate copies)" if base else ""
+    return f"{indent}{vname} {var or 'v_' + key}{{{base or 'sh_' + key}, {tx}, {ty}}};{comment}"
 
 
 def template_args(macros: tuple[tuple[str, int], ...]) -> str:

@@ -35,6 +35,7 @@ from ..ir.kernel import target_blocks
 from ..library.schema import Library
 from .store import SHIPPED, Calibration, find, routine_key
 from .transfer import DEFAULT_MACHINE, atomic_warps
+from .transfer import kernel_time as transfer_kernel_time
 
 
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
@@ -145,9 +146,20 @@ class CalibratedModel:
                 "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
+        if code.launch.whole_entries and not self._measured(code):
+            # a strip kernel (a reduction's result used in the kernel computing it, issue 18) whose
+            # routines this calibration did not measure: priced by the transfer model (its bytes at
+            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/experiments/README.md)
+            return transfer_kernel_time(code, dims, entries, itemsize)
         p = self.kernel_parts(code, dims, itemsize)
         return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]
                 + p["clears"])
+
+
+    def _measured(self, code: KernelCode) -> bool:
+        """Has this calibration measured every routine of the kernel?"""
+        return all(routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine) in self.cal.routines
+                   for s in code.steps if s.routine is not None)
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:

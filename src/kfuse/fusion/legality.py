@@ -8,6 +8,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ..ir.graph import DependencyGraph
+from ..ir.kernel import REGISTERS_PER_SM, STRIP_REGISTER_OVERHEAD
 from ..ir.program import Call, Program, ScalarArg, Value
 
 
@@ -35,11 +36,45 @@ def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[i
     return None
 
 
+def reduced_axes(call: Call, out) -> tuple[str, ...]:
+    """The instance axes a reduced output of a call sums over (those its index leaves out)."""
+    return tuple(a for a in call.function.axes if a not in out.index)
+
+
+def spans_whole(prod: Call, cons: Call, axes: tuple[str, ...]) -> bool:
+    """Do the library's variants let the reduction over ``axes`` of ``prod`` complete inside one
+    thread block for ``cons`` to use: a variant of the producer whose tile spans those axes
+    whole, and one of the consumer whose tile spans the same axes (it walks the same strips)?"""
+    return any(set(axes) <= set(v.whole) for v in prod.function.variants) and \
+        any(set(axes) <= set(v.whole) for v in cons.function.variants)
+
+
+def one_pass_exchanges(program: Program, graph: DependencyGraph, fusion: frozenset[int]
+                       ) -> list[tuple[int, int, Value, tuple[str, ...]]]:
+    """(producer, consumer, value, reduced axes) of each reduction result a fused call uses whole
+    (not as partial sums): legal only in one pass, with variants spanning the reduced axes."""
+    out = []
+    for (p, c), values in sorted(graph.edge_values.items()):
+        if p not in fusion or c not in fusion:
+            continue
+        prod, cons = program.calls[p], program.calls[c]
+        for v in values:
+            o = next(q for q, x in zip(prod.function.outputs, prod.outputs) if x is v)
+            if not o.reduce:
+                continue
+            if any(x is v and not q.partial for q, x in zip(cons.function.inputs, cons.args)):
+                out.append((p, c, v, reduced_axes(prod, o)))
+    return out
+
+
 def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
     """Every value passed between fused calls must stay in the instance that made it: the consumer
-    reads the same element the producer wrote; a reduction's result is never used in the kernel
-    that computes it (a global barrier), except as partial sums by an input that accumulates them
-    linearly into a reduction over the same axes."""
+    reads the same element the producer wrote; a reduction's result is used in the kernel that
+    computes it only as partial sums by an input that accumulates them linearly into a reduction
+    over the same axes -- or whole, when every instance contributing to one of its entries runs
+    in the same block: a variant of the producer spans the reduced axes whole (and one of the
+    consumer walks the same strips), so the global barrier becomes a block barrier.  Whether the
+    rows fit that block depends on the sizes: ``fits_at`` decides per implementation."""
     for (p, c), values in graph.edge_values.items():
         if p not in fusion or c not in fusion:
             continue
@@ -56,9 +91,47 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
                     return (f"{cons.text()} reads {v.name} along {''.join(q.index) or '-'}, "
                             f"{prod.text()} makes it along {''.join(out.index) or '-'}: a global barrier")
                 if out.reduce and not q.partial:
-                    return f"{cons.text()} uses the reduction result {v.name} of {prod.text()}: a global barrier"
+                    axes = reduced_axes(prod, out)
+                    if spans_whole(prod, cons, axes):
+                        continue            # one pass: the reduction completes within a block
+                    return (f"{cons.text()} uses the reduction result {v.name} of {prod.text()}: a global barrier "
+                            f"(no variants of {prod.function.name} and {cons.function.name} span "
+                            f"{''.join(axes)} whole)")
                 if q.partial and not out.reduce:
                     return f"{cons.text()} takes partial sums as {q.name}, but {v.name} is a map result"
+    return None
+
+
+MAX_REGISTERS_PER_THREAD = 255
+
+
+def fits_at(code, dims: dict[int, int], itemsize: int) -> str | None:
+    """A kernel whose variants span an axis whole (a strip of whole rows) is correct only where
+    one instance covers that axis at the sizes at hand, and worth it only where its elements fit
+    the block's registers: None when it fits (and is the narrowest strip that covers the axis),
+    else the reason.  Kernels of no such variant always fit."""
+    whole = {a for kc in code.spec.calls for a in kc.variant.whole}
+    if not whole:
+        return None
+    L = code.launch
+    counts = L.counts(dims)
+    for n, axis in enumerate(("i", "j")[:len(counts)]):
+        if axis not in whole:
+            continue
+        length, extent = dims[L.axis_dims[n]], L.axis_extent[n]
+        what = "rows" if axis == "j" else "columns"
+        if counts[n] > 1:
+            return f"{what} of {length} do not fit a strip of {extent} (one block must cover them)"
+        narrower = [v for kc in code.spec.calls if axis in kc.variant.whole and kc.variant.tile is not None
+                    for side in [kc.variant.tile[0 if axis == "i" else 1]] if isinstance(side, str)
+                    for v in kc.variant.macros[side] if length <= v < extent]
+        if narrower:
+            return f"{what} of {length} fit a narrower strip than {extent}"
+    words = sum(code.placement.registers.values()) * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
+    cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // L.threads)
+    if words > cap:
+        return (f"its elements take {words} registers per thread at {itemsize * 8}-bit entries and "
+                f"{L.threads} threads (at most {cap}: they would spill)")
     return None
 
 

@@ -13,13 +13,13 @@ from typing import Iterable, Iterator
 from ..codegen.kernel import KernelCode
 from ..cost.transfer import DEFAULT_MACHINE, Machine
 from ..ir.graph import DependencyGraph
-from ..ir.kernel import KernelCall, KernelSpec, target_blocks
+from ..ir.kernel import REGISTERS_PER_SM, STRIP_REGISTER_OVERHEAD, KernelCall, KernelSpec, target_blocks
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .legality import call_set, why_not_horizontal
+from .legality import call_set, fits_at, one_pass_exchanges, why_not_horizontal
 from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
@@ -86,14 +86,26 @@ def _tile_access_width(code: KernelCode) -> int:
     return min(widths, default=1)
 
 
-def _preference(impl: Implementation, code: KernelCode) -> tuple:
+def _strip_residents(code: KernelCode, itemsize: int) -> int:
+    """A strip kernel's resident threads per SM (one wave, by its estimated registers): of strips
+    that the model prices alike (the same bytes), the one with more threads in flight per SM
+    (float32 ATAX, n = 8192, H100: 512 and 1024 threads per block 100 and 101 us, 256: 112;
+    docs/experiments/atax-onepass-H100.txt); 0 for other kernels."""
+    L = code.launch
+    if not L.whole_entries:
+        return 0
+    words = L.whole_entries * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
+    return L.threads * max(1, REGISTERS_PER_SM // (L.threads * words))
+
+
+def _preference(impl: Implementation, code: KernelCode, itemsize: int = 4) -> tuple:
     """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
     then choices that measured best on the H100 (docs/experiments/README.md, 'Implementation
     sweeps'): for unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
     iterations and 32 instances per block; for nested ones 16-byte tile accesses, 4 unrolled
     iterations, BY = 8 and the smallest span."""
     if code.spec.nesting == 2:
-        return (code.barriers, code.launch.smem_bytes_per_real, -_tile_access_width(code), abs(impl.unroll - 4),
+        return (-_strip_residents(code, itemsize), code.barriers, code.launch.smem_bytes_per_real, -_tile_access_width(code), abs(impl.unroll - 4),
                 abs((impl.by or DEFAULT_BY) - DEFAULT_BY), impl.span, sum(impl.variants), impl.order)
     return (code.barriers, code.launch.smem_bytes_per_real, -_load_width(code), abs(impl.unroll - 4),
             abs(impl.ipb - 32), sum(impl.variants), impl.order)
@@ -126,9 +138,14 @@ class PlanSearch:
         self.ranked: dict[frozenset[int], list[tuple[float, Implementation, KernelCode]]] = {}
         self._scores: dict[int, tuple[float, KernelCode]] = {}   # id(code) -> (score, code)
         self.itemsize = itemsize
+        self.sized_out: dict[frozenset[int], str] = {}     # fusions no implementation of fits these sizes
         with timer("rank"):
             for calls, impls in self.space.impls.items():
-                self.ranked[calls] = self._rank(impls)
+                ranked = self._rank(impls)
+                if ranked:
+                    self.ranked[calls] = ranked
+                else:
+                    self.sized_out[calls] = self._misfit(impls)
         with timer("search"):
             self.partitions = self._partitions() if self.space.bounded is None else self._greedy_partitions()
         if self.space.bounded is not None:
@@ -170,9 +187,41 @@ class PlanSearch:
             got = self._scores[id(code)] = (t, code)
         return got[0]
 
+    def _fits(self, code: KernelCode) -> str | None:
+        return fits_at(code, self.dims, self.itemsize)
+
+    def _misfit(self, impls) -> str:
+        """Why no implementation of a fusion fits the sizes at hand (the widest strip's reason)."""
+        reasons = [(max(code.launch.axis_extent), self._fits(code)) for _, code in impls]
+        real = [(e, r) for e, r in reasons if r and "narrower" not in r]
+        regs = [r for _, r in real if "registers" in r]
+        if regs:        # some strip covers the rows, but none fits the registers
+            return min(regs, key=lambda r: int(r.split("take ")[1].split()[0]))
+        return max(real, key=lambda er: er[0])[1] if real else "no implementation fits these sizes"
+
+    def one_pass(self, calls: frozenset[int]) -> str | None:
+        """For a fusion that uses a reduction's result in the kernel that computes it: why it may
+        (the reduction completes within a block at these sizes) or why not; None otherwise."""
+        ex = one_pass_exchanges(self.program, self.graph, calls)
+        if not ex:
+            return None
+        p, c, v, axes = ex[0]
+        what = f"the reduction over {''.join(axes)} of c{p} ({self.program.calls[p].text()})"
+        if calls not in self.ranked:
+            reason = self.sized_out.get(calls, "no implementation can be built (resources or mappings)")
+            return f"two passes at these sizes: {what} cannot complete within a block: {reason}"
+        code = self.ranked[calls][0][2]
+        L = code.launch
+        n = next(k for k, a in enumerate(("i", "j")) if a in axes)
+        length = self.dims[L.axis_dims[n]]
+        return (f"one pass: {what} completes within a block of {L.threads} threads "
+                f"({'rows' if axes == ('j',) else 'columns'} of {length} fit a strip of "
+                f"{L.axis_extent[0]} x {L.axis_extent[1]}); {v.name} never leaves the chip")
+
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
-        scored = [(self._score(code), impl, code) for impl, code in impls]
-        scored.sort(key=lambda t: (t[0], t[1].unroll > self._iterations(t[2]), _preference(t[1], t[2])))
+        """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
+        scored = [(self._score(code), impl, code) for impl, code in impls if self._fits(code) is None]
+        scored.sort(key=lambda t: (t[0], t[1].unroll > self._iterations(t[2]), _preference(t[1], t[2], self.itemsize)))
         return scored
 
     def _iterations(self, code: KernelCode) -> int:
@@ -385,10 +434,17 @@ class PlanSearch:
         lines = [f"{len(self.space.fusions)} legal fusion(s), {self.count_implementations()} fusion "
                  f"implementation(s), {len(self.partitions)} partition(s), {self.count_plans()} plan(s)"]
         for f in self.space.fusions:
+            if f.calls not in self.ranked:     # legal, but no implementation fits these sizes
+                lines.append(f"  fusion {f}: " + "; ".join(self.program.calls[i].text() for i in sorted(f.calls)))
+                lines.append(f"    {self.one_pass(f.calls) or self.sized_out.get(f.calls, '')}")
+                continue
             impls = self.ranked[f.calls]
             pr = self.space.pruned.get(f.calls, {})
             pr_text = ", ".join(f"{v} {k}" for k, v in pr.items() if v)
             lines.append(f"  fusion {f}: " + "; ".join(self.program.calls[i].text() for i in sorted(f.calls)))
+            why = self.one_pass(f.calls)
+            if why:
+                lines.append(f"    {why}")
             lines.append(f"    {len(impls)} implementation(s)" + (f" (pruned: {pr_text})" if pr_text else "")
                          + f"; best predicted {impls[0][0] * 1e6:.1f} us: {impls[0][1].describe(self.program)}")
         if self.space.refused:

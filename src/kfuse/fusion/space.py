@@ -20,7 +20,7 @@ from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import AXES, Library
 from ..ir.program import Program, ScalarArg
-from .legality import call_set, why_not
+from .legality import call_set, one_pass_exchanges, why_not
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
@@ -162,13 +162,28 @@ def _choices(program: Program, order, variants, nesting: int):
     return by_choices, other_choices, ipb_choices
 
 
+def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]):
+    """Which variant choices a fusion's implementations consider: where a call uses a reduction
+    result made in the same kernel (one pass), only variants spanning an axis whole, for every
+    call (they share the strips); elsewhere none of them (a strip's only use is to complete a
+    reduction in the block: it holds whole rows in registers and fits only rows short enough)."""
+    one_pass = bool(one_pass_exchanges(program, graph, calls))
+
+    def keep(order, variants) -> bool:
+        return all(bool(program.calls[i].function.variants[v].whole) == one_pass for i, v in zip(order, variants))
+    return keep
+
+
 def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int], limit: int) -> int:
     """Kernels ``implementations`` would lay out for these calls (counting stops past ``limit``)."""
     nesting = program.calls[min(calls)].function.nesting
     loops = len(AXES[nesting]) if nesting == 2 else 1
     total = 0
+    keep = whole_choice(program, graph, calls)
     for order in _orders(graph, calls):
         for variants in product(*[range(len(program.calls[i].function.variants)) for i in order]):
+            if not keep(order, variants):
+                continue
             by, others, ipb = _choices(program, order, variants, nesting)
             n = len(by) * loops * len(ipb)
             for o in others:
@@ -249,10 +264,13 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     loops = AXES[nesting] if nesting == 2 else ("i",)
     spans = tuple(spans) if nesting == 2 else (1,)
     orders = _orders(graph, calls)[:1] if sampled else _orders(graph, calls)
+    keep = whole_choice(program, graph, calls)
     for order in orders:
         var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
                        product(*[range(len(program.calls[i].function.variants)) for i in order]))
         for variants in var_choices:
+            if not keep(order, variants):
+                continue
             by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)

@@ -11,6 +11,9 @@ from .program import Call, Value
 
 
 SCALAR_SUM_ITERS = 8      # fewest automatic serial iterations of a kernel that sums into a scalar
+MAX_THREADS_PER_SM = 2048     # resident threads per SM (every GPU since sm_50 but a few sm_7x/8x)
+REGISTERS_PER_SM = 65536      # 32-bit registers per SM (and at most per block)
+STRIP_REGISTER_OVERHEAD = 24  # registers per thread of a strip kernel beyond its elements (indices, sums)
 
 
 def target_blocks(sms: int, max_threads_per_sm: int, threads: int) -> int:
@@ -95,6 +98,8 @@ class LaunchInfo:
     unroll: int = 1
     carried: bool = True            # work before or after the loop (invariant loads, accumulators)
     waits: bool = False             # calls kf_wait_prior before touching what an earlier launch wrote (PDL)
+    whole_entries: int = 0          # a kernel of strips spanning an axis whole: its register entries per
+                                    # thread (0: not such a kernel); its grid is one resident wave
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
         """Instances along each axis (partial edge elements included)."""
@@ -118,6 +123,8 @@ class LaunchInfo:
         if not self.carried:
             return 1
         along, across = self._split(dims)
+        if self.whole_entries:
+            target_blocks = self.one_wave(target_blocks)
         per_group = max(1, target_blocks // across) * self.ipb
         iters = max(1, -(-along // per_group))
         if any(not v.dims for v, _ in self.clears):
@@ -125,6 +132,16 @@ class LaunchInfo:
             # sizes fewer, longer blocks win (docs/experiments/README.md, "Reductions to a scalar")
             iters = max(iters, min(SCALAR_SUM_ITERS, -(-along // self.ipb)))
         return iters
+
+    def one_wave(self, target_blocks: int) -> int:
+        """A strip kernel's grid: the blocks resident at once (estimated from its register entries,
+        one 32-bit register each plus STRIP_REGISTER_OVERHEAD), out of ``target_blocks`` (two waves
+        by threads alone).  Each block adds a whole row's partial results when its loop ends: fewer,
+        longer blocks add fewer (the hand-written one-pass ATAX ran one wave: docs/experiments)."""
+        by_threads = max(1, MAX_THREADS_PER_SM // self.threads)
+        sms = max(1, target_blocks // (2 * by_threads))
+        by_regs = REGISTERS_PER_SM // (self.threads * (self.whole_entries + STRIP_REGISTER_OVERHEAD))
+        return sms * max(1, min(by_threads, by_regs))
 
     def grid(self, dims: dict[int, int], iters: int) -> int:
         along, across = self._split(dims)

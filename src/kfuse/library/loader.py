@@ -226,7 +226,7 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines", "tile"}, where)
+                         "routines", "tile", "whole"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     source = _source(ctx, ctx.get(v, "source", where, str), f"{where}.source")
@@ -245,6 +245,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         if nesting != 2:
             raise ctx.fail(f"{where}.tile", "only a 2-level function's instances are tiles")
         tile = _threads(ctx, v["tile"], f"{where}.tile", macros, "[rows, columns]")
+    whole = _whole(ctx, v, where, params, nesting, tile)
     ipb = tuple(ctx.get(v, "instances_per_block", where, list, [1] if nesting == 2 else [1, 2, 4, 8, 16]))
     if not ipb or not all(isinstance(x, int) and x >= 1 for x in ipb):
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
@@ -254,7 +255,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
     for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
         lw = f"{where}.locals[{n}]"
         _table(ctx, loc, lw)
-        ctx.unknown_keys(loc, {"name", "element", "shape", "pad"}, lw)
+        ctx.unknown_keys(loc, {"name", "element", "shape", "pad", "buffers"}, lw)
         lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
         element = ctx.get(loc, "element", lw, str)
         shape = tuple(ctx.get(loc, "shape", lw, list))
@@ -270,12 +271,48 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         lpad = ctx.get(loc, "pad", lw, int, 0)
         if lpad < 0 or (lpad and element != "tile"):
             raise ctx.fail(f"{lw}.pad", "padding is a non-negative number of entries per tile row")
-        locals_.append(Local(lname, element, shape, lpad))
+        buffers = ctx.get(loc, "buffers", lw, int, 1)
+        if buffers not in (1, 2):
+            raise ctx.fail(f"{lw}.buffers", "a local has 1 copy or 2 (alternate instances along the loop axis)")
+        locals_.append(Local(lname, element, shape, lpad, buffers))
     routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
-    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile)
+    for loc in locals_:
+        if loc.buffers > 1 and any(a.name == loc.name and a.mode == "acc" for r in routines for a in r.elements):
+            raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
+                           "(mode w) and read, never accumulated (a clear would reach the other copy)")
+    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole)
     _check_routines(ctx, variant, params, where)
     return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
+
+
+def _whole(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
+           tile: tuple[str | int, str | int] | None) -> tuple[str, ...]:
+    """``whole = ["j"]``: the axes a variant's tile spans whole (one instance per row strip, say).
+    Only a 2-level variant with a tile of its own whose side along the axis is a macro (its widest
+    value is the longest axis the variant covers) may declare one; the axis must be one that a
+    reduced output of the function leaves out or that its outputs follow (a consumer of the same
+    strips)."""
+    if "whole" not in v:
+        return ()
+    axes = v["whole"]
+    if not isinstance(axes, list) or not axes or not all(isinstance(a, str) for a in axes) \
+            or len(set(axes)) != len(axes):
+        raise ctx.fail(f"{where}.whole", f"expected a non-empty list of distinct instance axes, got {axes!r}")
+    if nesting != 2:
+        raise ctx.fail(f"{where}.whole", "only a 2-level function's tiles can span an axis whole")
+    if tile is None:
+        raise ctx.fail(f"{where}.whole", "a variant spanning an axis whole declares its tile = [rows, columns]")
+    for a in axes:
+        if a not in AXES[nesting]:
+            raise ctx.fail(f"{where}.whole", f"{a!r} is not an instance axis ({', '.join(AXES[nesting])})")
+        side = tile[0] if a == "i" else tile[1]
+        if not isinstance(side, str):
+            raise ctx.fail(f"{where}.whole", f"the tile side along {a} is a fixed {side} entries: it spans the "
+                           "axis whole only through a macro (its values are the lengths covered)")
+    if len(axes) == len(AXES[nesting]):
+        raise ctx.fail(f"{where}.whole", "a tile spanning every axis whole leaves no instances to run in parallel")
+    return tuple(axes)
 
 
 def _source(ctx: _Ctx, name: str, where: str) -> Path:

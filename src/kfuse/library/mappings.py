@@ -42,6 +42,14 @@ class MappingDef:
             if C % (4 * X):
                 return f"tile of {C} columns is not a multiple of 4 x {X} threads in x (4 columns each)"
             return None if R % Y == 0 else f"tile of {R} rows is not a multiple of {Y} threads in y"
+        if self.name == "srows":
+            R, C = shape
+            return None if C % (4 * X * Y) == 0 else (f"tile of {C} columns is not a multiple of 4 x {X * Y} "
+                                                      "threads (4 columns each)")
+        if self.name == "svec":
+            (K,) = shape
+            return None if K % (4 * X * Y) == 0 else (f"subvector of {K} entries is not a multiple of 4 x {X * Y} "
+                                                      "threads")
         if self.name == "rows":
             R, C = shape
             if C != X:
@@ -60,6 +68,12 @@ class MappingDef:
             return shape[0] // X
         if self.name == "qrows":
             return (shape[1] // X) * (shape[0] // Y)
+        if self.name == "srows":
+            return shape[0] * shape[1] // (X * Y)
+        if self.name == "svec":
+            return shape[0] // (X * Y)
+        if self.name == "bcast":
+            return shape[0] if shape else 1
         if self.name == "thread":
             return 1
         return 0
@@ -74,6 +88,13 @@ class MappingDef:
             return f"(ty + k * {Y}) * {pitch} + tx"
         if self.name == "quad":
             return f"4 * tx + (k / 4) * {4 * X} + k % 4"
+        if self.name in ("srows", "svec"):
+            T = X * Y
+            M = shape[-1] // (4 * T)        # 16-byte pieces of a row per thread
+            col = f"4 * (tx + {X} * ty) + ((k / 4) % {M}) * {4 * T} + k % 4"
+            return col if self.name == "svec" else f"(k / {4 * M}) * {pitch} + {col}"
+        if self.name == "bcast":
+            return "k"
         if self.name == "qrows":
             M = shape[1] // (4 * X)         # 16-byte pieces of a row per thread
             return f"(ty + (k / {4 * M}) * {Y}) * {pitch} + 4 * tx + ((k / 4) % {M}) * {4 * X} + k % 4"
@@ -90,6 +111,13 @@ MAPPINGS: dict[str, MappingDef] = {m.name: m for m in (
     MappingDef("qrows", "tile", "thread (tx, ty) owns the 4 consecutive entries (ty + r Y, 4 tx + 4 X m + k) "
                "of each piece m < C / 4X of each of its rows r (16-byte accesses); slot 4 (M r + m) + k",
                True, True, 4),
+    MappingDef("srows", "tile", "the block's threads t = tx + X ty share every row: thread t owns the 4 "
+               "consecutive entries (r, 4 t + 4 XY m + k) of each piece m < C / 4XY of every row r "
+               "(16-byte accesses, a row strip read by the whole block); slot 4 (M r + m) + k", True, True, 4),
+    MappingDef("svec", "subvector", "thread t = tx + X ty owns the 4 consecutive entries 4 t + 4 XY m + k of "
+               "each piece m < K / 4XY (the columns of mapping srows); slot 4 m + k", True, True, 4),
+    MappingDef("bcast", "subvector", "every thread holds every entry (slot k = entry k): a result complete "
+               "in the block, broadcast to all its threads", True, True),
     MappingDef("qcolpart", "subvector", "thread (tx, ty) holds a partial of the entries of the quad "
                "mapping; the entry is the sum over ty (registers only)", True, False),
     MappingDef("rowpart", "subvector", "thread (tx, ty) holds a partial of entries ty + k*Y; the entry is "

@@ -47,6 +47,9 @@ class Local:
     element: str                    # scalar | subvector | tile
     shape: tuple[str | int, ...]    # entries; ints or macro names
     pad: int = 0
+    buffers: int = 1                # 2: two copies, used by alternate instances along the loop axis
+                                    #    (a writer of the next instance never waits for the readers
+                                    #    of this one: one barrier per instance instead of two)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,10 @@ class Variant:
                                                         # tile (ints or macros); None: the library's
     # routines that exchange values between lanes (shuffles): all 32 lanes of a warp run them
     warp_wide: frozenset[str] = frozenset()
+    # instance axes the variant's tile spans whole: one instance covers every entry along them
+    # (when the sizes at hand fit the tile), so a reduction over such an axis completes inside one
+    # thread block and its result may be used in the kernel that computes it (fusion/legality.py)
+    whole: tuple[str, ...] = ()
 
     def routine(self, name: str) -> Routine | None:
         return next((r for r in self.routines if r.name == name), None)
@@ -100,6 +107,11 @@ class Variant:
             return default[0], default[1]
         rows, cols = (t if isinstance(t, int) else macros[t] for t in self.tile)
         return rows, cols
+
+    def whole_extent(self, axis: str, macros: dict[str, int], default: tuple[int, int]) -> int:
+        """Entries along ``axis`` that one instance of this variant covers (its tile side)."""
+        rows, cols = self.tile_shape(macros, default)
+        return rows if axis == "i" else cols
 
     def finishes(self, param: str) -> tuple[Routine, ...]:
         """The finish routines of an output: they run just before its store, where it runs."""

@@ -1,0 +1,183 @@
+"""Fusion across a reduction (issue 18): a reduction's result used in the kernel that computes it
+when the variants' tiles span the reduced axis whole -- the rule and its reasons, the plan chosen
+per size, the generated kernel (compiled by nvcc for sm_90), the library metadata's validation."""
+import subprocess
+
+import pytest
+
+import kfuse
+from kfuse.errors import LaunchError, LibraryError
+from kfuse.frontend import parse_script
+from kfuse.fusion.legality import exchanges_on_chip, one_pass_exchanges, why_not
+from kfuse.fusion.plans import PlanSearch
+from kfuse.ir.graph import DependencyGraph
+
+from conftest import EXAMPLES
+
+ATAX = next(p for p in EXAMPLES if p.stem == "atax")
+
+
+def _program(lib, text):
+    return parse_script(text, lib)
+
+
+def _search(lib, n, dtype="float32"):
+    prog = kfuse.compile(ATAX, dtype=dtype, tuned=False, sizes={"n": n})
+    return prog
+
+
+def test_rule_allows_a_reduction_result_used_whole_when_variants_span_the_axis(lib):
+    p = _program(lib, "matrix A; vector x, t, y; input A, x; t = gemv(A, x); y = gemtv(A, t); return y;")
+    g = DependencyGraph(p)
+    assert exchanges_on_chip(p, g, frozenset({0, 1})) is None
+    (prod, cons, v, axes), = one_pass_exchanges(p, g, frozenset({0, 1}))
+    assert (prod, cons, v.name, axes) == (0, 1, "t", ("j",))
+
+
+def test_rule_refuses_where_no_variant_spans_the_axis(lib):
+    # gemv(alpha, A, x) has no strip variant: its result still needs a global barrier
+    p = _program(lib, "scalar a; matrix A; vector x, t, y; input a, A, x; t = gemv(a, A, x); y = gemtv(A, t); "
+                      "return y;")
+    reason = why_not(p, DependencyGraph(p), frozenset({0, 1}))
+    assert reason.startswith("exchanges_on_chip: y = gemtv(A, t) uses the reduction result t of "
+                             "t = gemv(a, A, x): a global barrier (no variants of gemv and gemtv span j whole)")
+
+
+@pytest.mark.parametrize("dtype, n, threads", [("float32", 8192, 1024), ("float32", 16384, 512),
+                                               ("float64", 8192, 512), ("float32", 1000, 256)])
+def test_one_pass_plan_where_rows_fit(dtype, n, threads):
+    prog = _search(None, n, dtype)
+    assert len(prog.kernels) == 1
+    k = prog.plan.kernels[0]
+    assert [kc.variant.name for kc in k.calls] == ["strip", "strip"]
+    assert k.calls[0].macro("NC") >= n > k.calls[0].macro("NC") // 2 or k.calls[0].macro("NC") == 1024
+    assert prog.kernels[0].launch.threads == threads
+    assert prog.kernels[0].barriers == 1            # two copies of the warp partials: one barrier a strip
+    why = prog.search.one_pass(frozenset({0, 1}))
+    assert why.startswith(f"one pass: the reduction over j of c0 (t = gemv(A, x)) completes within a block of "
+                          f"{threads} threads (rows of {n} fit a strip of ")
+    assert why in prog.search.explain()
+
+
+@pytest.mark.parametrize("dtype, n, reason", [
+    ("float32", 32768, "rows of 32768 do not fit a strip of 16384 (one block must cover them)"),
+    ("float64", 16384, "registers per thread at 64-bit entries"),
+])
+def test_two_kernels_where_rows_do_not_fit(dtype, n, reason):
+    prog = _search(None, n, dtype)
+    assert len(prog.kernels) == 2
+    assert not any(kc.variant.whole for k in prog.plan.kernels for kc in k.calls)
+    why = prog.search.one_pass(frozenset({0, 1}))
+    assert why.startswith("two passes at these sizes: the reduction over j of c0 (t = gemv(A, x)) cannot "
+                          "complete within a block: ") and reason in why
+    assert why in prog.search.explain()
+
+
+def test_strip_variants_only_where_a_reduction_result_is_used(lib):
+    """BiCGK's products share A but use no reduction result: no strip anywhere in its space."""
+    bicgk = next(p for p in EXAMPLES if p.stem == "bicgk")
+    s = kfuse.compile(bicgk, tuned=False).search
+    assert not any(kc.variant.whole for impls in s.space.impls.values() for impl, code in impls
+                   for kc in code.spec.calls)
+
+
+def test_size_class_plan_replanned_when_its_strips_are_too_narrow():
+    prog = _search(None, 4096)
+    assert prog.plan.kernels[0].calls[0].macro("NC") == 4096
+    other = prog.for_sizes({0: 4097})          # the same size class (2^12), a longer row
+    assert other is not prog and other.uncovered({0: 4097}) is None
+    assert other.plan.kernels[0].calls[0].macro("NC") == 8192
+    assert prog.uncovered({0: 4097}) == "kernel k0_gemv_gemtv reads rows of 4097 entries in strips of 4096"
+    pinned = prog.with_plan(prog.plan)
+    with pytest.raises(LaunchError, match="the given plan cannot run at these sizes: kernel k0_gemv_gemtv "
+                                          "reads rows of 4097 entries in strips of 4096"):
+        pinned.for_sizes({0: 4097})
+
+
+def test_strip_grid_is_one_resident_wave():
+    code = _search(None, 8192).kernels[0]
+    L = code.launch
+    assert L.whole_entries > 0
+    iters = L.iterations({0: 8192}, 2 * 132 * (2048 // L.threads))
+    assert L.grid({0: 8192}, iters) <= 132
+
+
+def test_generated_one_pass_kernel_reads_like_the_hand_written_one():
+    src = _search(None, 8192).cuda_source
+    body = src[src.index("k0_gemv_gemtv("):]
+    assert body.count("__syncthreads()") == 1
+    assert "(it & 1) * " in body                 # this strip's copy of the warp partials
+    assert "kf_smem[" in body
+    # A loaded once per strip, t never stored: one load of A, the y partials added after the loop
+    assert body.count("stile_load<") == 1 and "srowvec_store" not in body
+    assert body.index("svec_add_store<") > body.index("after the serial loop")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [1, 31, 33, 1000, 4097, 8192, 16384])
+def test_one_pass_module_compiles(nvcc, tmp_path, dtype, n):
+    prog = kfuse.compile(ATAX, dtype=dtype, tuned=False, sizes={"n": n})
+    cu = tmp_path / "m.cu"
+    cu.write_text(prog.cuda_source)
+    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+                           "-Xptxas", "-warn-spills", "-o", str(tmp_path / "m.cubin"), str(cu)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+# ---- library metadata ------------------------------------------------------------------------
+STRIP = '''
+[[function]]
+name = "rowdot"
+kind = "map-reduce"
+params = [
+  { name = "A", type = "matrix", dir = "in", index = ["i", "j"] },
+  { name = "x", type = "vector", dir = "in", index = ["j"] },
+  { name = "out", type = "vector", dir = "out", index = ["i"], reduce = "sum" },
+]
+[[function.variant]]
+name = "strip"
+source = "blas2_strip.cu"
+threads = [32, "BY"]
+TILE
+WHOLE
+macros = { BY = [8], R = [1], NC = [1024] }
+locals = [ { name = "part", element = "tile", shape = ["R", "BY"]BUFFERS } ]
+routines = [
+  { name = "load_A", fn = "stile_load", args = ["&A", "A:w:srows"] },
+  { name = "load_x", fn = "svec_load", args = ["&x", "x:w:svec"] },
+  { name = "compute_partial", fn = "gemv_spartial", args = ["A:r:srows", "x:r:svec", "part:w:any"] },
+  { name = "compute_finish", fn = "gemv_sfinish", args = ["part:r:any", "out:acc:bcast"] },
+  { name = "store_out", fn = "srowvec_store", args = ["out:r:bcast", "&out"] },
+]
+'''
+
+
+def _load(tmp_path, tile='tile = ["R", "NC"]', whole='whole = ["j"]', buffers=", buffers = 2"):
+    from pathlib import Path
+    import shutil
+    shipped = Path(kfuse.__file__).parent / "blas" / "blas2_strip.cu"
+    d = tmp_path / "mylib"
+    d.mkdir(exist_ok=True)
+    shutil.copy(shipped, d / "blas2_strip.cu")
+    (d / "mine.toml").write_text(STRIP.replace("TILE", tile).replace("WHOLE", whole).replace("BUFFERS", buffers))
+    return kfuse.load_library(d, shipped=False)
+
+
+def test_metadata_strip_loads(tmp_path):
+    lib = _load(tmp_path)
+    var = lib.functions[0].variants[0]
+    assert var.whole == ("j",) and var.locals[0].buffers == 2
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"tile": ""}, "a variant spanning an axis whole declares its tile = [rows, columns]"),
+    ({"whole": 'whole = ["k"]'}, "'k' is not an instance axis (i, j)"),
+    ({"whole": 'whole = ["i", "j"]'}, "a tile spanning every axis whole leaves no instances"),
+    ({"whole": 'whole = "j"'}, "expected a non-empty list of distinct instance axes"),
+    ({"tile": 'tile = ["R", 1024]'}, "the tile side along j is a fixed 1024 entries"),
+    ({"buffers": ", buffers = 3"}, "a local has 1 copy or 2"),
+])
+def test_metadata_errors(tmp_path, kw, message):
+    with pytest.raises(LibraryError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        _load(tmp_path, **kw)
