@@ -4,11 +4,11 @@ launched by torchrun; each rank makes its own row blocks on its GPU (nothing who
 n can exceed one GPU's memory), every contender is timed with CUDA events (median of --reps after
 warm-up) and the slowest rank counts.
 
-UNTESTED: written where no GPU was available (the partitioning it runs is proved on the CPU by
-tests/test_distributed.py; the GPU path by tests/test_gpu_distributed.py, also not yet run).
+Run on 1 and 2 H200s (docs/results/multigpu-H200x2.md); 4 and 8 GPUs not yet run.  Give torchrun
+the sizes as --size=N (its own parser takes a bare --n for one of its options).
 
-    torchrun --standalone --nproc_per_node 8 benchmarks/multigpu.py --n 65536 --n max --out r8.json
-    torchrun --standalone --nproc_per_node 1 benchmarks/multigpu.py --n 65536 --n max --out r1.json
+    torchrun --standalone --nproc_per_node 8 benchmarks/multigpu.py --size 65536 --size max --out r8.json
+    torchrun --standalone --nproc_per_node 1 benchmarks/multigpu.py --size 65536 --size max --out r1.json
     python3 benchmarks/multigpu.py --report r1.json r2.json r4.json r8.json > table.md
 
 Per record: time (ms) of kfuse and of the hand-written peer; the bandwidth bound (this GPU's share
@@ -204,7 +204,7 @@ def report(paths: list[str]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", action="append", help="a size, or 'max' (the largest the GPUs hold); repeatable")
+    ap.add_argument("--n", "--size", dest="n", action="append", help="a size, or 'max' (the largest the GPUs hold); repeatable")
     ap.add_argument("--scripts", nargs="+", default=list(SCRIPTS), choices=SCRIPTS)
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     ap.add_argument("--reps", type=int, default=30)
