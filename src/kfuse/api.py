@@ -15,7 +15,7 @@ from .tuning.store import stored_plan
 from .errors import KfuseError, ScriptError
 from .frontend import parse_script
 from .fusion.plans import PlanSearch, unfused_plan
-from .ir.program import Program
+from .ir.program import SIZE_WORDS, Program
 from .library.loader import load_library
 from .library.schema import Library
 from .passes import PassTimes
@@ -72,7 +72,7 @@ def _resolve_sizes(program, sizes) -> dict[str, int]:
         raise KfuseError(f"sizes must be a dict of size name -> int (the script's sizes: {', '.join(names)})")
     by_name = {d.name: d for d in program.dims}
     for v in program.values:
-        for word, d in zip({1: ("len",), 2: ("rows", "cols")}.get(len(v.dims), ()), v.dims):
+        for word, d in zip(SIZE_WORDS.get(len(v.dims), ()), v.dims):
             by_name.setdefault(f"{v.name}.{word}", program.dims[d])
     out: dict[str, int] = {}
     given: dict[str, str] = {}

@@ -155,7 +155,6 @@ class CalibratedModel:
         return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]
                 + p["clears"])
 
-
     def _measured(self, code: KernelCode) -> bool:
         """Has this calibration measured every routine of the kernel?"""
         return all(routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine) in self.cal.routines

@@ -22,6 +22,7 @@ from typing import Any
 from dataclasses import dataclass, field
 
 from ..errors import TraceError
+from ..ir.program import SIZE_WORDS
 from .trace import RANK_WORDS, Node, Site, Trace, lit
 
 _RESERVED = {"input", "return", "scalar", "vector", "matrix", "sqrt", "out", "sync", "stream"}
@@ -89,7 +90,7 @@ class _Lowering:
             self.inputs.append((script, k))
             if spec.kind == "dscalar":
                 self.device.append(script)
-            for word, size in zip({1: ("len",), 2: ("rows", "cols")}.get(node.rank, ()), spec.shape):
+            for word, size in zip(SIZE_WORDS.get(node.rank, ()), spec.shape):
                 self.sizes[f"{script}.{word}"] = size
 
     def fresh(self, base: str, numbered: bool = False) -> str:

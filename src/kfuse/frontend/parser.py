@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from ..errors import ScriptError
 from ..library.schema import AXES, Library
-from ..ir.program import Call, Dim, Program, ScalarArg, Value
+from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
 TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\f\v]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
@@ -213,7 +213,7 @@ class _Parser:
                 if len(dims) != ndims:
                     raise self.error(f"a {vtype} has {ndims} sizes, {len(dims)} given", open_tok)
             else:
-                suffixes = {0: (), 1: ("len",), 2: ("rows", "cols")}[ndims]
+                suffixes = SIZE_WORDS[ndims]
                 dims = [self.new_dim(f"{tok.text}.{s}") for s in suffixes]
             self.decls[tok.text] = (vtype, tuple(dims), tok)
             if self.peek().text != ",":

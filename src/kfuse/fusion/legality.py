@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import combinations
 
 from ..ir.graph import DependencyGraph
-from ..ir.kernel import REGISTERS_PER_SM, STRIP_REGISTER_OVERHEAD
+from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
 
 
@@ -127,7 +127,7 @@ def fits_at(code, dims: dict[int, int], itemsize: int) -> str | None:
                     for v in kc.variant.macros[side] if length <= v < extent]
         if narrower:
             return f"{what} of {length} fit a narrower strip than {extent}"
-    words = sum(code.placement.registers.values()) * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
+    words = L.strip_registers(itemsize)
     cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // L.threads)
     if words > cap:
         return (f"its elements take {words} registers per thread at {itemsize * 8}-bit entries and "

@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 from ..codegen.kernel import KernelCode
 from ..cost.transfer import DEFAULT_MACHINE, Machine
 from ..ir.graph import DependencyGraph
-from ..ir.kernel import REGISTERS_PER_SM, STRIP_REGISTER_OVERHEAD, KernelCall, KernelSpec, target_blocks
+from ..ir.kernel import MAX_THREADS_PER_SM, REGISTERS_PER_SM, KernelCall, KernelSpec, target_blocks
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..library.mappings import MAPPINGS
@@ -29,7 +29,7 @@ DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the call
 DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
 HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
-H100_FACTS = {"sms": 132, "max_threads_per_sm": 2048}   # the launch policy's GPU when no calibration says
+H100_FACTS = {"sms": 132, "max_threads_per_sm": MAX_THREADS_PER_SM}   # the launch policy's GPU when no calibration says
 
 
 
@@ -94,8 +94,7 @@ def _strip_residents(code: KernelCode, itemsize: int) -> int:
     L = code.launch
     if not L.whole_entries:
         return 0
-    words = L.whole_entries * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
-    return L.threads * max(1, REGISTERS_PER_SM // (L.threads * words))
+    return L.threads * max(1, REGISTERS_PER_SM // (L.threads * L.strip_registers(itemsize)))
 
 
 def _preference(impl: Implementation, code: KernelCode, itemsize: int = 4) -> tuple:
@@ -192,12 +191,12 @@ class PlanSearch:
 
     def _misfit(self, impls) -> str:
         """Why no implementation of a fusion fits the sizes at hand (the widest strip's reason)."""
-        reasons = [(max(code.launch.axis_extent), self._fits(code)) for _, code in impls]
-        real = [(e, r) for e, r in reasons if r and "narrower" not in r]
-        regs = [r for _, r in real if "registers" in r]
-        if regs:        # some strip covers the rows, but none fits the registers
-            return min(regs, key=lambda r: int(r.split("take ")[1].split()[0]))
-        return max(real, key=lambda er: er[0])[1] if real else "no implementation fits these sizes"
+        reasons = [(code, self._fits(code)) for _, code in impls]
+        real = [(code, r) for code, r in reasons if r and "narrower" not in r]
+        regs = [(code.launch.strip_registers(self.itemsize), r) for code, r in real if "registers" in r]
+        if regs:        # some strip covers the rows, but none fits the registers: the fewest
+            return min(regs, key=lambda wr: wr[0])[1]
+        return max(real, key=lambda cr: max(cr[0].launch.axis_extent))[1] if real else "no implementation fits these sizes"
 
     def one_pass(self, calls: frozenset[int]) -> str | None:
         """For a fusion that uses a reduction's result in the kernel that computes it: why it may

@@ -133,6 +133,11 @@ class LaunchInfo:
             iters = max(iters, min(SCALAR_SUM_ITERS, -(-along // self.ipb)))
         return iters
 
+    def strip_registers(self, itemsize: int = 4) -> int:
+        """Estimated 32-bit registers per thread of a strip kernel: its register entries (two
+        registers each at 8-byte entries) plus STRIP_REGISTER_OVERHEAD."""
+        return self.whole_entries * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
+
     def one_wave(self, target_blocks: int) -> int:
         """A strip kernel's grid: the blocks resident at once (estimated from its register entries,
         one 32-bit register each plus STRIP_REGISTER_OVERHEAD), out of ``target_blocks`` (two waves
@@ -140,7 +145,7 @@ class LaunchInfo:
         longer blocks add fewer (the hand-written one-pass ATAX ran one wave: docs/experiments)."""
         by_threads = max(1, MAX_THREADS_PER_SM // self.threads)
         sms = max(1, target_blocks // (2 * by_threads))
-        by_regs = REGISTERS_PER_SM // (self.threads * (self.whole_entries + STRIP_REGISTER_OVERHEAD))
+        by_regs = REGISTERS_PER_SM // (self.threads * self.strip_registers())
         return sms * max(1, min(by_threads, by_regs))
 
     def grid(self, dims: dict[int, int], iters: int) -> int:

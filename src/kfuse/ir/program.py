@@ -148,6 +148,9 @@ class Call:
         return f"{', '.join(v.name for v in self.outputs)} = {self.function.name}({args})"
 
 
+SIZE_WORDS = {0: (), 1: ("len",), 2: ("rows", "cols")}   # automatic size names by rank: x.len, A.rows
+
+
 @dataclass(frozen=True)
 class Dim:
     id: int
