@@ -35,15 +35,15 @@ def test_rule_allows_a_reduction_result_used_whole_when_variants_span_the_axis(l
 
 
 def test_rule_refuses_where_no_variant_spans_the_axis(lib):
-    # gemv(alpha, A, x) has no strip variant: its result still needs a global barrier
-    p = _program(lib, "scalar a; matrix A; vector x, t, y; input a, A, x; t = gemv(a, A, x); y = gemtv(A, t); "
+    # gemtv(alpha, A, x) has no strip variant: its result still needs a global barrier
+    p = _program(lib, "scalar a; matrix A; vector x, t, y; input a, A, x; t = gemv(a, A, x); y = gemtv(a, A, t); "
                       "return y;")
     reason = why_not(p, DependencyGraph(p), frozenset({0, 1}))
-    assert reason.startswith("exchanges_on_chip: y = gemtv(A, t) uses the reduction result t of "
+    assert reason.startswith("exchanges_on_chip: y = gemtv(a, A, t) uses the reduction result t of "
                              "t = gemv(a, A, x): a global barrier (no variants of gemv and gemtv span j whole)")
 
 
-@pytest.mark.parametrize("dtype, n, threads", [("float32", 8192, 1024), ("float32", 16384, 512),
+@pytest.mark.parametrize("dtype, n, threads", [("float32", 8192, 512), ("float32", 16384, 512),
                                                ("float64", 8192, 512), ("float32", 1000, 256)])
 def test_one_pass_plan_where_rows_fit(dtype, n, threads):
     prog = _search(None, n, dtype)
@@ -73,12 +73,18 @@ def test_two_kernels_where_rows_do_not_fit(dtype, n, reason):
     assert why in prog.search.explain()
 
 
-def test_strip_variants_only_where_a_reduction_result_is_used(lib):
-    """BiCGK's products share A but use no reduction result: no strip anywhere in its space."""
+def test_strips_for_every_call_of_a_kernel_or_none(lib):
+    """BiCGK's products share A but use no reduction result: strips are plain implementations
+    there (a strip kernel reads A at the copy bandwidth), for both calls of a kernel or neither
+    (they walk the same strips); in ATAX's one-pass kernel, only strips."""
     bicgk = next(p for p in EXAMPLES if p.stem == "bicgk")
     s = kfuse.compile(bicgk, tuned=False).search
-    assert not any(kc.variant.whole for impls in s.space.impls.values() for impl, code in impls
-                   for kc in code.spec.calls)
+    kinds = {calls: {tuple(bool(kc.variant.whole) for kc in code.spec.calls) for _, code in impls}
+             for calls, impls in s.space.impls.items()}
+    assert kinds[frozenset({0, 1})] >= {(True, True), (False, False)}
+    assert not any(len(set(k)) > 1 for ks in kinds.values() for k in ks)
+    atax = kfuse.compile(next(p for p in EXAMPLES if p.stem == "atax"), tuned=False, sizes={"n": 4096}).search
+    assert all(kc.variant.whole for _, code in atax.space.impls[frozenset({0, 1})] for kc in code.spec.calls)
 
 
 def test_size_class_plan_replanned_when_its_strips_are_too_narrow():

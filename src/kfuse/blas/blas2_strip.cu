@@ -58,15 +58,27 @@ KF_DEVICE void srowvec_store(const KfIx& ix, V& v, const KfVec& g) {
 }
 
 // column results of the block's strips (mapping "svec"): each thread adds its columns once (the
-// other blocks' strips add to the same columns: atomics, the output cleared before the launch)
+// other blocks' strips add to the same columns: atomics, the output cleared before the launch),
+// 4 consecutive columns at a time as one vector reduction (kf_add16) when all of the thread's
+// quads are inside the array and aligned -- checked once for the first and the last: their
+// stride, 4 T entries, keeps the alignment -- else entry by entry (one branch per thread, not
+// per quad: a check per quad kept both paths' registers live and spilled the widest strips)
 template <int BY, int R, int NC, class V>
 KF_DEVICE void svec_add_store(const KfIx& ix, V& v, const KfVec& g) {
     constexpr int T = 32 * BY, M = NC / (4 * T);
-    const int t = ix.tx + 32 * ix.ty;
+    const long long e0 = ix.j * NC + 4 * (ix.tx + 32 * ix.ty);
+    if (g.quad_ok(e0) && g.quad_ok(e0 + 4 * T * (M - 1))) {
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+        for (int m = 0; m < M; ++m) {
+            const real w[4] = {v(4 * m), v(4 * m + 1), v(4 * m + 2), v(4 * m + 3)};
+            kf_add16(g.p + e0 + 4 * T * m, w);
+        }
+    } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) g.add(ix.j * NC + 4 * t + 4 * T * m + e, v(4 * m + e));
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) g.add(e0 + 4 * T * m + e, v(4 * m + e));
+    }
 }
 
 // ---- gemv: out_i = sum_j A_ij x_j, complete in the block -----------------------------------
@@ -95,6 +107,30 @@ KF_DEVICE void gemv_sfinish(const KfIx& ix, VP& part, VO& out) {
 #pragma unroll
         for (int w = 0; w < BY; ++w) s += part.at(r, w);
         out(r) += s;
+    }
+}
+
+// the scaled forms: out = alpha A x, and out = alpha A x + beta y (y's R entries in every
+// thread, mapping "bcast": the strip spans the row, so y is added once)
+template <int BY, int R, int NC, class VP, class VO>
+KF_DEVICE void gemv_sfinish_a(const KfIx& ix, VP& part, VO& out, real alpha) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        real s = 0;
+#pragma unroll
+        for (int w = 0; w < BY; ++w) s += part.at(r, w);
+        out(r) += alpha * s;
+    }
+}
+
+template <int BY, int R, int NC, class VP, class VY, class VO>
+KF_DEVICE void gemv_sfinish_ab(const KfIx& ix, VP& part, VY& y, VO& out, real alpha, real beta) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        real s = 0;
+#pragma unroll
+        for (int w = 0; w < BY; ++w) s += part.at(r, w);
+        out(r) += alpha * s + beta * y(r);
     }
 }
 

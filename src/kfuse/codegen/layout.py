@@ -355,7 +355,11 @@ def copy_sets(spec: KernelSpec, elements: Mapping[str, Element], steps) -> tuple
 
 
 def check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
-    """Unrolled and spanned copies exist only for elements in registers."""
+    """Unrolled and spanned copies exist only for elements in registers, and not in a strip kernel
+    (variants spanning an axis whole: its blocks walk their strips one at a time, codegen/emit.py)."""
+    if (spec.unroll > 1 or spec.span > 1) and any(kc.variant.whole for kc in spec.calls):
+        raise FusionError(f"{spec.name}: a strip kernel walks its strips one at a time "
+                          "(no unrolled or spanned copies)")
     if spec.unroll > 1 and pl.shared:
         raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
                           f"({', '.join(pl.shared)} in shared memory)")

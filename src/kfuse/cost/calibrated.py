@@ -108,6 +108,12 @@ class CalibratedModel:
         iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
+        # a strip wider than the calibration's matrix: its probes read only the part inside it
+        # (the rest is out of bounds), so each routine is scaled by the strip's width over that part
+        wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
+                    if any(a in kc.variant.whole for kc in spec.calls)], default=0)
+        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
+        scale = wide / n_cal if n_cal and wide > n_cal else 1.0
         loop = spec.loop if spec.nesting == 2 else "i"
         ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
@@ -139,7 +145,7 @@ class CalibratedModel:
                 # per instance, beside `warp` calls of 32: a quarter)
                 T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads)
                 where = resident * min(1.0, T * spec.ipb / L.threads)
-            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs
+            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all

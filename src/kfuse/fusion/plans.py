@@ -286,7 +286,10 @@ class PlanSearch:
                                        variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=self.space.shapes)
             if not impls:
                 return 0.0, "not fused: no implementation can be built (resources or mappings)"
-            self.ranked[u] = self._rank(impls)
+            ranked = self._rank(impls)
+            if not ranked:      # built, but none fits these sizes (strips of rows too long)
+                return 0.0, "not fused: no implementation fits these sizes"
+            self.ranked[u] = ranked
         apart, together = self.ranked[a][0][0] + self.ranked[b][0][0], self.ranked[u][0][0]
         # the launch saved is not counted: kernels queued back to back (graph replay, early launch)
         # hide it, and merged streams measured no faster (docs/results/horizontal.md)

@@ -165,12 +165,14 @@ def _choices(program: Program, order, variants, nesting: int):
 def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]):
     """Which variant choices a fusion's implementations consider: where a call uses a reduction
     result made in the same kernel (one pass), only variants spanning an axis whole, for every
-    call (they share the strips); elsewhere none of them (a strip's only use is to complete a
-    reduction in the block: it holds whole rows in registers and fits only rows short enough)."""
+    call (they share the strips); elsewhere such variants for every call or for none (a strip
+    kernel is also a plain implementation -- a lone gemv on strips reads A at the copy bandwidth
+    -- but its calls walk the same strips; whether the rows fit is decided per size, fits_at)."""
     one_pass = bool(one_pass_exchanges(program, graph, calls))
 
     def keep(order, variants) -> bool:
-        return all(bool(program.calls[i].function.variants[v].whole) == one_pass for i, v in zip(order, variants))
+        whole = [bool(program.calls[i].function.variants[v].whole) for i, v in zip(order, variants)]
+        return all(whole) if one_pass else (all(whole) or not any(whole))
     return keep
 
 

@@ -145,8 +145,13 @@ class LaunchInfo:
         longer blocks add fewer (the hand-written one-pass ATAX ran one wave: docs/experiments)."""
         by_threads = max(1, MAX_THREADS_PER_SM // self.threads)
         sms = max(1, target_blocks // (2 * by_threads))
-        by_regs = REGISTERS_PER_SM // (self.threads * self.strip_registers())
-        return sms * max(1, min(by_threads, by_regs))
+        return sms * self.strip_blocks_per_sm()
+
+    def strip_blocks_per_sm(self, itemsize: int = 4) -> int:
+        """A strip kernel's resident blocks per SM, by threads and by its estimated registers."""
+        by_threads = max(1, MAX_THREADS_PER_SM // self.threads)
+        by_regs = REGISTERS_PER_SM // (self.threads * self.strip_registers(itemsize))
+        return max(1, min(by_threads, by_regs))
 
     def grid(self, dims: dict[int, int], iters: int) -> int:
         along, across = self._split(dims)
