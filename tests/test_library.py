@@ -988,3 +988,22 @@ def test_duplicate_local_names_are_rejected(tmp_path):
     folder = make_library(tmp_path / "lib", [f])
     err = load_error(folder)
     assert err.file == str(folder / FILE) and "locals" in err.field
+
+
+def test_a_library_loaded_again_unchanged_is_the_same_object(tmp_path):
+    """Loads are memoised on the files' names and contents: unchanged, the same Library; a file
+    edited (even to the same size), a new load that sees the edit; a broken file, an error every
+    time (errors are not remembered)."""
+    folder = make_library(tmp_path / "mylib", meta=None)
+    first = load_library(folder, shipped=False)
+    assert load_library(folder, shipped=False) is first
+    toml = next(p for p in Path(folder).glob("*.toml"))
+    text = toml.read_text()
+    toml.write_text(text.replace('name = "', 'name = "Z', 1))      # one byte longer: renamed
+    renamed = load_library(folder, shipped=False)
+    assert renamed is not first and renamed.digest != first.digest
+    assert renamed.functions[0].name == "Z" + first.functions[0].name
+    toml.write_text(text.replace('name = "', 'nome = "', 1))       # same size, now invalid
+    for _ in range(2):
+        with pytest.raises(LibraryError):
+            load_library(folder, shipped=False)
