@@ -102,7 +102,7 @@ def test_forced_orders(monkeypatch):
 
 def test_generated_kernels_take_the_order(nvcc, tmp_path):
     """The order is compiled in: a macro per kernel, 0 unless the module is built for another;
-    every order (bits 0-2) builds with nvcc for sm_90."""
+    every order (bits 0-3) builds with nvcc for sm_90."""
     from kfuse.runtime.order import order_defines
 
     from test_nvcc import nvcc_compile
@@ -111,12 +111,14 @@ def test_generated_kernels_take_the_order(nvcc, tmp_path):
         name = k.launch.kernel
         assert f"#ifndef KF_ORDER_{name}\n#define KF_ORDER_{name} 0\n#endif" in k.source
         assert f"constexpr int order = KF_ORDER_{name};" in k.source
-        assert "(order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x)" in k.source
+        assert "const int kf_rev = (order & 1) ^ ((order & 8) ? kf_flip : 0);" in k.source
+        assert "kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x)" in k.source
+        assert k.source.count("int kf_flip") == 1
         assert "(order & 2) ? kf_b % kf_groups" in k.source
         assert "if (order & 4) kf_allow_next();" in k.source
-    defines = order_defines(prog.kernels, (7, 3))
-    assert defines == "#define KF_ORDER_k0_ger_ger_gemtv 7\n#define KF_ORDER_k1_gemv 3\n"
-    assert order_defines(prog.kernels, (7, 0), defines) == ""        # already in the source
+    defines = order_defines(prog.kernels, (15, 11))
+    assert defines == "#define KF_ORDER_k0_ger_ger_gemtv 15\n#define KF_ORDER_k1_gemv 11\n"
+    assert order_defines(prog.kernels, (15, 0), defines) == ""       # already in the source
     nvcc_compile(nvcc, defines + prog.cuda_source, tmp_path, "orders")
 
 
@@ -146,6 +148,98 @@ def test_every_order_matches_reference(name, fuse, dtype, monkeypatch):
             assert err < (1e-5 if dtype == "float32" else 1e-12), (combo, v.name, err)
 
 
+@pytest.mark.parametrize("n, expect", [(4096, True), (8192, True), (16384, False)])
+def test_programs_alternate_where_their_arrays_are_a_few_l2s(monkeypatch, n, expect):
+    """Bit 3 (calls alternating the mirrored order) where the arrays take at most
+    ALTERNATE_SPAN x the L2: a float32 gemv at n = 8192 (256 MB, 5 x a 50 MB L2) alternates, at
+    16384 (1 GB) not; KFUSE_ALTERNATE=0 turns it off."""
+    from kfuse.runtime.order import alternates
+    prog = kfuse.compile("matrix A; vector x, y; input A, x; y = gemv(A, x); return y;", calibration=False)
+    dims = {d.id: n for d in prog.program.dims}
+    assert alternates(prog, dims, 50 << 20) is expect
+    monkeypatch.setenv("KFUSE_ALTERNATE", "0")
+    assert not alternates(prog, dims, 50 << 20)
+
+
+class _Binding:
+    """What Executor._launch uses of a binding, recording each launch's flip and graph key."""
+    from kfuse.runtime.binding import Binding
+    set_flip = Binding.set_flip
+
+    def __init__(self, launch_count: int, alternate: int):
+        import ctypes
+
+        from kfuse.runtime.executor import Graphs
+        self.launch_count, self.alternate, self.parity, self.flip = launch_count, alternate, 1, 0
+        self.flips = [ctypes.c_int(0), ctypes.c_int(0)]
+        self.graphs, self.launched, self.device = Graphs(), [], 0
+
+    def patch(self, *args):
+        pass
+
+    def launch_all(self, stream):
+        self.launched.append([v.value for v in self.flips])
+
+
+@pytest.mark.parametrize("launch_count", [1, 3])
+@pytest.mark.parametrize("alternate", [1, 0])
+def test_calls_alternate_the_mirrored_order(monkeypatch, launch_count, alternate):
+    """Every other call sets kf_flip in every kernel (the first call keeps the chosen orders);
+    captured graphs are kept per flip, so a replay runs the order of its call's parity;
+    KFUSE_ALTERNATE=0 (alternate 0) never flips."""
+    from kfuse.runtime import driver, executor
+    captured = []
+
+    def capture(self, key, binding, stream, capture_stream):
+        captured.append(key)
+        binding.launch_all(stream)
+        self.execs[key] = type("G", (), {"launch": lambda g, s: binding.launched.append(["graph", key[1]])})()
+        return True
+    monkeypatch.setattr(executor.Graphs, "capture", capture)
+    monkeypatch.setattr(driver, "is_capturing", lambda stream: False)
+    ex = executor.Executor.__new__(executor.Executor)
+    ex._capture = {0: 99}
+    b = _Binding(launch_count, alternate)
+    for _ in range(6):
+        ex._launch(b, 7, [11, 12], [13], 0, 0, [])
+    if not alternate:
+        assert b.launched[:2] == [[0, 0], [0, 0]] and all(x[-1] == 0 for x in b.launched)
+    elif launch_count == 1:                      # one launch: no graph, flipped in place
+        assert b.launched == [[0, 0], [1, 1]] * 3
+    else:                                        # seen, captured (one graph per flip), replayed
+        assert b.launched == [[0, 0], [1, 1], [0, 0], [1, 1], ["graph", 0], ["graph", 1]]
+        assert [k[1] for k in captured] == [0, 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["bicgk", "atax", "gemver", "waxpby"])
+def test_consecutive_calls_alternate_and_stay_right(name, dtype):
+    """A bound call made again and again (the same arrays: graphs replay from the third call on)
+    alternates the mirrored block order and is right every time."""
+    import cupy as cp
+
+    from kfuse.reference import device_case, evaluate, relative_error
+    prog = kfuse.compile(ROOT / f"{name}.kf", dtype=dtype)
+    p = prog.program
+    size = 1000 if any(v.type == "matrix" for v in p.values) else 4099
+    sizes = iter([size, size + 65])
+    dims = {d.id: next(sizes, size) for d in p.dims}
+    prog = prog.for_sizes(dims)
+    dev, host, poisoned = device_case(p, dims, dtype, 5)
+    ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
+    bound = prog.bind(out=poisoned, **dev)
+    for call in range(5):
+        for a in poisoned.values():
+            a.fill(cp.nan)
+        got = bound(sync=True)
+        got = got if isinstance(got, tuple) else (got,)
+        assert bound.binding.parity == call % 2 and bound.binding.alternate == 1
+        for v, g in zip(p.outputs, got):
+            err = relative_error(cp.asnumpy(g), ref[v.id], mag[v.id])
+            assert err < (1e-5 if dtype == "float32" else 1e-12), (call, v.name, err)
+
+
 @pytest.mark.gpu
 def test_launch_orders_on_the_gpu():
     """Bit 2 (let the next kernel launch early) only on a kernel of at most two waves whose next
@@ -160,7 +254,7 @@ def test_launch_orders_on_the_gpu():
     orders = launch_orders(prog, dims, dev, pdl=True)
     plain = launch_orders(prog, dims, dev, pdl=False)
     assert not any(o & ALLOW_NEXT for o in plain)
-    assert tuple(o & 3 for o in orders) == plain                # bit 2 changes nothing else
+    assert tuple(o & ~ALLOW_NEXT for o in orders) == plain      # bit 2 changes nothing else
     assert orders[0] & ALLOW_NEXT and not orders[1] & ALLOW_NEXT
     assert plain[0] & 1 == 0 and plain[1] & 2                   # the first walks forward; w = a B x in row bands
     many = kfuse.compile(ROOT / "waxpby.kf", fuse=False)

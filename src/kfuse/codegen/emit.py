@@ -100,6 +100,8 @@ class _Emitter:
                 params_c.append(f"const real* __restrict__ s_{g.name}_p")
             elif g.kind == "count":
                 params_c.append(f"long long {g.name}")
+            elif g.kind == "flip":
+                params_c.append("int kf_flip")
             else:
                 params_c.append("int iters")
         return params_c
@@ -117,7 +119,9 @@ class _Emitter:
         # the block order is chosen at launch and compiled in (runtime/order.py, the module is built
         # per choice): bit 0 walks the blocks from the last, so that a kernel starts on the data
         # the kernel before it touched last (still in L2); bit 1 (nested kernels) numbers the
-        # blocks along the loop axis first; bit 2 lets the next kernel launch early (PDL)
+        # blocks along the loop axis first; bit 2 lets the next kernel launch early (PDL); bit 3
+        # takes bit 0 mirrored from kf_flip, which the runtime sets on every other call: a call
+        # then starts on what the call before it touched last (a solver's loop over one matrix)
         w(f"#ifndef KF_ORDER_{spec.name}")
         w(f"#define KF_ORDER_{spec.name} 0")
         w("#endif")
@@ -130,7 +134,8 @@ class _Emitter:
         spec, w, L, other, V = self.spec, self.w, self.L, self.other, self.V
         w(f"    constexpr int order = KF_ORDER_{spec.name};   // block order (runtime/order.py)")
         w("    if (order & 4) kf_allow_next();   // the next kernel may launch now (it waits for this one)")
-        w("    const long long kf_b = (order & 1) ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
+        w("    const int kf_rev = (order & 1) ^ ((order & 8) ? kf_flip : 0);   // bit 3: mirrored on every other call")
+        w("    const long long kf_b = kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
         if self.nest == 1:
             self.out += sk.unnested_indices(self.T, spec.ipb, "kf_b")
         else:

@@ -307,6 +307,7 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
     args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
              for ax, d, e in zip("ij", axis_dims, extents)]
     args.append(GlobalArg("iters", "iters"))
+    args.append(GlobalArg("flip", "kf_flip"))     # 1 on every other call: mirrored block order
     return tuple(args)
 
 

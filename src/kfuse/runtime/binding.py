@@ -19,7 +19,7 @@ from .args import facts
 from .arrays import to_scalar
 from .gpu import cupy
 from .launch import KernelLaunch, PackedArgs, pdl_available
-from .order import launch_orders, launch_shape
+from .order import ALTERNATE, launch_orders, launch_shape
 
 AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
 MAX_GRID = 2**31 - 1
@@ -226,6 +226,13 @@ class Binding:
             launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
             self.launches.append((launch, [(packed.values[i], src, a) for i, src, a in patches]))
         self.patches = [p for _, ps in self.launches for p in ps]
+        # every kernel's kf_flip (its last argument); ``flip`` is what they hold now
+        self.flips = [launch.args.values[-1] for launch, _ in self.launches if launch.name != "kf_fill"]
+        self.flip = 0
+        # calls alternate between the chosen orders and their mirror where the kernels were built
+        # for it (runtime/order.py, bit 3)
+        self.alternate = int(any(o & ALTERNATE for o in orders))
+        self.parity = 1
         self.kernel_launches = [launch for launch, _ in self.launches if launch.name != "kf_fill"]
 
     def _kernel_args(self, L, iters: int) -> tuple[list, list]:
@@ -248,6 +255,7 @@ class Binding:
             elif g.kind == "count":
                 args.append(np.int64(-(-self.dims[g.axis] // g.divisor)))
         args.append(np.int32(min(iters, 2**31 - 1)))
+        args.append(np.int32(0))                  # kf_flip: set per call (``set_flip``)
         return args, patches
 
     @property
@@ -267,6 +275,15 @@ class Binding:
                 obj.value = out_ptrs[a]
             else:
                 obj.value = scalars[a]
+
+    def set_flip(self, flip: int) -> None:
+        """Mirror (1) or keep (0) every kernel's block order in the launches from now on: the
+        executor alternates calls, so that a call starts on the data the call before it touched
+        last (runtime/order.py)."""
+        if flip != self.flip:
+            for v in self.flips:
+                v.value = flip
+            self.flip = flip
 
     def launch_all(self, stream: int) -> None:
         for launch, _ in self.launches:

@@ -244,20 +244,27 @@ class Executor:
 
     def _launch(self, binding: Binding, stream: int, in_ptrs, out_ptrs, own: int, tmp: int, scalars) -> None:
         """Replay from a graph when the binding makes several launches and this key came before
-        (and the stream is not being captured by the caller); else patch and launch directly."""
+        (and the stream is not being captured by the caller); else patch and launch directly.
+        Every other call walks every kernel's blocks in the mirrored order (``Binding.set_flip``):
+        in a loop over one matrix each call then starts on the part the call before left in L2
+        (CG step, float32 n = 4096: 31.1 -> 26.7 us per call; docs/experiments/README.md)."""
+        binding.parity ^= 1
+        flip = binding.parity & binding.alternate
         if binding.launch_count > 1:
             graphs = binding.graphs
-            key = (stream, *in_ptrs, *out_ptrs, own, *scalars)
+            key = (stream, flip, *in_ptrs, *out_ptrs, own, *scalars)
             g = graphs.execs.get(key)
             if g is not None and not driver.is_capturing(stream):
                 graphs.execs.move_to_end(key)
                 g.launch(stream)
                 return
+            binding.set_flip(flip)
             binding.patch(in_ptrs, out_ptrs, own, tmp, scalars)
             if g is None and graphs.should_capture(key) and not driver.is_capturing(stream):
                 if graphs.capture(key, binding, stream, self._capture_stream(binding.device)):
                     return
         else:
+            binding.set_flip(flip)
             binding.patch(in_ptrs, out_ptrs, own, tmp, scalars)
         binding.launch_all(stream)
 

@@ -19,6 +19,14 @@ assumed.  A region the producer touched last is still there when the consumer re
 producer's more recent bytes plus the consumer's bytes before it fit the capacity.  The
 direction with the more such bytes wins; a tie walks forward.
 Bit 2 lets the next kernel launch early (``launch_orders``).
+Bit 3 mirrors bit 0 on every other call of the program (the kernel argument ``kf_flip``, set by
+the executor: ``Binding.set_flip``): a program called again on the same arrays, as a solver's
+step is, then starts each call on what the call before it touched last.  Set on every kernel of a
+program whose arrays take at most ``ALTERNATE_SPAN`` times the L2 (``alternates``); elsewhere
+the part left in L2 is too small a share to pay for the flip (a runtime select costs about 0.5 %
+in kernels of many small blocks).  Measured on the H100 (docs/experiments/README.md, 'Calls
+alternating the mirrored order'): CG step float32 n = 4096 31.3 -> 26.9 us per call, 8192 97.8 ->
+93.7, float64 4096 55.0 -> 50.7, 8192 183.8 -> 179.0; no gain at 16384 (1 GB, 20 x the L2).
 ``KFUSE_ORDER=o0,o1,...`` forces bits 0 and 1 (one per kernel; for experiments).
 """
 from __future__ import annotations
@@ -222,6 +230,20 @@ def launch_shape(compiled, dims: dict[int, int], device: int) -> tuple[tuple[int
 
 
 ALLOW_NEXT = 4
+ALTERNATE = 8
+ALTERNATE_SPAN = 12     # a program whose arrays take at most this many times the L2 alternates
+
+
+def alternates(compiled, dims: dict[int, int], l2: int) -> bool:
+    """Whether the kernels of ``compiled`` at sizes ``dims`` take bit 3 (calls alternating the
+    mirrored order): the bytes of every global array they touch, each counted once, at most
+    ALTERNATE_SPAN times the L2.  Nothing is alternated without a kernel or with KFUSE_ALTERNATE=0."""
+    if os.environ.get("KFUSE_ALTERNATE", "1") == "0" or not compiled.kernels:
+        return False
+    arrays = {v.id: v for code in compiled.kernels for v, _ in _global_params(code)}
+    nbytes = np.dtype(compiled.dtype).itemsize * sum(
+        float(np.prod([dims[d] for d in v.dims])) for v in arrays.values())
+    return nbytes <= ALTERNATE_SPAN * l2
 
 
 def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tuple[int, ...]:
@@ -232,18 +254,21 @@ def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tup
     blocks pays for the signal in every block, more than an early launch of the next saves (H100:
     docs/experiments/README.md, 'Block order and PDL between kernels')."""
     cache = compiled.launch_cache.setdefault("orders", {})
-    key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""))
+    key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""),
+           os.environ.get("KFUSE_ALTERNATE", ""))
     if key not in cache:
+        from .gpu import cupy
         kernels = compiled.kernels
         shape = launch_shape(compiled, dims, device)
+        l2 = int(cupy().cuda.Device(device).attributes["L2CacheSize"])
         orders = forced_orders(len(kernels))
         if orders is None and len(kernels) < 2:
             orders = [band_bit(k) for k in kernels]
         elif orders is None:
-            from .gpu import cupy
-            l2 = int(cupy().cuda.Device(device).attributes["L2CacheSize"])
             orders = choose_orders(kernels, dims, [it for _, it in shape], [max(1, t // 2) for t, _ in shape],
                                    np.dtype(compiled.dtype).itemsize, L2_SHARE * l2)
+        if alternates(compiled, dims, l2):
+            orders = [o | ALTERNATE for o in orders]
         for k in range(len(kernels) - 1):
             (target, iters), L = shape[k], kernels[k].launch
             if pdl and kernels[k + 1].launch.waits and L.grid(dims, iters) <= target:
