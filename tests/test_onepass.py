@@ -100,6 +100,22 @@ def test_size_class_plan_replanned_when_its_strips_are_too_narrow():
         pinned.for_sizes({0: 4097})
 
 
+def test_row_sums_on_strips_need_no_clear():
+    """A gemv on strips completes each row in one instance and stores it once: its output is not
+    cleared (no fill before the kernel); a gemtv on strips adds column partials from every block:
+    cleared.  Off strips both are cleared."""
+    gemv = "matrix A; vector x, y; input A, x; y = gemv(A, x); return y;"
+    strip = kfuse.compile(gemv, sizes={"A.rows": 8192, "A.cols": 8192}, tuned=False)
+    assert "strip" in strip.plan.summary() and strip.kernels[0].launch.clears == ()
+    assert "cleared first" not in strip.describe()
+    for p in strip.search.plans():
+        if "wide" in p.summary():
+            assert [v.name for v, _ in strip.with_plan(p).kernels[0].launch.clears] == ["y"]
+            break
+    atax = kfuse.compile(EXAMPLES[0].parent / "atax.kf", sizes={"n": 8192}, tuned=False)
+    assert [v.name for k in atax.kernels for v, _ in k.launch.clears] == ["y"]
+
+
 def test_strip_grid_is_one_resident_wave():
     code = _search(None, 8192).kernels[0]
     L = code.launch

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
-from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
@@ -276,7 +276,8 @@ def make_frame(lay: Layout) -> Frame:
     args = kernel_args(steps, axis_dims, extents)
     check_param_space(spec.name, args)
     clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
-                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores)
+                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
+                   and not reduced_whole(kc, p))
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
     return Frame(shapes, T, threads, smem, tuple(extents), tuple(axis_dims), args, clears, sources,
                  wait_phase(spec, steps, args, clears))
@@ -320,6 +321,14 @@ def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
                           f"{MAX_PARAM_BYTES}-byte parameter space")
+
+
+def reduced_whole(kc: KernelCall, p) -> bool:
+    """Does kc's variant span every axis that output p is reduced over (a strip of whole rows for a
+    row sum)?  Then one instance completes each of p's entries and stores it once: nothing adds to
+    it in global memory, and it needs no clear."""
+    axes = {a for q in kc.call.function.params for a in q.index} - set(p.index)
+    return bool(axes) and axes <= set(kc.variant.whole)
 
 
 def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
