@@ -42,7 +42,19 @@ def test_a_map_with_a_plain_implementation_exchanges_nothing(name, dtype):
     assert all(code.barriers == 0 and code.launch.smem_bytes_per_real == 0 for _, code in fused)
     assert len({impl.variants for impl, _ in fused}) >= 2, "both uniform mappings remain"
     reasons = {k for calls, p in prog.search.space.pruned.items() for k, v in p.items() if v}
-    assert "a map exchanging between mappings (one without exists)" in reasons
+    assert "exchanging between mappings (one without exists)" in reasons
+
+
+@pytest.mark.parametrize("dtype, n", [("float64", 4096), ("float64", 1024), ("float32", 8192)])
+def test_a_kernel_with_an_exchange_free_implementation_keeps_only_those(dtype, n):
+    """Not only maps: GEMVER's first kernel (two gers and a gemtv) fuses with one mapping (rows,
+    colsum), so no implementation passing B between quad and rows mappings is kept (float64
+    n = 4096: 215 us with the exchange against 144 without, H100)."""
+    from kfuse.fusion.space import _between_mappings
+    prog = kfuse.compile(ROOT / "examples" / "gemver.kf", dtype=dtype, tuned=False, sizes={"n": n})
+    found = [(impl, code) for impl, code in _implementations(prog) if len(impl.calls) == 3]
+    assert found and not any(_between_mappings(code) for _, code in found)
+    assert not any(_between_mappings(k) for k in prog.kernels)
 
 
 def test_a_plan_given_by_hand_runs_at_every_size():
@@ -77,8 +89,11 @@ def test_tune_at_another_size_class_searches_that_class(monkeypatch):
 def test_a_narrow_variant_beside_wider_calls_is_priced_at_its_own_threads(monkeypatch):
     """A `quad` call (8 threads per instance) fused with `warp` calls (32) runs its loads and stores
     with a quarter of the kernel's threads: the calibrated model looks its probes up at a quarter
-    of the kernel's occupancy; the `warp` call's at the kernel's own."""
+    of the kernel's occupancy; the `warp` call's at the kernel's own.  (Such kernels are pruned
+    where an exchange-free implementation exists, as here: kept for this test.)"""
     from kfuse.cost.calibrated import CalibratedModel
+    from kfuse.fusion import space
+    monkeypatch.setattr(space, "_between_mappings", lambda code: False)
     prog = kfuse.compile(ROOT / "examples" / "axpydot.kf", tuned=False)
     model = prog.search.model
     if not isinstance(model, CalibratedModel):

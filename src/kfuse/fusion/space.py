@@ -304,18 +304,41 @@ def _exchanges(code: KernelCode) -> bool:
     return bool(code.barriers or code.launch.smem_bytes_per_real)
 
 
+def _between_mappings(code: KernelCode) -> bool:
+    """Does the kernel pass an element between routines of different thread-to-data mappings
+    (through shared memory, behind a barrier)?  A variant's own scratch (a local read with
+    mapping "any") is not such an exchange."""
+    ids: dict[str, set] = {}
+    for s in code.steps:
+        for a in s.accesses:
+            if a.element in code.placement.shared and a.identity is not None:
+                ids.setdefault(a.element, set()).add(a.identity)
+    return any(len(v) > 1 for v in ids.values())
+
+
 def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], pruned: dict[str, int]
                            ) -> list[tuple[Implementation, KernelCode]]:
-    """A map kernel (nothing carried across a serial loop: one instance per slot) whose calls'
-    mappings differ passes values through shared memory behind a barrier; when the same calls also
-    fuse with no exchange, that implementation is dropped.  The exchange buys only another access
-    width for some calls, which an exchange-free implementation of one mapping also has, and costs
-    what the calibration's micro-kernels do not see (float64 WAXPBY and VADD at N = 2^26 on the H100:
-    a quad + warp kernel 720 and 751 us, warp + warp 517 and 685; docs/experiments/map_sweep.py)."""
+    """Implementations that pass values between calls of different thread-to-data mappings
+    (through shared memory, behind a barrier) are dropped when the same calls also fuse with no
+    such exchange.  The exchange buys only another access width for some calls, which an
+    exchange-free implementation of one mapping also has, and costs what the calibration's
+    micro-kernels do not see: float64 WAXPBY and VADD at N = 2^26 on the H100, a quad + warp map
+    720 and 751 us against 517 and 685 for warp + warp (docs/experiments/map_sweep.py); float64
+    GEMVER at n = 4096, ger/quad + ger/rows + gemtv/quad 215 us against 144 for ger/rows + ger/rows
+    + gemtv/colsum, the random scripts' worst float64 first choice at n = 1024 (madd/rows +
+    gemv/quad) 1.20x its best (docs/results/random-report/README.md).  A map kernel (nothing
+    carried across a serial loop) is dropped for any shared memory or barrier it needs when one
+    without exists."""
+    if any(not _between_mappings(code) for _, code in found):
+        kept = [(impl, code) for impl, code in found if not _between_mappings(code)]
+        if len(kept) < len(found):
+            pruned["exchanging between mappings (one without exists)"] = len(found) - len(kept)
+        found = kept
     if not any(not code.launch.carried and not _exchanges(code) for _, code in found):
         return found
     kept = [(impl, code) for impl, code in found if code.launch.carried or not _exchanges(code)]
-    pruned["a map exchanging between mappings (one without exists)"] = len(found) - len(kept)
+    if len(kept) < len(found):
+        pruned["a map exchanging through shared memory (one without exists)"] = len(found) - len(kept)
     return kept
 
 
