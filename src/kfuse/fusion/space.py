@@ -474,7 +474,9 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
         if score(new[1]) >= score(best[1]):
             break
         best = new
-    space.impls[calls] = list(found.values())
+    # the trials were pruned one variant choice at a time: an exchange between mappings may have
+    # been kept beside an exchange-free choice of another trial
+    space.impls[calls] = _without_map_exchanges(list(found.values()), space.pruned.setdefault(calls, {}))
 
 
 def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
