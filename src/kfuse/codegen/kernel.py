@@ -12,6 +12,7 @@ from ..library.schema import Library
 from .emit import render
 from .layout import (MAX_REGISTER_SLOTS, MAX_SHARED_BYTES, Access, Element, Layout, Placement, Step,
                      copy_layouts, layout)
+from .schedule import ScheduleMemo
 
 __all__ = ["MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Access", "Element", "KernelCode", "Placement", "Step",
            "build_copies", "build_kernel"]
@@ -50,10 +51,12 @@ def build_kernel(spec: KernelSpec, lib: Library) -> KernelCode:
     return _code(layout(spec, lib))
 
 
-def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | FusionError]:
+def build_copies(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None
+                 ) -> list[KernelCode | FusionError]:
     """The kernel of ``spec`` with each (unroll, span) of ``copies``, laid out together
-    (``layout.copy_layouts``).  Each entry is the kernel or the FusionError that refused it."""
-    return [lay if isinstance(lay, FusionError) else _code(lay) for lay in copy_layouts(spec, lib, copies)]
+    (``layout.copy_layouts``, with the ``memo`` of the program's analyses if given).  Each entry
+    is the kernel or the FusionError that refused it."""
+    return [lay if isinstance(lay, FusionError) else _code(lay) for lay in copy_layouts(spec, lib, copies, memo)]
 
 
 def _code(lay: Layout) -> KernelCode:

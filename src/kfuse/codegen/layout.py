@@ -23,7 +23,7 @@ from ..ir.kernel import GlobalArg, KernelSpec
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
-from .schedule import Access, Element, Scheduler, Step
+from .schedule import Access, Element, ScheduleMemo, Scheduler, Step
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
 MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
@@ -90,11 +90,30 @@ def layout(spec: KernelSpec, lib: Library) -> Layout:
     return finish(analyse(spec, lib))
 
 
-def analyse(spec: KernelSpec, lib: Library) -> Layout:
-    """Schedule, placement and barriers: what no (unroll, span) copy changes."""
+def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> Layout:
+    """Schedule, placement and barriers: what no (unroll, span) copy changes.  A ``memo`` (of
+    this program's kernels) answers a spec analysed before, but for its instances per block
+    and iterations (which only ``check_spec`` reads), and schedules from the longest prefix of
+    the calls scheduled before."""
     tile = check_spec(spec, lib)
+    if memo is None:
+        return _analyse(spec, lib, tile, None)
+    key = memo.analysis_key(spec)
+    got = memo.layouts.get(key)
+    if got is None:
+        try:
+            got = _analyse(spec, lib, tile, memo)
+        except FusionError as e:
+            got = str(e)
+        memo.layouts[key] = got
+    if isinstance(got, str):
+        raise FusionError(got)
+    return got if got.spec is spec else replace(got, spec=spec)
+
+
+def _analyse(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, memo: ScheduleMemo | None) -> Layout:
     sch = Scheduler(spec, lib, tile)
-    sch.schedule()
+    sch.schedule(memo)
     for s in sch.steps:
         if s.phase != "loop" and any(sch.elements[a.element].buffers > 1 for a in s.accesses):
             raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
@@ -121,11 +140,11 @@ def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = N
     return replace(lay, frame=frame or make_frame(lay))
 
 
-def copy_layouts(spec: KernelSpec, lib: Library, copies) -> list[Layout | FusionError]:
+def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None) -> list[Layout | FusionError]:
     """The layout of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
     its barriers once (none of which depends on them), finished per copy.  Each entry is the
-    layout or the FusionError that refused it."""
-    base = analyse(replace(spec, unroll=1, span=1), lib)
+    layout or the FusionError that refused it.  ``memo``: see ``analyse``."""
+    base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
     frame = None
     for unroll, span in copies:

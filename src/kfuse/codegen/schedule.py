@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from math import prod
+from typing import Any
 
 from ..errors import FusionError
 from ..ir.kernel import KernelCall, KernelSpec
-from ..ir.program import Value
+from ..ir.program import ScalarArg, Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine
 
@@ -66,6 +67,50 @@ class Step:
     once_per_span: bool = False     # runs once for the block's span of instances, not per instance
 
 
+
+
+def call_key(kc: KernelCall) -> tuple:
+    """A kernel call within one program: its call, variant (names are unique per function) and macros."""
+    return (kc.call.index, kc.variant.name, kc.macros)
+
+
+class ScheduleMemo:
+    """What the analysis of one program's kernels found, kept while its plan space is built
+    (``fusion/space.py``: thousands of kernels, many of them alike).  Keys name calls by their
+    index in the program, so a memo serves one program (and its library) only.
+
+    ``layouts``: ``layout.analyse`` of a spec by ``analysis_key`` (its calls with variants and
+    macros, loop, stores and name: all the analysis reads but the checks of ``check_spec``,
+    which run for every spec), the Layout or the message of the FusionError that refused it.
+
+    ``prefixes``: the Scheduler's state after the first k calls of a spec, or the refusal's
+    message.  Scheduling goes call by call and reads, besides the calls, only the spec's name,
+    loop axis and tile and whether the values the calls bind are stored: the key holds those
+    (``prefix_keys``), so specs that begin alike (variant choices differing in the last calls, one
+    fusion inside a larger) schedule their common beginning once."""
+
+    def __init__(self) -> None:
+        self.layouts: dict[tuple, Any] = {}
+        self.prefixes: dict[tuple, tuple | str] = {}
+        self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
+
+    @staticmethod
+    def analysis_key(spec: KernelSpec) -> tuple:
+        return (spec.name, spec.loop, spec.stores, spec.unroll, spec.span, tuple(call_key(kc) for kc in spec.calls))
+
+    def prefix_keys(self, spec: KernelSpec, tile: tuple[int, int] | None) -> list[tuple]:
+        """The key of each prefix of the spec's calls (the k-th: the first k + 1 calls)."""
+        keys: list[tuple] = []
+        key: tuple = (spec.name, spec.loop, tile)
+        for kc in spec.calls:
+            bound = self._bound.get(kc.call.index)
+            if bound is None:
+                bound = self._bound[kc.call.index] = tuple(sorted(
+                    {v.id for v in kc.call.outputs} | {v.id for a in kc.call.args
+                                                      for v in (a.values() if isinstance(a, ScalarArg) else (a,))}))
+            key = (key, call_key(kc), tuple(v for v in bound if v in spec.stores))
+            keys.append(key)
+        return keys
 
 
 class Scheduler:
@@ -119,15 +164,46 @@ class Scheduler:
         return el
 
     # -- schedule --------------------------------------------------------------------------
-    def schedule(self) -> None:
-        """Each call's loads, computes (with the clears they need) and stores, call by call."""
+    def schedule(self, memo: ScheduleMemo | None = None) -> None:
+        """Each call's loads, computes (with the clears they need) and stores, call by call;
+        with a ``memo``, from the state after the longest prefix of the calls scheduled before."""
         self.produced: dict[tuple[int, tuple[str, ...]], tuple[str, Param, KernelCall]] = {}
         self.loaded: dict[tuple, str] = {}
         self.cleared: set[str] = set()
-        for kc in self.spec.calls:
-            self.schedule_loads(kc)
-            self.schedule_computes(kc)
-            self.schedule_stores(kc)
+        calls = self.spec.calls
+        if memo is None:
+            for kc in calls:
+                self.schedule_call(kc)
+            return
+        keys = memo.prefix_keys(self.spec, self.tile)
+        start = next((k for k in range(len(calls), 0, -1) if keys[k - 1] in memo.prefixes), 0)
+        if start:
+            got = memo.prefixes[keys[start - 1]]
+            if isinstance(got, str):
+                raise FusionError(got)
+            self.restore(got)
+        for k in range(start, len(calls)):
+            try:
+                self.schedule_call(calls[k])
+            except FusionError as e:
+                memo.prefixes[keys[k]] = str(e)
+                raise
+            memo.prefixes[keys[k]] = self.snapshot()
+
+    def schedule_call(self, kc: KernelCall) -> None:
+        self.schedule_loads(kc)
+        self.schedule_computes(kc)
+        self.schedule_stores(kc)
+
+    def snapshot(self) -> tuple:
+        """The state scheduling has built (copies: it goes on changing)."""
+        return (dict(self.elements), dict(self.call_elem), tuple(self.steps), dict(self.produced),
+                dict(self.loaded), frozenset(self.cleared))
+
+    def restore(self, state: tuple) -> None:
+        elements, call_elem, steps, produced, loaded, cleared = state
+        self.elements, self.call_elem, self.steps = dict(elements), dict(call_elem), list(steps)
+        self.produced, self.loaded, self.cleared = dict(produced), dict(loaded), set(cleared)
 
     def schedule_loads(self, kc: KernelCall) -> None:
         loop = self.spec.loop

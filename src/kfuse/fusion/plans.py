@@ -283,7 +283,8 @@ class PlanSearch:
             # the variants each kernel has now; every shared choice (block size, unroll, ...) tried
             chosen = {c: v for x in (a, b) for c, v in zip(self.ranked[x][0][1].order, self.ranked[x][0][1].variants)}
             impls, _ = implementations(self.program, self.graph, self.lib, u, self.spans, sampled=True,
-                                       variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=self.space.shapes)
+                                       variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=self.space.shapes,
+                                       memo=self.space.memo)
             if not impls:
                 return 0.0, "not fused: no implementation can be built (resources or mappings)"
             ranked = self._rank(impls)

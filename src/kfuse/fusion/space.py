@@ -16,6 +16,7 @@ from typing import Any
 
 from ..ir.kernel import KernelCall, KernelSpec
 from ..codegen.kernel import KernelCode, build_copies
+from ..codegen.schedule import ScheduleMemo
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import AXES, Library
@@ -86,6 +87,7 @@ class Space:
     pruned: dict[frozenset[int], dict[str, int]] = field(default_factory=dict)
     bounded: str | None = None      # what a bounded search left out (None: exhaustive)
     shapes: dict = field(default_factory=dict, repr=False)     # implementations by fusion shape
+    memo: ScheduleMemo = field(default_factory=ScheduleMemo, repr=False)    # kernels analysed
 
 
 def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
@@ -232,22 +234,23 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
 
 
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None
-                    ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
+                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None,
+                    memo: ScheduleMemo | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
     kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
     (bounded search of a large script): one call order, the variant choices of
     ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed).
     ``shapes`` (a dict kept by the caller) remembers the implementations of each fusion shape
-    (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt."""
+    (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt.
+    ``memo`` (one per program) keeps the kernels' analyses (codegen/schedule.py ``ScheduleMemo``)."""
     if shapes is None:
-        return _implementations(program, graph, lib, calls, spans, sampled, variants_of)
+        return _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo)
     idx = sorted(calls)
     key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
     if variants_of is not None:
         key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
     if key not in shapes:
-        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of)
+        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
     found, pruned = shapes[key]
@@ -256,7 +259,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                     spans: tuple[int, ...], sampled: bool, variants_of
+                     spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None
                      ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     fns = [program.calls[i].function for i in sorted(calls)]
     nesting = fns[0].nesting
@@ -281,7 +284,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 try:
-                    codes = build_copies(base.spec(program, "k", stores), lib, copies)
+                    codes = build_copies(base.spec(program, "k", stores), lib, copies, memo)
                 except FusionError:
                     pruned["refused by the builder"] += len(copies)
                     continue
@@ -430,7 +433,7 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
     far (``score(code)``: predicted seconds) while that helps."""
     program, graph = space.program, space.graph
     if count_builds(program, graph, calls, limit) <= limit:
-        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes)
+        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo)
         space.impls[calls] = impls or space.impls[calls]
         return
     found = {(i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros): (i, c)
@@ -444,7 +447,7 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
                 if v != current[k]:
                     trials.append(current[:k] + (v,) + current[k + 1:])
         impls, _ = implementations(program, graph, lib, calls, spans, sampled=True,
-                                   variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes)
+                                   variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes, memo=space.memo)
         for im, c in impls:
             found.setdefault((im.order, im.variants, im.by, im.loop, im.unroll, im.ipb, im.span, im.macros), (im, c))
         new = min(found.values(), key=lambda ic: score(ic[1]))
@@ -458,9 +461,9 @@ def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
     program, graph = space.program, space.graph
     candidates = [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in space.fusions]
     for calls in candidates:
-        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes)
+        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes, memo=space.memo)
         if sampled and not impls and len(calls) == 1:
-            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes)
+            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo)
         space.pruned[calls] = pruned
         if impls:
             space.impls[calls] = impls
