@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import AbstractSet, Mapping, NamedTuple
 
 from ..errors import FusionError
 from ..ir.kernel import GlobalArg, KernelSpec
@@ -143,10 +143,18 @@ def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = N
 def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None) -> list[Layout | FusionError]:
     """The layout of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
     its barriers once (none of which depends on them), finished per copy.  Each entry is the
-    layout or the FusionError that refused it.  ``memo``: see ``analyse``."""
+    layout or the FusionError that refused it.  ``memo``: see ``analyse``.
+
+    The copies pass ``finish``'s checks in its order, but what does not depend on the unroll or
+    on the span's width is found once: the frame (or why it was refused), the elements used
+    outside the loop, and for every span > 1 the same per-slot elements, ``check_span``'s verdict
+    and steps marked once per span (``_spanned``)."""
     base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
-    frame = None
+    frame: Frame | str | None = None
+    outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
+    every = frozenset(base.elements)
+    spanned: tuple[frozenset[str], str | None, tuple[Step, ...]] | None = None
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
@@ -154,13 +162,37 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
         try:
             copy_spec = base.spec if (unroll, span) == (1, 1) else replace(spec, unroll=unroll, span=span)
             check_copies_in_registers(copy_spec, base.placement)   # before anything else
-            check_spec(copy_spec, lib)
-            check_register_entries(copy_spec, base.elements, base.steps, base.placement)
-            frame = frame or make_frame(replace(base, spec=copy_spec))   # the same for every copy
-            out.append(finish(base, copy_spec, frame))
+            check_copy_choices(copy_spec)   # check_spec's checks that an unroll or span can fail
+            per_slot = every if span == 1 else frozenset(copy_sets(copy_spec, base.elements, ())[1])
+            check_register_slots(copy_spec, base.placement, outside, per_slot)
+            if frame is None:
+                try:
+                    frame = make_frame(replace(base, spec=copy_spec))   # the same for every copy
+                except FusionError as e:
+                    frame = str(e)
+            if isinstance(frame, str):
+                raise FusionError(frame)
+            steps = base.steps
+            if span > 1:
+                spanned = spanned or _spanned(copy_spec, base, per_slot)
+                if spanned[1] is not None:
+                    raise FusionError(spanned[1])
+                steps = spanned[2]
+            out.append(replace(base, spec=copy_spec, steps=steps, outside=outside, per_slot=per_slot, frame=frame))
         except FusionError as e:
             out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
     return out
+
+
+def _spanned(spec: KernelSpec, base: Layout, per_slot: frozenset[str]) -> tuple:
+    """For a copy with a span: (per-slot elements, why ``check_span`` refuses it or None, the
+    steps marked once per span) -- the same for any span > 1."""
+    try:
+        check_span(spec, base.elements, base.steps, per_slot)
+        verdict = None
+    except FusionError as e:
+        verdict = str(e)
+    return per_slot, verdict, tuple(replace(s, once_per_span=not step_per_slot(s, per_slot)) for s in base.steps)
 
 
 def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
@@ -168,11 +200,7 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
     nest = {kc.call.function.nesting for kc in spec.calls}
     if len(nest) != 1:
         raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
-    if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1 or spec.span < 1:
-        raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block, "
-                          "unroll and span >= 1")
-    if spec.nesting == 1 and spec.span != 1:
-        raise FusionError(f"{spec.name}: a span across the loop axis needs a nested kernel")
+    check_copy_choices(spec)
     if spec.nesting == 2 and spec.ipb != 1:
         raise FusionError(f"{spec.name}: nested kernels run one instance per block")
     if spec.loop not in AXES[spec.nesting]:
@@ -185,6 +213,15 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
                           f"({', '.join(f'{r}x{c}' for r, c in sorted(tiles))}) cannot share a kernel")
     (tile,) = tiles
     return tile
+
+
+def check_copy_choices(spec: KernelSpec) -> None:
+    """The checks of ``check_spec`` that the unroll and span enter, in its order."""
+    if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1 or spec.span < 1:
+        raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block, "
+                          "unroll and span >= 1")
+    if spec.nesting == 1 and spec.span != 1:
+        raise FusionError(f"{spec.name}: a span across the loop axis needs a nested kernel")
 
 
 # -- placement -------------------------------------------------------------------------------
@@ -389,8 +426,12 @@ def check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
 
 def check_register_entries(spec: KernelSpec, elements: Mapping[str, Element], steps, pl: Placement) -> None:
     """The elements in registers, with their unrolled and spanned copies, must not spill."""
+    check_register_slots(spec, pl, *copy_sets(spec, elements, steps))
+
+
+def check_register_slots(spec: KernelSpec, pl: Placement, outside, per_slot) -> None:
+    """``check_register_entries`` with the elements' ``copy_sets`` given."""
     U, V = spec.unroll, spec.span
-    outside, per_slot = copy_sets(spec, elements, steps)
     slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
                 for key, n in pl.registers.items())
     if slots > MAX_REGISTER_SLOTS:
@@ -398,7 +439,7 @@ def check_register_entries(spec: KernelSpec, elements: Mapping[str, Element], st
                           f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
 
 
-def step_per_slot(s: Step, per_slot: set[str]) -> bool:
+def step_per_slot(s: Step, per_slot: AbstractSet[str]) -> bool:
     """Does the step run once per span slot?  Computes always do; loads, clears and stores when
     their element has a copy per slot."""
     if s.routine is not None and s.routine.kind == "compute":
@@ -406,7 +447,7 @@ def step_per_slot(s: Step, per_slot: set[str]) -> bool:
     return any(a.element in per_slot for a in s.accesses)
 
 
-def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: set[str]) -> None:
+def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: AbstractSet[str]) -> None:
     """Elements shared by the span's slots are either loaded once and read by every slot, or
     partial results that every slot adds to (cleared before the slots, stored after them)."""
     for key, el in elements.items():
