@@ -38,6 +38,9 @@ from .transfer import DEFAULT_MACHINE, atomic_warps
 from .transfer import kernel_time as transfer_kernel_time
 
 
+FACTS_KEPT = 20000          # steps tuples whose facts a model keeps (CalibratedModel._step_facts)
+
+
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
     """Fraction of an SM's thread slots filled by blocks of this size and shared memory
     (registers are not known before compilation and are not counted)."""
@@ -56,6 +59,7 @@ class CalibratedModel:
         self._memo: dict[tuple, float] = {}
         self._keys: dict[tuple, str] = {}      # routine identity -> calibration key (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
+        self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
 
     # -- one routine ---------------------------------------------------------------------------
@@ -118,14 +122,43 @@ class CalibratedModel:
         ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
         bar_ns = self.barrier_ns(spec.nesting, L.threads)
-        for s in code.steps:
-            runs = instances if s.phase == "loop" else slots * L.span
-            if s.once_per_span:     # once for the block's span of instances across the loop
+        for in_loop, once, has_barrier, pid, kind, T in self._step_facts(code.steps):
+            runs = instances if in_loop else slots * L.span
+            if once:                # once for the block's span of instances across the loop
                 runs = -(-runs // L.span)
-            if s.barrier:
+            if has_barrier:
                 barrier += bar_ns * runs
-            if s.routine is None:
+            if pid is None:
                 continue            # clears of on-chip accumulators: a register or shared write
+            # a loop unrolled beyond its serial iterations runs only those (small sizes)
+            u = min(spec.unroll, iters) if in_loop else 1
+            where = resident
+            if kind != "compute":
+                # a variant whose instance has fewer threads than the kernel's leaves the others
+                # idle while its routines run (its probe ran in its own instance): its loads and
+                # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
+                # per instance, beside `warp` calls of 32: a quarter)
+                where = resident * min(1.0, T * spec.ipb / L.threads)
+            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
+        return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
+                "barrier": barrier * 1e-9, "launch": self.launch_seconds,
+                "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
+                "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
+
+    def _step_facts(self, steps: tuple) -> list[tuple]:
+        """Per step, what ``kernel_parts`` reads of it: (in the serial loop, once per span, a
+        barrier before it, its routine's probe id or None for a clear, its kind with finishes
+        counted as compute (on chip), its variant's threads per instance).  Kept by the steps'
+        identity (the tuple is kept alive with them): a kernel's unrolled copies and its
+        instances-per-block choices share one steps tuple."""
+        got = self._facts.get(id(steps))
+        if got is not None and got[0] is steps:
+            return got[1]
+        facts: list[tuple] = []
+        for s in steps:
+            if s.routine is None:
+                facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0))
+                continue
             ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine))
             key = self._keys.get(ident)
             if key is None:
@@ -134,22 +167,13 @@ class CalibratedModel:
             if pid is None:
                 raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
                                  "recalibrate (kfuse calibrate)")
-            # a loop unrolled beyond its serial iterations runs only those (small sizes)
-            u = min(spec.unroll, iters) if s.phase == "loop" else 1
-            kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
-            where = resident
-            if kind != "compute":
-                # a variant whose instance has fewer threads than the kernel's leaves the others
-                # idle while its routines run (its probe ran in its own instance): its loads and
-                # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
-                # per instance, beside `warp` calls of 32: a quarter)
-                T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads)
-                where = resident * min(1.0, T * spec.ipb / L.threads)
-            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
-        return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
-                "barrier": barrier * 1e-9, "launch": self.launch_seconds,
-                "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
-                "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
+            kind = "compute" if s.routine.kind == "finish" else s.routine.kind
+            T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
+            facts.append((s.phase == "loop", s.once_per_span, s.barrier, pid, kind, T))
+        if len(self._facts) >= FACTS_KEPT:
+            self._facts.clear()     # a model may rank many programs: it must not keep their kernels alive
+        self._facts[id(steps)] = (steps, facts)
+        return facts
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         if code.launch.whole_entries and not self._measured(code):
