@@ -257,6 +257,8 @@ def barriers(steps, pl: Placement, buffered: frozenset[str] = frozenset()) -> li
     barrier that separates this instance's writer from its readers separates the readers from
     the writer two instances later (one barrier per instance instead of two)."""
     flags = [False] * len(steps)
+    if not pl.shared:
+        return flags                # nothing in shared memory: nothing to guard
     since: list[Access] = []
 
     def visit(n: int) -> None:
