@@ -34,7 +34,7 @@ from ..errors import KfuseError
 from ..ir.kernel import target_blocks
 from ..library.schema import Library
 from .store import SHIPPED, Calibration, find, routine_key
-from .transfer import DEFAULT_MACHINE, atomic_warps
+from .transfer import DEFAULT_MACHINE, atomic_step_warps
 from .transfer import kernel_time as transfer_kernel_time
 
 
@@ -121,13 +121,17 @@ class CalibratedModel:
         loop = spec.loop if spec.nesting == 2 else "i"
         ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
+        atomic = 0                  # transfer.atomic_warps
         bar_ns = self.barrier_ns(spec.nesting, L.threads)
-        for in_loop, once, has_barrier, pid, kind, T in self._step_facts(code.steps):
+        memo = self._memo
+        for in_loop, once, has_barrier, pid, kind, T, warps in self._step_facts(code.steps):
             runs = instances if in_loop else slots * L.span
             if once:                # once for the block's span of instances across the loop
                 runs = -(-runs // L.span)
             if has_barrier:
                 barrier += bar_ns * runs
+            if warps:
+                atomic += -(-instances // (L.span if once else 1)) * warps
             if pid is None:
                 continue            # clears of on-chip accumulators: a register or shared write
             # a loop unrolled beyond its serial iterations runs only those (small sizes)
@@ -139,16 +143,20 @@ class CalibratedModel:
                 # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
                 # per instance, beside `warp` calls of 32: a quarter)
                 where = resident * min(1.0, T * spec.ipb / L.threads)
-            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
+            got = memo.get((pid, loop, u, spec.ipb, where))
+            if got is None:
+                got = self.routine_ns(pid, loop, u, spec.ipb, where)
+            ns[kind] += got * runs * scale
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
-                "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
+                "contention": atomic * DEFAULT_MACHINE.atomic}
 
     def _step_facts(self, steps: tuple) -> list[tuple]:
         """Per step, what ``kernel_parts`` reads of it: (in the serial loop, once per span, a
         barrier before it, its routine's probe id or None for a clear, its kind with finishes
-        counted as compute (on chip), its variant's threads per instance).  Kept by the steps'
+        counted as compute (on chip), its variant's threads per instance, the warps of an
+        instance its store adds partial results with, ``transfer.atomic_step_warps``).  Kept by the steps'
         identity (the tuple is kept alive with them): a kernel's unrolled copies and its
         instances-per-block choices share one steps tuple."""
         got = self._facts.get(id(steps))
@@ -157,7 +165,7 @@ class CalibratedModel:
         facts: list[tuple] = []
         for s in steps:
             if s.routine is None:
-                facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0))
+                facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0))
                 continue
             ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine))
             key = self._keys.get(ident)
@@ -169,7 +177,7 @@ class CalibratedModel:
                                  "recalibrate (kfuse calibrate)")
             kind = "compute" if s.routine.kind == "finish" else s.routine.kind
             T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
-            facts.append((s.phase == "loop", s.once_per_span, s.barrier, pid, kind, T))
+            facts.append((s.phase == "loop", s.once_per_span, s.barrier, pid, kind, T, atomic_step_warps(s)))
         if len(self._facts) >= FACTS_KEPT:
             self._facts.clear()     # a model may rank many programs: it must not keep their kernels alive
         self._facts[id(steps)] = (steps, facts)
