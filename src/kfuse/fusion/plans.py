@@ -220,8 +220,22 @@ class PlanSearch:
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
         scored = [(self._score(code), impl, code) for impl, code in impls if self._fits(code) is None]
-        scored.sort(key=lambda t: (t[0], t[1].unroll > self._iterations(t[2]), _preference(t[1], t[2], self.itemsize)))
-        return scored
+        # sorted by (score, unroll beyond the iterations, _preference), the costliest part of
+        # the key found only where the rest ties (sorts are stable: the order of the whole key)
+        heads = [(t[0], t[1].unroll > self._iterations(t[2])) for t in scored]
+        order = sorted(range(len(scored)), key=heads.__getitem__)
+        out: list[tuple[float, Implementation, KernelCode]] = []
+        n = 0
+        while n < len(order):
+            m = n + 1
+            while m < len(order) and heads[order[m]] == heads[order[n]]:
+                m += 1
+            tied = [scored[k] for k in order[n:m]]
+            if len(tied) > 1:
+                tied.sort(key=lambda t: _preference(t[1], t[2], self.itemsize))
+            out.extend(tied)
+            n = m
+        return out
 
     def _iterations(self, code: KernelCode) -> int:
         """Serial iterations of a kernel at the search's sizes, as chosen at launch on the model's
