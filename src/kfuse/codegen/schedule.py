@@ -13,6 +13,7 @@ two calls is issued once.  Placement, barriers and the frame follow in ``layout.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import prod
 from typing import Any
 
@@ -67,6 +68,12 @@ class Step:
     once_per_span: bool = False     # runs once for the block's span of instances, not per instance
 
 
+
+
+@lru_cache(maxsize=None)
+def mapping_check(mapping: str, shape: tuple[int, ...], X: int, Y: int) -> str | None:
+    """``MAPPINGS[mapping].check`` memoised (a pure function of few distinct arguments)."""
+    return MAPPINGS[mapping].check(shape, X, Y)
 
 
 def call_key(kc: KernelCall) -> tuple:
@@ -297,7 +304,7 @@ class Scheduler:
             key = self.arg_element(kc, a.name)
             el = self.elements[key]
             assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
-            reason = MAPPINGS[a.mapping].check(el.shape, X, Y)
+            reason = mapping_check(a.mapping, el.shape, X, Y)
             if reason:
                 raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
             acc.append(Access(key, a.mode, a.mapping, (X, Y)))

@@ -41,7 +41,17 @@ class KernelCall:
         return x if isinstance(x, int) else self.macro(x)
 
     def shape(self, routine: Routine) -> tuple[int, int]:
-        return self.value_of(routine.threads[0]), self.value_of(routine.threads[1])
+        """Threads (x, y) of one of the variant's routines with these macros."""
+        got = self._shapes.get(id(routine))
+        if got is None or got[0] is not routine:
+            got = self._shapes[id(routine)] = (routine, (self.value_of(routine.threads[0]),
+                                                         self.value_of(routine.threads[1])))
+        return got[1]
+
+    @cached_property
+    def _shapes(self) -> dict[int, tuple[Routine, tuple[int, int]]]:
+        """``shape`` memoised by the routine's identity (kept with the routine)."""
+        return {}
 
     def tile(self, lib: Library) -> tuple[int, int]:
         """Rows x columns of the tile an instance of a 2-level call covers."""

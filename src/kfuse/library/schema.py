@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 # higher-order kind -> nesting depth; the instance space has one axis per level
@@ -70,8 +71,9 @@ class Routine:
     param: str | None               # the param a load/store moves
     threads: tuple[str | int, str | int]
 
-    @property
+    @cached_property
     def elements(self) -> tuple[Arg, ...]:
+        """The element arguments (kept: the planner asks for them hundreds of thousands of times)."""
         return tuple(a for a in self.args if a.kind == "element")
 
 
@@ -96,7 +98,7 @@ class Variant:
     def routine(self, name: str) -> Routine | None:
         return next((r for r in self.routines if r.name == name), None)
 
-    @property
+    @cached_property
     def computes(self) -> tuple[Routine, ...]:
         return tuple(r for r in self.routines if r.kind == "compute")
 
