@@ -155,13 +155,22 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
     every = frozenset(base.elements)
     spanned: tuple[frozenset[str], str | None, tuple[Step, ...]] | None = None
+    in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
             continue
+        refused = in_registers.get((unroll > 1, span))     # all its refusal depends on
+        if refused is not None:
+            out.append(refused)
+            continue
         try:
             copy_spec = base.spec if (unroll, span) == (1, 1) else replace(spec, unroll=unroll, span=span)
-            check_copies_in_registers(copy_spec, base.placement)   # before anything else
+            try:
+                check_copies_in_registers(copy_spec, base.placement)   # before anything else
+            except FusionError as e:
+                in_registers[(unroll > 1, span)] = e
+                raise
             check_copy_choices(copy_spec)   # check_spec's checks that an unroll or span can fail
             per_slot = every if span == 1 else frozenset(copy_sets(copy_spec, base.elements, ())[1])
             check_register_slots(copy_spec, base.placement, outside, per_slot)
