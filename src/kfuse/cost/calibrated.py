@@ -57,7 +57,7 @@ class CalibratedModel:
         self.cal = cal
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
         self._memo: dict[tuple, float] = {}
-        self._keys: dict[tuple, str] = {}      # routine identity -> calibration key (memo)
+        self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
         self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
@@ -167,21 +167,27 @@ class CalibratedModel:
             if s.routine is None:
                 facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0))
                 continue
-            ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine))
-            key = self._keys.get(ident)
-            if key is None:
-                key = self._keys[ident] = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
-            pid = self.cal.routines.get(key)
-            if pid is None:
-                raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
-                                 "recalibrate (kfuse calibrate)")
-            kind = "compute" if s.routine.kind == "finish" else s.routine.kind
-            T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
-            facts.append((s.phase == "loop", s.once_per_span, s.barrier, pid, kind, T, atomic_step_warps(s)))
+            # the routine's facts: by its identity (the library's objects), macros and phase
+            ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine), s.phase == "loop")
+            got = self._routine_facts.get(ident)
+            if got is None:
+                got = self._routine_facts[ident] = self._facts_of(s)
+            facts.append((s.phase == "loop", s.once_per_span, s.barrier) + got)
         if len(self._facts) >= FACTS_KEPT:
             self._facts.clear()     # a model may rank many programs: it must not keep their kernels alive
         self._facts[id(steps)] = (steps, facts)
         return facts
+
+    def _facts_of(self, s) -> tuple:
+        """(probe id, kind, threads per instance, warps adding partials) of a step's routine."""
+        key = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
+        pid = self.cal.routines.get(key)
+        if pid is None:
+            raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
+                             "recalibrate (kfuse calibrate)")
+        kind = "compute" if s.routine.kind == "finish" else s.routine.kind
+        T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
+        return pid, kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         if code.launch.whole_entries and not self._measured(code):
