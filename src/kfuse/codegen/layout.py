@@ -23,7 +23,7 @@ from ..ir.kernel import GlobalArg, KernelSpec
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
-from .schedule import Access, Element, ScheduleMemo, Scheduler, Step
+from .schedule import Access, Element, ScheduleMemo, Scheduler, Step, mapping_slots
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
 MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
@@ -147,14 +147,13 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
 
     The copies pass ``finish``'s checks in its order, but what does not depend on the unroll or
     on the span's width is found once: the frame (or why it was refused), the elements used
-    outside the loop, and for every span > 1 the same per-slot elements, ``check_span``'s verdict
-    and steps marked once per span (``_spanned``)."""
+    outside the loop, and with no span and with any span > 1 the per-slot elements, their
+    register entries, ``check_span``'s verdict and the steps (``_Slots``)."""
     base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
     frame: Frame | str | None = None
     outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
-    every = frozenset(base.elements)
-    spanned: tuple[frozenset[str], str | None, tuple[Step, ...]] | None = None
+    slots: dict[bool, _Slots] = {}      # by span > 1
     in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
@@ -172,8 +171,8 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
                 in_registers[(unroll > 1, span)] = e
                 raise
             check_copy_choices(copy_spec)   # check_spec's checks that an unroll or span can fail
-            per_slot = every if span == 1 else frozenset(copy_sets(copy_spec, base.elements, ())[1])
-            check_register_slots(copy_spec, base.placement, outside, per_slot)
+            sl = slots.get(span > 1) or slots.setdefault(span > 1, _Slots(copy_spec, base, outside))
+            check_register_slots(copy_spec, sl.sums)
             if frame is None:
                 try:
                     frame = make_frame(replace(base, spec=copy_spec))   # the same for every copy
@@ -181,27 +180,31 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
                     frame = str(e)
             if isinstance(frame, str):
                 raise FusionError(frame)
-            steps = base.steps
-            if span > 1:
-                spanned = spanned or _spanned(copy_spec, base, per_slot)
-                if spanned[1] is not None:
-                    raise FusionError(spanned[1])
-                steps = spanned[2]
-            out.append(replace(base, spec=copy_spec, steps=steps, outside=outside, per_slot=per_slot, frame=frame))
+            if sl.refused is not None:
+                raise FusionError(sl.refused)
+            out.append(replace(base, spec=copy_spec, steps=sl.steps, outside=outside, per_slot=sl.per_slot,
+                               frame=frame))
         except FusionError as e:
             out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
     return out
 
 
-def _spanned(spec: KernelSpec, base: Layout, per_slot: frozenset[str]) -> tuple:
-    """For a copy with a span: (per-slot elements, why ``check_span`` refuses it or None, the
-    steps marked once per span) -- the same for any span > 1."""
-    try:
-        check_span(spec, base.elements, base.steps, per_slot)
-        verdict = None
-    except FusionError as e:
-        verdict = str(e)
-    return per_slot, verdict, tuple(replace(s, once_per_span=not step_per_slot(s, per_slot)) for s in base.steps)
+class _Slots:
+    """What the copies of a kernel with no span, or with any span > 1, share: the elements with
+    a copy per slot, their register entries (``slot_sums``), why ``check_span`` refuses the
+    span (None: it does not, or no span) and the steps, marked once per span where they are."""
+
+    def __init__(self, spec: KernelSpec, base: Layout, outside: frozenset[str]):
+        self.per_slot = frozenset(copy_sets(spec, base.elements, ())[1])
+        self.sums = slot_sums(base.placement, outside, self.per_slot)
+        self.refused: str | None = None
+        self.steps = base.steps
+        if spec.span > 1:
+            try:
+                check_span(spec, base.elements, base.steps, self.per_slot)
+            except FusionError as e:
+                self.refused = str(e)
+            self.steps = tuple(replace(s, once_per_span=not step_per_slot(s, self.per_slot)) for s in base.steps)
 
 
 def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
@@ -244,10 +247,11 @@ def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement
             by_elem.setdefault(a.element, []).append(a)
     offset = 0
     for key, accs in by_elem.items():
-        ids = {a.identity for a in accs}
         first = accs[0]
-        if len(ids) == 1 and None not in ids and MAPPINGS[first.mapping].registers:
-            registers[key] = MAPPINGS[first.mapping].slots(elements[key].shape, *first.threads)
+        # one identity (Access.identity: mapping and threads), not arbitrary indexing
+        if (first.mapping != "any" and all(a.mapping == first.mapping and a.threads == first.threads for a in accs)
+                and MAPPINGS[first.mapping].registers):
+            registers[key] = mapping_slots(first.mapping, elements[key].shape, *first.threads)
             continue
         bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
         if bad:
@@ -269,11 +273,12 @@ def barriers(steps, pl: Placement, buffered: frozenset[str] = frozenset()) -> li
     if not pl.shared:
         return flags                # nothing in shared memory: nothing to guard
     since: list[Access] = []
+    in_shared = [[a for a in s.accesses if a.element in pl.shared] for s in steps]
 
     def visit(n: int) -> None:
         nonlocal since
-        shared = [a for a in steps[n].accesses if a.element in pl.shared]
-        if any(_conflict(a, b) for a in shared for b in since):
+        shared = in_shared[n]
+        if shared and since and any(_conflict(a, b) for a in shared for b in since):
             flags[n] = True
         if flags[n]:
             since = []
@@ -437,14 +442,24 @@ def check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
 
 def check_register_entries(spec: KernelSpec, elements: Mapping[str, Element], steps, pl: Placement) -> None:
     """The elements in registers, with their unrolled and spanned copies, must not spill."""
-    check_register_slots(spec, pl, *copy_sets(spec, elements, steps))
+    check_register_slots(spec, slot_sums(pl, *copy_sets(spec, elements, steps)))
 
 
-def check_register_slots(spec: KernelSpec, pl: Placement, outside, per_slot) -> None:
-    """``check_register_entries`` with the elements' ``copy_sets`` given."""
+def slot_sums(pl: Placement, outside: AbstractSet[str], per_slot: AbstractSet[str]) -> tuple[int, int, int, int]:
+    """Register entries per thread of the elements in registers used outside the loop with one
+    copy for the span's slots, outside with one per slot, inside with one, inside with one per
+    slot: an unroll U and a span V give (a + V b) + U (c + V d) entries."""
+    sums = [0, 0, 0, 0]
+    for key, n in pl.registers.items():
+        sums[(0 if key in outside else 2) + (1 if key in per_slot else 0)] += n
+    return sums[0], sums[1], sums[2], sums[3]
+
+
+def check_register_slots(spec: KernelSpec, sums: tuple[int, int, int, int]) -> None:
+    """``check_register_entries`` with the elements' ``slot_sums`` given."""
     U, V = spec.unroll, spec.span
-    slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
-                for key, n in pl.registers.items())
+    a, b, c, d = sums
+    slots = a + V * b + U * (c + V * d)
     if slots > MAX_REGISTER_SLOTS:
         raise FusionError(f"{spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
                           f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")

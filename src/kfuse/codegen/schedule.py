@@ -76,6 +76,12 @@ def mapping_check(mapping: str, shape: tuple[int, ...], X: int, Y: int) -> str |
     return MAPPINGS[mapping].check(shape, X, Y)
 
 
+@lru_cache(maxsize=None)
+def mapping_slots(mapping: str, shape: tuple[int, ...], X: int, Y: int) -> int:
+    """``MAPPINGS[mapping].slots`` memoised (likewise)."""
+    return MAPPINGS[mapping].slots(shape, X, Y)
+
+
 def call_key(kc: KernelCall) -> tuple:
     """A kernel call within one program: its call, variant (names are unique per function) and macros."""
     return (kc.call.index, kc.variant.name, kc.macros)
