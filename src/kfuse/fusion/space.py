@@ -277,6 +277,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             if not keep(order, variants):
                 continue
             by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
+            chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
@@ -299,7 +300,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                         pruned["unrolled with no serial loop"] += 1
                         continue
                     impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span, macros)
-                    _keep(built, pruned, impl, code, order, variants)
+                    _keep(built, pruned, impl, code, chosen)
     return _without_map_exchanges(list(built.values()), pruned), pruned
 
 
@@ -322,10 +323,10 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     return kept
 
 
-def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants) -> None:
-    """Same choices in another call order: keep the one needing less shared memory."""
-    key = (tuple(sorted(zip(order, variants))), impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb,
-           impl.span)
+def _keep(built, pruned, impl: Implementation, code: KernelCode, chosen: tuple) -> None:
+    """Same choices in another call order: keep the one needing less shared memory (``chosen``:
+    the (call, variant) pairs sorted)."""
+    key = (chosen, impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb, impl.span)
     old = built.get(key)
     if old is not None:
         pruned["dominated in on-chip memory"] += 1
