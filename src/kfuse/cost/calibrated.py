@@ -57,6 +57,7 @@ class CalibratedModel:
         self.cal = cal
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
         self._memo: dict[tuple, float] = {}
+        self._bases: dict[tuple, tuple[float, tuple[float, float] | None]] = {}   # _routine_base (memo)
         self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
         self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
@@ -71,6 +72,22 @@ class CalibratedModel:
         return self._memo[key]
 
     def _routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
+        base, occupancy = self._routine_base(probe_id, loop, unroll, ipb)
+        if occupancy is None:
+            return base
+        f_full, slope = occupancy
+        if resident >= f_full:
+            return base
+        return base * max(1.0, 1 + slope * (f_full / resident - 1))
+
+    def _routine_base(self, probe_id: str, loop: str, unroll: int, ipb: int) -> tuple[float, tuple[float, float] | None]:
+        """What ``_routine_ns`` finds before it looks at the occupancy (memo: every occupancy
+        shares it): the time at full occupancy, and the full occupancy's resident fraction and
+        the slowdown's slope, or None where the probe has no slowdown to apply."""
+        key = (probe_id, loop, unroll, ipb)
+        got = self._bases.get(key)
+        if got is not None:
+            return got
         points = self.cal.probes[probe_id]["points"]
         same_loop = [p for p in points if p["loop"] == loop] or points
         full = [p for p in same_loop if p["occupancy"] == "full"]
@@ -81,20 +98,21 @@ class CalibratedModel:
         if hi != lo:                # between two measured unrolls: linear
             t = (unroll - lo) / (hi - lo)
             base += t * (_along_ipb([p for p in full if p["unroll"] == hi], ipb) - base)
+        got = self._bases[key] = (base, None)
         # occupancy: the slowdown measured at unroll 1 (full vs half), applied to this unroll
         half = [p for p in same_loop if p["occupancy"] == "half"]
         full1 = [p for p in full if p["unroll"] == min(unrolls)]
         if not half or not full1:
-            return base
+            return got
         f_full = _along_ipb(full1, ipb, "resident")
         f_half = _along_ipb(half, ipb, "resident")
-        if resident >= f_full or f_half >= f_full:
-            return base
+        if f_half >= f_full:
+            return got
         ns_full, ns_half = _along_ipb(full1, ipb), _along_ipb(half, ipb)
         if ns_full <= 0:
-            return base
-        slope = (ns_half / ns_full - 1) / (f_full / f_half - 1)
-        return base * max(1.0, 1 + slope * (f_full / resident - 1))
+            return got
+        got = self._bases[key] = (base, (f_full, (ns_half / ns_full - 1) / (f_full / f_half - 1)))
+        return got
 
     def barrier_ns(self, nesting: int, threads: int) -> float:
         """Nanoseconds of a local barrier per instance in blocks of ``threads`` (interpolated)."""
