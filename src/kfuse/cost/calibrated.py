@@ -50,6 +50,45 @@ def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
     return max(1, blocks) * threads / device["max_threads_per_sm"]
 
 
+def _probe_tables(points: list[dict], loop: str) -> tuple:
+    """A probe's points along a loop axis as ``_ipb_table``s: the unrolls measured at full
+    occupancy, the time table of each, and (resident fraction at full occupancy and unroll 1, at
+    half occupancy, time at full occupancy and unroll 1, at half) or None when the probe was not
+    measured at half occupancy (``CalibratedModel._routine_base`` reads them)."""
+    same_loop = [p for p in points if p["loop"] == loop] or points
+    full = [p for p in same_loop if p["occupancy"] == "full"]
+    unrolls = sorted({p["unroll"] for p in full})
+    by_unroll = {u: _ipb_table([p for p in full if p["unroll"] == u]) for u in unrolls}
+    half = [p for p in same_loop if p["occupancy"] == "half"]
+    full1 = [p for p in full if p["unroll"] == min(unrolls)]
+    occupancy = ((_ipb_table(full1, "resident"), _ipb_table(half, "resident"), _ipb_table(full1),
+                  _ipb_table(half)) if half and full1 else None)
+    return unrolls, by_unroll, occupancy
+
+
+_TABLES: dict[int, tuple[Calibration, dict]] = {}      # id(calibration) -> (it, calibration_tables)
+
+
+def calibration_tables(cal: Calibration) -> dict[tuple[str, str], tuple]:
+    """``_probe_tables`` of every probe along both loop axes, made once per calibration object
+    (a file's calibrations are read once per process, cost/store.py, and not changed after):
+    what every model of it reads of the probes' points, like the calibration itself a cost
+    of the first plan in a process, not of each (about 5 ms for the shipped H100 one)."""
+    got = _TABLES.get(id(cal))
+    if got is None or got[0] is not cal:
+        tables = {}
+        for pid, probe in cal.probes.items():
+            for loop in ("i", "j"):
+                try:
+                    tables[(pid, loop)] = _probe_tables(probe["points"], loop)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    pass        # left to fail where a kernel uses it, as it would unmemoised
+        if len(_TABLES) >= 16:
+            _TABLES.clear()     # calibrations made on the fly (calibrate, tests) are not kept
+        got = _TABLES[id(cal)] = (cal, tables)
+    return got[1]
+
+
 class CalibratedModel:
     """Ranks kernels by a calibration (see the module docstring)."""
 
@@ -58,6 +97,7 @@ class CalibratedModel:
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
         self._memo: dict[tuple, float] = {}
         self._bases: dict[tuple, tuple[float, tuple[float, float] | None]] = {}   # _routine_base (memo)
+        self._tables = calibration_tables(cal)
         self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
         self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
@@ -67,9 +107,10 @@ class CalibratedModel:
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
         """Nanoseconds per execution of a probe's routine in an environment (interpolated)."""
         key = (probe_id, loop, unroll, ipb, resident)
-        if key not in self._memo:
-            self._memo[key] = self._routine_ns(*key)
-        return self._memo[key]
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._routine_ns(*key)
+        return got
 
     def _routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
         base, occupancy = self._routine_base(probe_id, loop, unroll, ipb)
@@ -88,31 +129,31 @@ class CalibratedModel:
         got = self._bases.get(key)
         if got is not None:
             return got
-        points = self.cal.probes[probe_id]["points"]
-        same_loop = [p for p in points if p["loop"] == loop] or points
-        full = [p for p in same_loop if p["occupancy"] == "full"]
-        unrolls = sorted({p["unroll"] for p in full})
+        unrolls, by_unroll, occupancy = self._probe_tables(probe_id, loop)
         lo = max((u for u in unrolls if u <= unroll), default=unrolls[0])
         hi = min((u for u in unrolls if u >= unroll), default=unrolls[-1])
-        base = _along_ipb([p for p in full if p["unroll"] == lo], ipb)
+        base = _at_ipb(by_unroll[lo], ipb)
         if hi != lo:                # between two measured unrolls: linear
             t = (unroll - lo) / (hi - lo)
-            base += t * (_along_ipb([p for p in full if p["unroll"] == hi], ipb) - base)
+            base += t * (_at_ipb(by_unroll[hi], ipb) - base)
         got = self._bases[key] = (base, None)
         # occupancy: the slowdown measured at unroll 1 (full vs half), applied to this unroll
-        half = [p for p in same_loop if p["occupancy"] == "half"]
-        full1 = [p for p in full if p["unroll"] == min(unrolls)]
-        if not half or not full1:
+        if occupancy is None:
             return got
-        f_full = _along_ipb(full1, ipb, "resident")
-        f_half = _along_ipb(half, ipb, "resident")
+        full1_resident, half_resident, full1_ns, half_ns = occupancy
+        f_full = _at_ipb(full1_resident, ipb)
+        f_half = _at_ipb(half_resident, ipb)
         if f_half >= f_full:
             return got
-        ns_full, ns_half = _along_ipb(full1, ipb), _along_ipb(half, ipb)
+        ns_full, ns_half = _at_ipb(full1_ns, ipb), _at_ipb(half_ns, ipb)
         if ns_full <= 0:
             return got
         got = self._bases[key] = (base, (f_full, (ns_half / ns_full - 1) / (f_full / f_half - 1)))
         return got
+
+    def _probe_tables(self, probe_id: str, loop: str) -> tuple:
+        got = self._tables.get((probe_id, loop))
+        return got if got is not None else _probe_tables(self.cal.probes[probe_id]["points"], loop)
 
     def barrier_ns(self, nesting: int, threads: int) -> float:
         """Nanoseconds of a local barrier per instance in blocks of ``threads`` (interpolated)."""
@@ -141,7 +182,6 @@ class CalibratedModel:
         barrier = 0.0
         atomic = 0                  # transfer.atomic_warps
         bar_ns = self.barrier_ns(spec.nesting, L.threads)
-        memo = self._memo
         for in_loop, once, has_barrier, pid, kind, T, warps in self._step_facts(code.steps):
             runs = instances if in_loop else slots * L.span
             if once:                # once for the block's span of instances across the loop
@@ -161,10 +201,7 @@ class CalibratedModel:
                 # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
                 # per instance, beside `warp` calls of 32: a quarter)
                 where = resident * min(1.0, T * spec.ipb / L.threads)
-            got = memo.get((pid, loop, u, spec.ipb, where))
-            if got is None:
-                got = self.routine_ns(pid, loop, u, spec.ipb, where)
-            ns[kind] += got * runs * scale
+            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
         return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
@@ -226,10 +263,20 @@ class CalibratedModel:
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
     """Value at ``ipb`` instances per block (or threads per block): log-linear between the
     nearest measured, clamped."""
+    return _at_ipb(_ipb_table(points, field), ipb)
+
+
+def _ipb_table(points: list[dict], field: str = "ns") -> tuple[list, dict]:
+    """(instances per block measured, sorted; the field's value at each, the first point's)."""
     by: dict = {}
     for p in points:
         by.setdefault(p["ipb"], p[field])
-    xs = sorted(by)
+    return sorted(by), by
+
+
+def _at_ipb(table: tuple[list, dict], ipb: int) -> float:
+    """``_along_ipb`` of the points an ``_ipb_table`` holds."""
+    xs, by = table
     if ipb <= xs[0]:
         return by[xs[0]]
     if ipb >= xs[-1]:
