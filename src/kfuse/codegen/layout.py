@@ -10,23 +10,25 @@ with a different mapping (one access being a write) -- the paper's two condition
 loop's back edge taken into account.
 
 The result, a ``Layout``, is frozen: emission (``emit.py``) and the cost models only read it.
-An (unroll, span) copy of a kernel shares the analysis of the single one (``copy_layouts``).
+An (unroll, span) copy of a kernel shares the analysis of the single one (``copy_layouts``; the
+checks of the copies are in ``copies.py``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import AbstractSet, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
 from ..ir.kernel import GlobalArg, KernelSpec
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
-from .schedule import Access, Element, ScheduleMemo, Scheduler, Step, mapping_slots
+from .copies import (MAX_REGISTER_SLOTS, check_copies_in_registers, check_register_entries, check_register_slots,
+                     check_span, copy_sets, slot_sums, step_per_slot)
+from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
-MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
 
 
 __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
@@ -41,17 +43,6 @@ def replace(obj, **changes):
     new.__dict__.update(obj.__dict__)
     new.__dict__.update(changes)
     return new
-
-
-def _empty() -> Mapping:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class Placement:
-    registers: Mapping[str, int] = field(default_factory=_empty)    # element -> slots per thread
-    shared: Mapping[str, int] = field(default_factory=_empty)       # element -> offset (entries)
-    shared_size: int = 0                                            # entries per instance
 
 
 class Frame(NamedTuple):
@@ -175,7 +166,7 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
             check_register_slots(copy_spec, sl.sums)
             if frame is None:
                 try:
-                    frame = make_frame(replace(base, spec=copy_spec))   # the same for every copy
+                    frame = make_frame(replace(base, spec=copy_spec), memo)   # the same for every copy
                 except FusionError as e:
                     frame = str(e)
             if isinstance(frame, str):
@@ -313,45 +304,76 @@ def _conflict(a: Access, b: Access) -> bool:
 
 
 # -- frame -----------------------------------------------------------------------------------
-def make_frame(lay: Layout) -> Frame:
-    """The copy-independent part of a kernel, with its checks (raises FusionError)."""
-    spec, lib, steps = lay.spec, lay.lib, lay.steps
-    shapes = sorted({s.kc.shape(s.routine) for s in steps if s.routine is not None}
-                    | {a.threads for s in steps for a in s.accesses})
-    T = max(X * Y for X, Y in shapes)
+def make_frame(lay: Layout, memo: ScheduleMemo | None = None) -> Frame:
+    """The copy-independent part of a kernel, with its checks (raises FusionError).  With a
+    ``memo``, what does not depend on the instances per block (``_frame_parts``) is found once
+    per analysis (the spec's other choices: the layouts of one analysis share its steps)."""
+    spec = lay.spec
+    parts = None
+    if memo is not None:
+        got = memo.frames.get(id(lay.steps))
+        parts = got[1] if got is not None and got[0] is lay.steps else None
+    if parts is None:
+        parts = _frame_parts(lay)
+        if memo is not None:
+            memo.frames[id(lay.steps)] = (lay.steps, parts)
+    shapes, T, refused, rest = parts
     threads = T * spec.ipb
     if threads > 1024:
         raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
     if threads % 32:
         raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
                           f"({T} per instance: use more instances per block)")
-    if T < 32 and any(X * Y != T for X, Y in shapes):
-        raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
-    for s in steps:
-        if s.routine is not None and s.routine.name in s.kc.variant.warp_wide:
-            X, Y = s.kc.shape(s.routine)
-            if X * Y < T and X * Y % 32:
-                raise FusionError(f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
-                                  f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
-                                  f"({T} threads per instance)")
+    if refused is not None:
+        raise FusionError(refused)
     smem = lay.placement.shared_size * spec.ipb
     if smem * 8 > MAX_SHARED_BYTES:
         raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
-    first = spec.calls[0]
-    extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
-    assert extents is not None, "a nested kernel's layout has its tile"
-    axis_dims = first.call.axes
-    for kc in spec.calls[1:]:
-        if kc.call.axes != axis_dims:
-            raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
-                              f"{first.call.text()}")
-    args = kernel_args(steps, axis_dims, extents)
-    check_param_space(spec.name, args)
+    if isinstance(rest, str):
+        raise FusionError(rest)
+    return Frame(shapes, T, threads, smem, *rest)
+
+
+def _frame_parts(lay: Layout) -> tuple:
+    """What ``make_frame`` finds that the instances per block do not change, its checks in order
+    around theirs: (thread shapes, threads per instance, why the checks between the threads'
+    and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
+    the checks after the shared memory's refuse)."""
+    spec, lib, steps = lay.spec, lay.lib, lay.steps
+    shapes = sorted({s.kc.shape(s.routine) for s in steps if s.routine is not None}
+                    | {a.threads for s in steps for a in s.accesses})
+    T = max(X * Y for X, Y in shapes)
+    refused = None
+    try:
+        if T < 32 and any(X * Y != T for X, Y in shapes):
+            raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
+        for s in steps:
+            if s.routine is not None and s.routine.name in s.kc.variant.warp_wide:
+                X, Y = s.kc.shape(s.routine)
+                if X * Y < T and X * Y % 32:
+                    raise FusionError(f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
+                                      f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
+                                      f"({T} threads per instance)")
+    except FusionError as e:
+        refused = str(e)
+    try:
+        first = spec.calls[0]
+        extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
+        assert extents is not None, "a nested kernel's layout has its tile"
+        axis_dims = first.call.axes
+        for kc in spec.calls[1:]:
+            if kc.call.axes != axis_dims:
+                raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
+                                  f"{first.call.text()}")
+        args = kernel_args(steps, axis_dims, extents)
+        check_param_space(spec.name, args)
+    except FusionError as e:
+        return shapes, T, refused, str(e)
     clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
                    for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores)
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
-    return Frame(shapes, T, threads, smem, tuple(extents), tuple(axis_dims), args, clears, sources,
-                 wait_phase(spec, steps, args, clears))
+    return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
+                                wait_phase(spec, steps, args, clears))
 
 
 def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
@@ -365,15 +387,13 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
     for s in steps:
         if s.routine is None:
             continue
-        for a in s.routine.args:
-            if a.kind == "global":
-                v = s.kc.call.bindings()[a.name]
-                if v.id not in seen_vals:
-                    seen_vals.add(v.id)
-                    args.append(GlobalArg("array", v.label, v))
-            elif a.kind == "scalar":
-                for v in s.kc.call.bindings()[a.name].values():
-                    scalars[v.id] = v
+        arrays, scalar_values = s.kc.routine_values(s.routine)
+        for v in arrays:
+            if v.id not in seen_vals:
+                seen_vals.add(v.id)
+                args.append(GlobalArg("array", v.label, v))
+        for v in scalar_values:
+            scalars[v.id] = v
     args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
              for v in scalars.values()]
     args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
@@ -405,91 +425,8 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     #   before the call's first kernel, which is never launched early
 
     def reads_prior(s) -> bool:
-        binds = s.kc.call.bindings()
-        return any((a.kind == "global" and binds[a.name].id in prior)
-                   or (a.kind == "scalar" and any(v.id in prior for v in binds[a.name].values()))
-                   for a in s.routine.args)
+        arrays, scalars = s.kc.routine_values(s.routine)
+        return any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)
 
     return next((ph for ph in ("pre", "loop", "post")
                  if any(s.phase == ph and s.routine is not None and reads_prior(s) for s in steps)), None)
-
-
-# -- unrolled and spanned copies -------------------------------------------------------------
-def copy_sets(spec: KernelSpec, elements: Mapping[str, Element], steps) -> tuple[set[str], set[str]]:
-    """(elements used outside the serial loop, elements with one copy per span slot).  Elements
-    used only inside the loop get one copy per unrolled iteration; with a span, an element that
-    follows the axis across the loop has one copy per slot, and the others (vectors along the
-    loop axis) are shared by the slots: loaded once, or summed over the slots and stored once."""
-    outside = {a.element for s in steps if s.phase != "loop" for a in s.accesses}
-    other = "j" if spec.loop == "i" else "i"
-    per_slot = {key for key, el in elements.items() if spec.span == 1 or other in el.axes}
-    return outside, per_slot
-
-
-def check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
-    """Unrolled and spanned copies exist only for elements in registers, and not in a strip kernel
-    (variants spanning an axis whole: its blocks walk their strips one at a time, codegen/emit.py)."""
-    if (spec.unroll > 1 or spec.span > 1) and any(kc.variant.whole for kc in spec.calls):
-        raise FusionError(f"{spec.name}: a strip kernel walks its strips one at a time "
-                          "(no unrolled or spanned copies)")
-    if spec.unroll > 1 and pl.shared:
-        raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
-                          f"({', '.join(pl.shared)} in shared memory)")
-    if spec.span > 1 and pl.shared:
-        raise FusionError(f"{spec.name}: a span of {spec.span} instances across the loop needs every element "
-                          f"in registers ({', '.join(pl.shared)} in shared memory)")
-
-
-def check_register_entries(spec: KernelSpec, elements: Mapping[str, Element], steps, pl: Placement) -> None:
-    """The elements in registers, with their unrolled and spanned copies, must not spill."""
-    check_register_slots(spec, slot_sums(pl, *copy_sets(spec, elements, steps)))
-
-
-def slot_sums(pl: Placement, outside: AbstractSet[str], per_slot: AbstractSet[str]) -> tuple[int, int, int, int]:
-    """Register entries per thread of the elements in registers used outside the loop with one
-    copy for the span's slots, outside with one per slot, inside with one, inside with one per
-    slot: an unroll U and a span V give (a + V b) + U (c + V d) entries."""
-    sums = [0, 0, 0, 0]
-    for key, n in pl.registers.items():
-        sums[(0 if key in outside else 2) + (1 if key in per_slot else 0)] += n
-    return sums[0], sums[1], sums[2], sums[3]
-
-
-def check_register_slots(spec: KernelSpec, sums: tuple[int, int, int, int]) -> None:
-    """``check_register_entries`` with the elements' ``slot_sums`` given."""
-    U, V = spec.unroll, spec.span
-    a, b, c, d = sums
-    slots = a + V * b + U * (c + V * d)
-    if slots > MAX_REGISTER_SLOTS:
-        raise FusionError(f"{spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
-                          f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
-
-
-def step_per_slot(s: Step, per_slot: AbstractSet[str]) -> bool:
-    """Does the step run once per span slot?  Computes always do; loads, clears and stores when
-    their element has a copy per slot."""
-    if s.routine is not None and s.routine.kind == "compute":
-        return True
-    return any(a.element in per_slot for a in s.accesses)
-
-
-def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: AbstractSet[str]) -> None:
-    """Elements shared by the span's slots are either loaded once and read by every slot, or
-    partial results that every slot adds to (cleared before the slots, stored after them)."""
-    for key, el in elements.items():
-        if key in per_slot:
-            continue
-        accs = [(s, a) for s in steps for a in s.accesses if a.element == key]
-        loaded = any(s.routine is not None and s.routine.kind == "load" for s, _ in accs)
-        for s, a in accs:
-            if s.routine is None or s.routine.kind != "compute":
-                continue
-            if (loaded and a.mode != "r") or (not loaded and a.mode != "acc"):
-                raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
-                                  f"({s.routine.name}) {'writes' if loaded else 'reads'} {key}, which "
-                                  "the span's instances share")
-    for s in steps:
-        if (s.routine is not None and s.routine.kind == "compute"
-                and all(a.element not in per_slot for a in s.accesses)):
-            raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
-                              f"({s.routine.name}) touches no per-instance data")

@@ -12,10 +12,11 @@ two calls is issued once.  Placement, barriers and the frame follow in ``layout.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import prod
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from ..errors import FusionError
 from ..ir.kernel import KernelCall, KernelSpec
@@ -105,6 +106,12 @@ class ScheduleMemo:
     def __init__(self) -> None:
         self.layouts: dict[tuple, Any] = {}
         self.prefixes: dict[tuple, tuple | str] = {}
+        # the kernel calls of the specs built for this program, by (call index, variant index,
+        # macros): one object each, so that what they memoise (thread shapes) serves every spec
+        self.calls: dict[tuple, KernelCall] = {}
+        # layout._frame_parts by the analysis's steps (kept with them): the frames of a kernel's
+        # instances-per-block choices share them
+        self.frames: dict[int, tuple[tuple, tuple]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
 
     @staticmethod
@@ -124,6 +131,18 @@ class ScheduleMemo:
             key = (key, call_key(kc), tuple(v for v in bound if v in spec.stores))
             keys.append(key)
         return keys
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a kernel's elements live (``layout.place``)."""
+    registers: Mapping[str, int] = field(default_factory=_empty)    # element -> slots per thread
+    shared: Mapping[str, int] = field(default_factory=_empty)       # element -> offset (entries)
+    shared_size: int = 0                                            # entries per instance
 
 
 class Scheduler:
@@ -220,7 +239,7 @@ class Scheduler:
 
     def schedule_loads(self, kc: KernelCall) -> None:
         loop = self.spec.loop
-        params = {p.name: p for p in kc.call.function.params}
+        params = kc.call.function.param_map
         binds = kc.call.bindings()
         for r in kc.variant.routines:
             if r.kind != "load" or r.param is None:
@@ -249,7 +268,7 @@ class Scheduler:
             self.add_routine("pre" if hoisted else "loop", kc, r)
 
     def schedule_computes(self, kc: KernelCall) -> None:
-        params = {p.name: p for p in kc.call.function.params}
+        params = kc.call.function.param_map
         binds = kc.call.bindings()
         for r in kc.variant.computes:
             for a in r.elements:
@@ -268,7 +287,7 @@ class Scheduler:
             self.add_routine("loop", kc, r)
 
     def schedule_stores(self, kc: KernelCall) -> None:
-        params = {p.name: p for p in kc.call.function.params}
+        params = kc.call.function.param_map
         binds = kc.call.bindings()
         for r in kc.variant.routines:
             if r.kind != "store" or r.param is None:

@@ -49,7 +49,9 @@ class Implementation:
     span: int = 1
     macros: tuple[tuple[str, int], ...] = ()    # other macros, by name (shared by the calls)
 
-    def kernel_calls(self, program: Program) -> tuple[KernelCall, ...]:
+    def kernel_calls(self, program: Program, shared: dict | None = None) -> tuple[KernelCall, ...]:
+        """The calls with their variants and macros (``shared``: kernel calls made before for
+        this program, by call index, variant index and macros -- ScheduleMemo.calls)."""
         out = []
         chosen: dict[str, Any] = dict(self.macros, BY=self.by)
         for i, vi in zip(self.order, self.variants):
@@ -57,11 +59,15 @@ class Implementation:
             var = call.function.variants[vi]
             macros = tuple((m, chosen[m] if chosen.get(m) in vals else vals[0])
                            for m, vals in var.macros.items())
-            out.append(KernelCall(call, var, macros))
+            if shared is None:
+                out.append(KernelCall(call, var, macros))
+            else:
+                kc = shared.get((i, vi, macros))
+                out.append(kc if kc is not None else shared.setdefault((i, vi, macros), KernelCall(call, var, macros)))
         return tuple(out)
 
-    def spec(self, program: Program, name: str, stores: frozenset[int]) -> KernelSpec:
-        return KernelSpec(name, self.kernel_calls(program), iters=0, ipb=self.ipb, stores=stores,
+    def spec(self, program: Program, name: str, stores: frozenset[int], shared: dict | None = None) -> KernelSpec:
+        return KernelSpec(name, self.kernel_calls(program, shared), iters=0, ipb=self.ipb, stores=stores,
                           loop=self.loop, unroll=self.unroll, span=self.span)
 
     def describe(self, program: Program) -> str:
@@ -285,7 +291,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 try:
-                    codes = build_copies(base.spec(program, "k", stores), lib, copies, memo)
+                    codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
                 except FusionError:
                     pruned["refused by the builder"] += len(copies)
                     continue

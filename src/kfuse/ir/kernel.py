@@ -53,6 +53,21 @@ class KernelCall:
         """``shape`` memoised by the routine's identity (kept with the routine)."""
         return {}
 
+    def routine_values(self, routine: Routine) -> tuple[tuple[Value, ...], tuple[Value, ...]]:
+        """(the arrays a routine's global arguments bind, the scalar values its scalar
+        arguments read), each in argument order (memoised like ``shape``)."""
+        got = self._values.get(id(routine))
+        if got is None or got[0] is not routine:
+            binds = self.call.bindings()
+            arrays = tuple(binds[a.name] for a in routine.args if a.kind == "global")
+            scalars = tuple(v for a in routine.args if a.kind == "scalar" for v in binds[a.name].values())
+            got = self._values[id(routine)] = (routine, (arrays, scalars))
+        return got[1]
+
+    @cached_property
+    def _values(self) -> dict[int, tuple[Routine, tuple[tuple[Value, ...], tuple[Value, ...]]]]:
+        return {}
+
     def tile(self, lib: Library) -> tuple[int, int]:
         """Rows x columns of the tile an instance of a 2-level call covers."""
         return self.variant.tile_shape(self._macro_map, lib.tile)

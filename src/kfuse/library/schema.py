@@ -141,16 +141,21 @@ class Function:
     def axes(self) -> tuple[str, ...]:
         return AXES[self.nesting]
 
-    @property
+    @cached_property
     def inputs(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.dir == "in")
 
-    @property
+    @cached_property
     def outputs(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.dir == "out")
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
+
+    @cached_property
+    def param_map(self) -> dict[str, Param]:
+        """Params by name (read-only by convention: kept for the planner's many look-ups)."""
+        return {p.name: p for p in self.params}
 
     @property
     def signature(self) -> str:
