@@ -101,6 +101,7 @@ class CalibratedModel:
         self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
         self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
+        self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
 
     # -- one routine ---------------------------------------------------------------------------
@@ -166,22 +167,11 @@ class CalibratedModel:
     # -- one kernel ----------------------------------------------------------------------------
     def kernel_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> dict[str, float]:
         """Seconds of each term: transfer, compute, barrier, launch, clears."""
-        L, spec, dev = code.launch, code.spec, self.cal.device
-        instances = math.prod(L.counts(dims))
-        iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
-        slots = L.grid(dims, iters) * spec.ipb
-        resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
-        # a strip wider than the calibration's matrix: its probes read only the part inside it
-        # (the rest is out of bounds), so each routine is scaled by the strip's width over that part
-        wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
-                    if any(a in kc.variant.whole for kc in spec.calls)], default=0)
-        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
-        scale = wide / n_cal if n_cal and wide > n_cal else 1.0
-        loop = spec.loop if spec.nesting == 2 else "i"
+        L, spec = code.launch, code.spec
+        instances, iters, slots, resident, scale, loop, bar_ns = self._launch_facts(code, dims, itemsize)
         ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
         atomic = 0                  # transfer.atomic_warps
-        bar_ns = self.barrier_ns(spec.nesting, L.threads)
         for in_loop, once, has_barrier, pid, kind, T, warps in self._step_facts(code.steps):
             runs = instances if in_loop else slots * L.span
             if once:                # once for the block's span of instances across the loop
@@ -206,6 +196,34 @@ class CalibratedModel:
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
                 "contention": atomic * DEFAULT_MACHINE.atomic}
+
+    def _launch_facts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple:
+        """What ``kernel_parts`` reads of a kernel's launch: (instances, serial iterations, instance
+        slots, resident fraction, strip scale, loop axis of the probes, barrier ns).  Kept for the
+        kernels of one frame (their launches share its ``args`` tuple, kept alive with the facts)
+        that agree in everything else these read of the launch, at the same ``dims`` (a search's
+        sizes, which it does not change) and itemsize: a kernel's unrolled copies."""
+        L, spec, dev = code.launch, code.spec, self.cal.device
+        key = (id(L.args), L.threads, L.smem_bytes_per_real, L.ipb, L.span, L.iters, L.loop, id(dims), itemsize)
+        got = self._launches.get(key)
+        if got is not None and got[0] is L.args and got[1] is dims:
+            return got[2]
+        instances = math.prod(L.counts(dims))
+        iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
+        slots = L.grid(dims, iters) * spec.ipb
+        resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
+        # a strip wider than the calibration's matrix: its probes read only the part inside it
+        # (the rest is out of bounds), so each routine is scaled by the strip's width over that part
+        wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
+                    if any(a in kc.variant.whole for kc in spec.calls)], default=0)
+        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
+        scale = wide / n_cal if n_cal and wide > n_cal else 1.0
+        loop = spec.loop if spec.nesting == 2 else "i"
+        facts = (instances, iters, slots, resident, scale, loop, self.barrier_ns(spec.nesting, L.threads))
+        if len(self._launches) >= FACTS_KEPT:
+            self._launches.clear()
+        self._launches[key] = (L.args, dims, facts)
+        return facts
 
     def _step_facts(self, steps: tuple) -> list[tuple]:
         """Per step, what ``kernel_parts`` reads of it: (in the serial loop, once per span, a
