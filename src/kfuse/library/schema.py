@@ -133,7 +133,7 @@ class Function:
     reference: str | None = None    # NumPy expression of the inputs (float64 checking)
     flops: str | None = None        # operations, as an expression of the params' entry counts
 
-    @property
+    @cached_property
     def nesting(self) -> int:
         return KINDS[self.kind]
 
