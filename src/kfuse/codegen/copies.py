@@ -73,10 +73,15 @@ def step_per_slot(s: Step, per_slot: AbstractSet[str]) -> bool:
 def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: AbstractSet[str]) -> None:
     """Elements shared by the span's slots are either loaded once and read by every slot, or
     partial results that every slot adds to (cleared before the slots, stored after them)."""
-    for key, el in elements.items():
+    by_element: dict[str, list] = {}        # each element's (step, access) pairs, in step order
+    for s in steps:
+        for a in s.accesses:
+            if a.element not in per_slot:
+                by_element.setdefault(a.element, []).append((s, a))
+    for key in elements:
         if key in per_slot:
             continue
-        accs = [(s, a) for s in steps for a in s.accesses if a.element == key]
+        accs = by_element.get(key, [])
         loaded = any(s.routine is not None and s.routine.kind == "load" for s, _ in accs)
         for s, a in accs:
             if s.routine is None or s.routine.kind != "compute":
