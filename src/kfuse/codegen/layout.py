@@ -195,7 +195,8 @@ class _Slots:
                 check_span(spec, base.elements, base.steps, self.per_slot)
             except FusionError as e:
                 self.refused = str(e)
-            self.steps = tuple(replace(s, once_per_span=not step_per_slot(s, self.per_slot)) for s in base.steps)
+            self.steps = tuple(s if s.once_per_span is not step_per_slot(s, self.per_slot)
+                               else replace(s, once_per_span=not s.once_per_span) for s in base.steps)
 
 
 def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
