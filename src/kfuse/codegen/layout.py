@@ -36,9 +36,9 @@ __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SH
 
 
 def replace(obj, **changes):
-    """``dataclasses.replace`` for the frozen records of this module (Step, Layout, KernelSpec:
-    plain fields, nothing derived or cached), without the constructor's cost: a layout makes
-    tens of thousands of such copies while a long script is planned."""
+    """``dataclasses.replace`` for frozen records of plain fields, nothing derived or cached
+    (Step, Layout, KernelSpec, LaunchInfo, fusion.space.Implementation), without the
+    constructor's cost: planning a long script makes tens of thousands of such copies."""
     new = object.__new__(type(obj))
     new.__dict__.update(obj.__dict__)
     new.__dict__.update(changes)

@@ -180,8 +180,7 @@ class Scheduler:
         key = (kc.call.index, name)
         if key in self.call_elem:
             return self.call_elem[key]
-        fn = kc.call.function
-        p = next((p for p in fn.params if p.name == name), None)
+        p = kc.call.function.param_map.get(name)
         if p is not None:           # an output (inputs are bound by their load)
             v = kc.call.bindings()[p.name]
             ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
@@ -304,20 +303,21 @@ class Scheduler:
         """May input p of kc take the element an earlier call of this kernel produced?  A
         reduction's result only when the producer's tile spans every axis it reduces over (the
         reduction completes in the block: its barrier is a local one)."""
-        where = f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
+        def where() -> str:         # made only for a refusal (call.text() is not cheap)
+            return f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
         if prod.reduce:
             reduced = [a for a in maker.call.function.axes if a not in prod.index]
             if not p.partial and not set(reduced) <= set(maker.variant.whole):
-                raise FusionError(f"{where} is the result of a reduction in the same kernel "
+                raise FusionError(f"{where()} is the result of a reduction in the same kernel "
                                   f"(needs a global barrier: variant {maker.variant.name} of "
                                   f"{maker.call.function.name} does not span {''.join(reduced)} whole)")
             if not p.partial:
                 return
             if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
-                raise FusionError(f"{where}: partial sums are exchanged only when the producer's "
+                raise FusionError(f"{where()}: partial sums are exchanged only when the producer's "
                                   f"output follows the loop axis {self.spec.loop} or stays on chip")
         elif p.partial:
-            raise FusionError(f"{where}: takes partial sums, but {v.name} is a map result")
+            raise FusionError(f"{where()}: takes partial sums, but {v.name} is a map result")
 
     def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
         X, Y = kc.shape(r)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..ir.kernel import KernelCall, KernelSpec
 from ..codegen.kernel import KernelCode, build_copies
+from ..codegen.layout import replace
 from ..codegen.schedule import ScheduleMemo
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
@@ -305,7 +306,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                         # (float64 WAXPBY, H100: 35 registers and 712 us unrolled by 4, 20 and 537 us not)
                         pruned["unrolled with no serial loop"] += 1
                         continue
-                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span, macros)
+                    impl = base if (unroll, span) == (1, 1) else replace(base, unroll=unroll, span=span)
                     _keep(built, pruned, impl, code, chosen)
     return _without_map_exchanges(list(built.values()), pruned), pruned
 
