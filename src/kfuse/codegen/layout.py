@@ -388,12 +388,11 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
     for s in steps:
         if s.routine is None:
             continue
-        arrays, scalar_values = s.kc.routine_values(s.routine)
-        for v in arrays:
-            if v.id not in seen_vals:
-                seen_vals.add(v.id)
-                args.append(GlobalArg("array", v.label, v))
-        for v in scalar_values:
+        for g in s.kc.array_args(s.routine):
+            if g.value.id not in seen_vals:
+                seen_vals.add(g.value.id)
+                args.append(g)
+        for v in s.kc.routine_values(s.routine)[1]:
             scalars[v.id] = v
     args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
              for v in scalars.values()]

@@ -68,6 +68,18 @@ class KernelCall:
     def _values(self) -> dict[int, tuple[Routine, tuple[tuple[Value, ...], tuple[Value, ...]]]]:
         return {}
 
+    def array_args(self, routine: Routine) -> tuple[GlobalArg, ...]:
+        """The kernel arguments of ``routine_values``' arrays (memoised like it)."""
+        got = self._array_args.get(id(routine))
+        if got is None or got[0] is not routine:
+            args = tuple(GlobalArg("array", v.label, v) for v in self.routine_values(routine)[0])
+            got = self._array_args[id(routine)] = (routine, args)
+        return got[1]
+
+    @cached_property
+    def _array_args(self) -> dict[int, tuple[Routine, tuple[GlobalArg, ...]]]:
+        return {}
+
     def tile(self, lib: Library) -> tuple[int, int]:
         """Rows x columns of the tile an instance of a 2-level call covers."""
         return self.variant.tile_shape(self._macro_map, lib.tile)
