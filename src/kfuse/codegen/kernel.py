@@ -11,7 +11,8 @@ from ..ir.kernel import KernelSpec, LaunchInfo
 from ..library.schema import Library
 from .emit import render
 from .layout import (MAX_REGISTER_SLOTS, MAX_SHARED_BYTES, Access, Element, Layout, Placement, Step,
-                     copy_layouts, layout)
+                     copy_layouts, layout, replace)
+from .schedule import ScheduleMemo
 
 __all__ = ["MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Access", "Element", "KernelCode", "Placement", "Step",
            "build_copies", "build_kernel"]
@@ -50,10 +51,23 @@ def build_kernel(spec: KernelSpec, lib: Library) -> KernelCode:
     return _code(layout(spec, lib))
 
 
-def build_copies(spec: KernelSpec, lib: Library, copies) -> list[KernelCode | FusionError]:
+def build_copies(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None
+                 ) -> list[KernelCode | FusionError]:
     """The kernel of ``spec`` with each (unroll, span) of ``copies``, laid out together
-    (``layout.copy_layouts``).  Each entry is the kernel or the FusionError that refused it."""
-    return [lay if isinstance(lay, FusionError) else _code(lay) for lay in copy_layouts(spec, lib, copies)]
+    (``layout.copy_layouts``, with the ``memo`` of the program's analyses if given).  Each entry
+    is the kernel or the FusionError that refused it."""
+    out: list[KernelCode | FusionError] = []
+    first: KernelCode | None = None
+    for lay in copy_layouts(spec, lib, copies, memo):
+        if isinstance(lay, FusionError):
+            out.append(lay)
+        elif first is None:
+            out.append(first := _code(lay))
+        else:   # the copies of one layout: launches that differ only in span and unroll
+            out.append(KernelCode(lay.spec, partial(render, lay), first.sources,
+                                  replace(first.launch, span=lay.spec.span, unroll=lay.spec.unroll),
+                                  lay.placement, lay.steps))
+    return out
 
 
 def _code(lay: Layout) -> KernelCode:

@@ -10,7 +10,8 @@ with a different mapping (one access being a write) -- the paper's two condition
 loop's back edge taken into account.
 
 The result, a ``Layout``, is frozen: emission (``emit.py``) and the cost models only read it.
-An (unroll, span) copy of a kernel shares the analysis of the single one (``copy_layouts``).
+An (unroll, span) copy of a kernel shares the analysis of the single one (``copy_layouts``; the
+checks of the copies are in ``copies.py``).
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
-from .schedule import Access, Element, Scheduler, Step
+from .copies import (MAX_REGISTER_SLOTS, check_copies_in_registers, check_register_entries, check_register_slots,
+                     check_span, copy_sets, slot_sums, step_per_slot)
+from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
-MAX_REGISTER_SLOTS = 128    # on-chip entries per thread in registers (with unrolled and spanned copies)
 
 
 __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
@@ -34,24 +36,13 @@ __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SH
 
 
 def replace(obj, **changes):
-    """``dataclasses.replace`` for the frozen records of this module (Step, Layout, KernelSpec:
-    plain fields, nothing derived or cached), without the constructor's cost: a layout makes
-    tens of thousands of such copies while a long script is planned."""
+    """``dataclasses.replace`` for frozen records of plain fields, nothing derived or cached
+    (Step, Layout, KernelSpec, LaunchInfo, fusion.space.Implementation), without the
+    constructor's cost: planning a long script makes tens of thousands of such copies."""
     new = object.__new__(type(obj))
     new.__dict__.update(obj.__dict__)
     new.__dict__.update(changes)
     return new
-
-
-def _empty() -> Mapping:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class Placement:
-    registers: Mapping[str, int] = field(default_factory=_empty)    # element -> slots per thread
-    shared: Mapping[str, int] = field(default_factory=_empty)       # element -> offset (entries)
-    shared_size: int = 0                                            # entries per instance
 
 
 class Frame(NamedTuple):
@@ -90,11 +81,30 @@ def layout(spec: KernelSpec, lib: Library) -> Layout:
     return finish(analyse(spec, lib))
 
 
-def analyse(spec: KernelSpec, lib: Library) -> Layout:
-    """Schedule, placement and barriers: what no (unroll, span) copy changes."""
+def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> Layout:
+    """Schedule, placement and barriers: what no (unroll, span) copy changes.  A ``memo`` (of
+    this program's kernels) answers a spec analysed before, but for its instances per block
+    and iterations (which only ``check_spec`` reads), and schedules from the longest prefix of
+    the calls scheduled before."""
     tile = check_spec(spec, lib)
+    if memo is None:
+        return _analyse(spec, lib, tile, None)
+    key = memo.analysis_key(spec)
+    got = memo.layouts.get(key)
+    if got is None:
+        try:
+            got = _analyse(spec, lib, tile, memo)
+        except FusionError as e:
+            got = str(e)
+        memo.layouts[key] = got
+    if isinstance(got, str):
+        raise FusionError(got)
+    return got if got.spec is spec else replace(got, spec=spec)
+
+
+def _analyse(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, memo: ScheduleMemo | None) -> Layout:
     sch = Scheduler(spec, lib, tile)
-    sch.schedule()
+    sch.schedule(memo)
     for s in sch.steps:
         if s.phase != "loop" and any(sch.elements[a.element].buffers > 1 for a in s.accesses):
             raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
@@ -121,27 +131,72 @@ def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = N
     return replace(lay, frame=frame or make_frame(lay))
 
 
-def copy_layouts(spec: KernelSpec, lib: Library, copies) -> list[Layout | FusionError]:
+def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None) -> list[Layout | FusionError]:
     """The layout of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
     its barriers once (none of which depends on them), finished per copy.  Each entry is the
-    layout or the FusionError that refused it."""
-    base = analyse(replace(spec, unroll=1, span=1), lib)
+    layout or the FusionError that refused it.  ``memo``: see ``analyse``.
+
+    The copies pass ``finish``'s checks in its order, but what does not depend on the unroll or
+    on the span's width is found once: the frame (or why it was refused), the elements used
+    outside the loop, and with no span and with any span > 1 the per-slot elements, their
+    register entries, ``check_span``'s verdict and the steps (``_Slots``)."""
+    base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
-    frame = None
+    frame: Frame | str | None = None
+    outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
+    slots: dict[bool, _Slots] = {}      # by span > 1
+    in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
             continue
+        refused = in_registers.get((unroll > 1, span))     # all its refusal depends on
+        if refused is not None:
+            out.append(refused)
+            continue
         try:
             copy_spec = base.spec if (unroll, span) == (1, 1) else replace(spec, unroll=unroll, span=span)
-            check_copies_in_registers(copy_spec, base.placement)   # before anything else
-            check_spec(copy_spec, lib)
-            check_register_entries(copy_spec, base.elements, base.steps, base.placement)
-            frame = frame or make_frame(replace(base, spec=copy_spec))   # the same for every copy
-            out.append(finish(base, copy_spec, frame))
+            try:
+                check_copies_in_registers(copy_spec, base.placement)   # before anything else
+            except FusionError as e:
+                in_registers[(unroll > 1, span)] = e
+                raise
+            check_copy_choices(copy_spec)   # check_spec's checks that an unroll or span can fail
+            sl = slots.get(span > 1) or slots.setdefault(span > 1, _Slots(copy_spec, base, outside))
+            check_register_slots(copy_spec, sl.sums)
+            if frame is None:
+                try:
+                    frame = make_frame(replace(base, spec=copy_spec), memo)   # the same for every copy
+                except FusionError as e:
+                    frame = str(e)
+            if isinstance(frame, str):
+                raise FusionError(frame)
+            if sl.refused is not None:
+                raise FusionError(sl.refused)
+            out.append(replace(base, spec=copy_spec, steps=sl.steps, outside=outside, per_slot=sl.per_slot,
+                               frame=frame))
         except FusionError as e:
             out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
     return out
+
+
+class _Slots:
+    """What the copies of a kernel with no span, or with any span > 1, share: the elements with
+    a copy per slot, their register entries (``slot_sums``), why ``check_span`` refuses the
+    span (None: it does not, or no span) and the steps, marked once per span where they are."""
+
+    def __init__(self, spec: KernelSpec, base: Layout, outside: frozenset[str]):
+        self.per_slot = frozenset(copy_sets(spec, base.elements, ())[1])
+        self.sums = slot_sums(base.placement, outside, self.per_slot)
+        self.refused: str | None = None
+        self.steps = base.steps
+        if spec.span > 1:
+            try:
+                check_span(spec, base.elements, base.steps, self.per_slot)
+            except FusionError as e:
+                self.refused = str(e)
+            self.steps = tuple(s if s.once_per_span is not step_per_slot(s, self.per_slot)
+                               else replace(s, once_per_span=not s.once_per_span) for s in base.steps)
 
 
 def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
@@ -149,11 +204,7 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
     nest = {kc.call.function.nesting for kc in spec.calls}
     if len(nest) != 1:
         raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
-    if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1 or spec.span < 1:
-        raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block, "
-                          "unroll and span >= 1")
-    if spec.nesting == 1 and spec.span != 1:
-        raise FusionError(f"{spec.name}: a span across the loop axis needs a nested kernel")
+    check_copy_choices(spec)
     if spec.nesting == 2 and spec.ipb != 1:
         raise FusionError(f"{spec.name}: nested kernels run one instance per block")
     if spec.loop not in AXES[spec.nesting]:
@@ -168,6 +219,15 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
     return tile
 
 
+def check_copy_choices(spec: KernelSpec) -> None:
+    """The checks of ``check_spec`` that the unroll and span enter, in its order."""
+    if spec.iters < 0 or spec.ipb < 1 or spec.unroll < 1 or spec.span < 1:
+        raise FusionError(f"{spec.name}: iterations must be >= 0 (0: auto), instances per block, "
+                          "unroll and span >= 1")
+    if spec.nesting == 1 and spec.span != 1:
+        raise FusionError(f"{spec.name}: a span across the loop axis needs a nested kernel")
+
+
 # -- placement -------------------------------------------------------------------------------
 def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement:
     """Registers for elements whose every access has the same mapping, else shared memory."""
@@ -179,10 +239,11 @@ def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement
             by_elem.setdefault(a.element, []).append(a)
     offset = 0
     for key, accs in by_elem.items():
-        ids = {a.identity for a in accs}
         first = accs[0]
-        if len(ids) == 1 and None not in ids and MAPPINGS[first.mapping].registers:
-            registers[key] = MAPPINGS[first.mapping].slots(elements[key].shape, *first.threads)
+        # one identity (Access.identity: mapping and threads), not arbitrary indexing
+        if (first.mapping != "any" and all(a.mapping == first.mapping and a.threads == first.threads for a in accs)
+                and MAPPINGS[first.mapping].registers):
+            registers[key] = mapping_slots(first.mapping, elements[key].shape, *first.threads)
             continue
         bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
         if bad:
@@ -201,12 +262,15 @@ def barriers(steps, pl: Placement, buffered: frozenset[str] = frozenset()) -> li
     barrier that separates this instance's writer from its readers separates the readers from
     the writer two instances later (one barrier per instance instead of two)."""
     flags = [False] * len(steps)
+    if not pl.shared:
+        return flags                # nothing in shared memory: nothing to guard
     since: list[Access] = []
+    in_shared = [[a for a in s.accesses if a.element in pl.shared] for s in steps]
 
     def visit(n: int) -> None:
         nonlocal since
-        shared = [a for a in steps[n].accesses if a.element in pl.shared]
-        if any(_conflict(a, b) for a in shared for b in since):
+        shared = in_shared[n]
+        if shared and since and any(_conflict(a, b) for a in shared for b in since):
             flags[n] = True
         if flags[n]:
             since = []
@@ -241,46 +305,77 @@ def _conflict(a: Access, b: Access) -> bool:
 
 
 # -- frame -----------------------------------------------------------------------------------
-def make_frame(lay: Layout) -> Frame:
-    """The copy-independent part of a kernel, with its checks (raises FusionError)."""
-    spec, lib, steps = lay.spec, lay.lib, lay.steps
-    shapes = sorted({s.kc.shape(s.routine) for s in steps if s.routine is not None}
-                    | {a.threads for s in steps for a in s.accesses})
-    T = max(X * Y for X, Y in shapes)
+def make_frame(lay: Layout, memo: ScheduleMemo | None = None) -> Frame:
+    """The copy-independent part of a kernel, with its checks (raises FusionError).  With a
+    ``memo``, what does not depend on the instances per block (``_frame_parts``) is found once
+    per analysis (the spec's other choices: the layouts of one analysis share its steps)."""
+    spec = lay.spec
+    parts = None
+    if memo is not None:
+        got = memo.frames.get(id(lay.steps))
+        parts = got[1] if got is not None and got[0] is lay.steps else None
+    if parts is None:
+        parts = _frame_parts(lay)
+        if memo is not None:
+            memo.frames[id(lay.steps)] = (lay.steps, parts)
+    shapes, T, refused, rest = parts
     threads = T * spec.ipb
     if threads > 1024:
         raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
     if threads % 32:
         raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
                           f"({T} per instance: use more instances per block)")
-    if T < 32 and any(X * Y != T for X, Y in shapes):
-        raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
-    for s in steps:
-        if s.routine is not None and s.routine.name in s.kc.variant.warp_wide:
-            X, Y = s.kc.shape(s.routine)
-            if X * Y < T and X * Y % 32:
-                raise FusionError(f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
-                                  f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
-                                  f"({T} threads per instance)")
+    if refused is not None:
+        raise FusionError(refused)
     smem = lay.placement.shared_size * spec.ipb
     if smem * 8 > MAX_SHARED_BYTES:
         raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
-    first = spec.calls[0]
-    extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
-    assert extents is not None, "a nested kernel's layout has its tile"
-    axis_dims = first.call.axes
-    for kc in spec.calls[1:]:
-        if kc.call.axes != axis_dims:
-            raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
-                              f"{first.call.text()}")
-    args = kernel_args(steps, axis_dims, extents)
-    check_param_space(spec.name, args)
+    if isinstance(rest, str):
+        raise FusionError(rest)
+    return Frame(shapes, T, threads, smem, *rest)
+
+
+def _frame_parts(lay: Layout) -> tuple:
+    """What ``make_frame`` finds that the instances per block do not change, its checks in order
+    around theirs: (thread shapes, threads per instance, why the checks between the threads'
+    and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
+    the checks after the shared memory's refuse)."""
+    spec, lib, steps = lay.spec, lay.lib, lay.steps
+    shapes = sorted({s.kc.shape(s.routine) for s in steps if s.routine is not None}
+                    | {a.threads for s in steps for a in s.accesses})
+    T = max(X * Y for X, Y in shapes)
+    refused = None
+    try:
+        if T < 32 and any(X * Y != T for X, Y in shapes):
+            raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
+        for s in steps:
+            if s.routine is not None and s.routine.name in s.kc.variant.warp_wide:
+                X, Y = s.kc.shape(s.routine)
+                if X * Y < T and X * Y % 32:
+                    raise FusionError(f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
+                                      f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
+                                      f"({T} threads per instance)")
+    except FusionError as e:
+        refused = str(e)
+    try:
+        first = spec.calls[0]
+        extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
+        assert extents is not None, "a nested kernel's layout has its tile"
+        axis_dims = first.call.axes
+        for kc in spec.calls[1:]:
+            if kc.call.axes != axis_dims:
+                raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
+                                  f"{first.call.text()}")
+        args = kernel_args(steps, axis_dims, extents)
+        check_param_space(spec.name, args)
+    except FusionError as e:
+        return shapes, T, refused, str(e)
     clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
                    for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
                    and not reduced_whole(kc, p))
     sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
-    return Frame(shapes, T, threads, smem, tuple(extents), tuple(axis_dims), args, clears, sources,
-                 wait_phase(spec, steps, args, clears))
+    return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
+                                wait_phase(spec, steps, args, clears))
 
 
 def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
@@ -294,15 +389,12 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
     for s in steps:
         if s.routine is None:
             continue
-        for a in s.routine.args:
-            if a.kind == "global":
-                v = s.kc.call.bindings()[a.name]
-                if v.id not in seen_vals:
-                    seen_vals.add(v.id)
-                    args.append(GlobalArg("array", v.label, v))
-            elif a.kind == "scalar":
-                for v in s.kc.call.bindings()[a.name].values():
-                    scalars[v.id] = v
+        for g in s.kc.array_args(s.routine):
+            if g.value.id not in seen_vals:
+                seen_vals.add(g.value.id)
+                args.append(g)
+        for v in s.kc.routine_values(s.routine)[1]:
+            scalars[v.id] = v
     args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
              for v in scalars.values()]
     args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
@@ -343,77 +435,8 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     #   before the call's first kernel, which is never launched early
 
     def reads_prior(s) -> bool:
-        binds = s.kc.call.bindings()
-        return any((a.kind == "global" and binds[a.name].id in prior)
-                   or (a.kind == "scalar" and any(v.id in prior for v in binds[a.name].values()))
-                   for a in s.routine.args)
+        arrays, scalars = s.kc.routine_values(s.routine)
+        return any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)
 
     return next((ph for ph in ("pre", "loop", "post")
                  if any(s.phase == ph and s.routine is not None and reads_prior(s) for s in steps)), None)
-
-
-# -- unrolled and spanned copies -------------------------------------------------------------
-def copy_sets(spec: KernelSpec, elements: Mapping[str, Element], steps) -> tuple[set[str], set[str]]:
-    """(elements used outside the serial loop, elements with one copy per span slot).  Elements
-    used only inside the loop get one copy per unrolled iteration; with a span, an element that
-    follows the axis across the loop has one copy per slot, and the others (vectors along the
-    loop axis) are shared by the slots: loaded once, or summed over the slots and stored once."""
-    outside = {a.element for s in steps if s.phase != "loop" for a in s.accesses}
-    other = "j" if spec.loop == "i" else "i"
-    per_slot = {key for key, el in elements.items() if spec.span == 1 or other in el.axes}
-    return outside, per_slot
-
-
-def check_copies_in_registers(spec: KernelSpec, pl: Placement) -> None:
-    """Unrolled and spanned copies exist only for elements in registers, and not in a strip kernel
-    (variants spanning an axis whole: its blocks walk their strips one at a time, codegen/emit.py)."""
-    if (spec.unroll > 1 or spec.span > 1) and any(kc.variant.whole for kc in spec.calls):
-        raise FusionError(f"{spec.name}: a strip kernel walks its strips one at a time "
-                          "(no unrolled or spanned copies)")
-    if spec.unroll > 1 and pl.shared:
-        raise FusionError(f"{spec.name}: unrolled serial iterations need every element in registers "
-                          f"({', '.join(pl.shared)} in shared memory)")
-    if spec.span > 1 and pl.shared:
-        raise FusionError(f"{spec.name}: a span of {spec.span} instances across the loop needs every element "
-                          f"in registers ({', '.join(pl.shared)} in shared memory)")
-
-
-def check_register_entries(spec: KernelSpec, elements: Mapping[str, Element], steps, pl: Placement) -> None:
-    """The elements in registers, with their unrolled and spanned copies, must not spill."""
-    U, V = spec.unroll, spec.span
-    outside, per_slot = copy_sets(spec, elements, steps)
-    slots = sum(n * (1 if key in outside else U) * (V if key in per_slot else 1)
-                for key, n in pl.registers.items())
-    if slots > MAX_REGISTER_SLOTS:
-        raise FusionError(f"{spec.name}: {slots} register entries per thread for {U} unrolled iteration(s) "
-                          f"x {V} span slot(s) (at most {MAX_REGISTER_SLOTS}: more would spill)")
-
-
-def step_per_slot(s: Step, per_slot: set[str]) -> bool:
-    """Does the step run once per span slot?  Computes always do; loads, clears and stores when
-    their element has a copy per slot."""
-    if s.routine is not None and s.routine.kind == "compute":
-        return True
-    return any(a.element in per_slot for a in s.accesses)
-
-
-def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: set[str]) -> None:
-    """Elements shared by the span's slots are either loaded once and read by every slot, or
-    partial results that every slot adds to (cleared before the slots, stored after them)."""
-    for key, el in elements.items():
-        if key in per_slot:
-            continue
-        accs = [(s, a) for s in steps for a in s.accesses if a.element == key]
-        loaded = any(s.routine is not None and s.routine.kind == "load" for s, _ in accs)
-        for s, a in accs:
-            if s.routine is None or s.routine.kind != "compute":
-                continue
-            if (loaded and a.mode != "r") or (not loaded and a.mode != "acc"):
-                raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
-                                  f"({s.routine.name}) {'writes' if loaded else 'reads'} {key}, which "
-                                  "the span's instances share")
-    for s in steps:
-        if (s.routine is not None and s.routine.kind == "compute"
-                and all(a.element not in per_slot for a in s.accesses)):
-            raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
-                              f"({s.routine.name}) touches no per-instance data")

@@ -12,12 +12,15 @@ two calls is issued once.  Placement, barriers and the frame follow in ``layout.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from math import prod
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from ..errors import FusionError
 from ..ir.kernel import KernelCall, KernelSpec
-from ..ir.program import Value
+from ..ir.program import ScalarArg, Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine
 
@@ -68,6 +71,80 @@ class Step:
 
 
 
+@lru_cache(maxsize=None)
+def mapping_check(mapping: str, shape: tuple[int, ...], X: int, Y: int) -> str | None:
+    """``MAPPINGS[mapping].check`` memoised (a pure function of few distinct arguments)."""
+    return MAPPINGS[mapping].check(shape, X, Y)
+
+
+@lru_cache(maxsize=None)
+def mapping_slots(mapping: str, shape: tuple[int, ...], X: int, Y: int) -> int:
+    """``MAPPINGS[mapping].slots`` memoised (likewise)."""
+    return MAPPINGS[mapping].slots(shape, X, Y)
+
+
+def call_key(kc: KernelCall) -> tuple:
+    """A kernel call within one program: its call, variant (names are unique per function) and macros."""
+    return (kc.call.index, kc.variant.name, kc.macros)
+
+
+class ScheduleMemo:
+    """What the analysis of one program's kernels found, kept while its plan space is built
+    (``fusion/space.py``: thousands of kernels, many of them alike).  Keys name calls by their
+    index in the program, so a memo serves one program (and its library) only.
+
+    ``layouts``: ``layout.analyse`` of a spec by ``analysis_key`` (its calls with variants and
+    macros, loop, stores and name: all the analysis reads but the checks of ``check_spec``,
+    which run for every spec), the Layout or the message of the FusionError that refused it.
+
+    ``prefixes``: the Scheduler's state after the first k calls of a spec, or the refusal's
+    message.  Scheduling goes call by call and reads, besides the calls, only the spec's name,
+    loop axis and tile and whether the values the calls bind are stored: the key holds those
+    (``prefix_keys``), so specs that begin alike (variant choices differing in the last calls, one
+    fusion inside a larger) schedule their common beginning once."""
+
+    def __init__(self) -> None:
+        self.layouts: dict[tuple, Any] = {}
+        self.prefixes: dict[tuple, tuple | str] = {}
+        # the kernel calls of the specs built for this program, by (call index, variant index,
+        # macros): one object each, so that what they memoise (thread shapes) serves every spec
+        self.calls: dict[tuple, KernelCall] = {}
+        # layout._frame_parts by the analysis's steps (kept with them): the frames of a kernel's
+        # instances-per-block choices share them
+        self.frames: dict[int, tuple[tuple, tuple]] = {}
+        self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
+
+    @staticmethod
+    def analysis_key(spec: KernelSpec) -> tuple:
+        return (spec.name, spec.loop, spec.stores, spec.unroll, spec.span, tuple(call_key(kc) for kc in spec.calls))
+
+    def prefix_keys(self, spec: KernelSpec, tile: tuple[int, int] | None) -> list[tuple]:
+        """The key of each prefix of the spec's calls (the k-th: the first k + 1 calls)."""
+        keys: list[tuple] = []
+        key: tuple = (spec.name, spec.loop, tile)
+        for kc in spec.calls:
+            bound = self._bound.get(kc.call.index)
+            if bound is None:
+                bound = self._bound[kc.call.index] = tuple(sorted(
+                    {v.id for v in kc.call.outputs} | {v.id for a in kc.call.args
+                                                      for v in (a.values() if isinstance(a, ScalarArg) else (a,))}))
+            key = (key, call_key(kc), tuple(v for v in bound if v in spec.stores))
+            keys.append(key)
+        return keys
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a kernel's elements live (``layout.place``)."""
+    registers: Mapping[str, int] = field(default_factory=_empty)    # element -> slots per thread
+    shared: Mapping[str, int] = field(default_factory=_empty)       # element -> offset (entries)
+    shared_size: int = 0                                            # entries per instance
+
+
 class Scheduler:
     """Builds the elements and steps of a kernel's calls (``schedule``), mutable while it runs;
     ``layout.analyse`` freezes what it built."""
@@ -103,8 +180,7 @@ class Scheduler:
         key = (kc.call.index, name)
         if key in self.call_elem:
             return self.call_elem[key]
-        fn = kc.call.function
-        p = next((p for p in fn.params if p.name == name), None)
+        p = kc.call.function.param_map.get(name)
         if p is not None:           # an output (inputs are bound by their load)
             v = kc.call.bindings()[p.name]
             ident = REDUCE_OPS[p.reduce] if p.reduce else "0"
@@ -119,19 +195,50 @@ class Scheduler:
         return el
 
     # -- schedule --------------------------------------------------------------------------
-    def schedule(self) -> None:
-        """Each call's loads, computes (with the clears they need) and stores, call by call."""
+    def schedule(self, memo: ScheduleMemo | None = None) -> None:
+        """Each call's loads, computes (with the clears they need) and stores, call by call;
+        with a ``memo``, from the state after the longest prefix of the calls scheduled before."""
         self.produced: dict[tuple[int, tuple[str, ...]], tuple[str, Param, KernelCall]] = {}
         self.loaded: dict[tuple, str] = {}
         self.cleared: set[str] = set()
-        for kc in self.spec.calls:
-            self.schedule_loads(kc)
-            self.schedule_computes(kc)
-            self.schedule_stores(kc)
+        calls = self.spec.calls
+        if memo is None:
+            for kc in calls:
+                self.schedule_call(kc)
+            return
+        keys = memo.prefix_keys(self.spec, self.tile)
+        start = next((k for k in range(len(calls), 0, -1) if keys[k - 1] in memo.prefixes), 0)
+        if start:
+            got = memo.prefixes[keys[start - 1]]
+            if isinstance(got, str):
+                raise FusionError(got)
+            self.restore(got)
+        for k in range(start, len(calls)):
+            try:
+                self.schedule_call(calls[k])
+            except FusionError as e:
+                memo.prefixes[keys[k]] = str(e)
+                raise
+            memo.prefixes[keys[k]] = self.snapshot()
+
+    def schedule_call(self, kc: KernelCall) -> None:
+        self.schedule_loads(kc)
+        self.schedule_computes(kc)
+        self.schedule_stores(kc)
+
+    def snapshot(self) -> tuple:
+        """The state scheduling has built (copies: it goes on changing)."""
+        return (dict(self.elements), dict(self.call_elem), tuple(self.steps), dict(self.produced),
+                dict(self.loaded), frozenset(self.cleared))
+
+    def restore(self, state: tuple) -> None:
+        elements, call_elem, steps, produced, loaded, cleared = state
+        self.elements, self.call_elem, self.steps = dict(elements), dict(call_elem), list(steps)
+        self.produced, self.loaded, self.cleared = dict(produced), dict(loaded), set(cleared)
 
     def schedule_loads(self, kc: KernelCall) -> None:
         loop = self.spec.loop
-        params = {p.name: p for p in kc.call.function.params}
+        params = kc.call.function.param_map
         binds = kc.call.bindings()
         for r in kc.variant.routines:
             if r.kind != "load" or r.param is None:
@@ -160,7 +267,7 @@ class Scheduler:
             self.add_routine("pre" if hoisted else "loop", kc, r)
 
     def schedule_computes(self, kc: KernelCall) -> None:
-        params = {p.name: p for p in kc.call.function.params}
+        params = kc.call.function.param_map
         binds = kc.call.bindings()
         for r in kc.variant.computes:
             for a in r.elements:
@@ -179,7 +286,7 @@ class Scheduler:
             self.add_routine("loop", kc, r)
 
     def schedule_stores(self, kc: KernelCall) -> None:
-        params = {p.name: p for p in kc.call.function.params}
+        params = kc.call.function.param_map
         binds = kc.call.bindings()
         for r in kc.variant.routines:
             if r.kind != "store" or r.param is None:
@@ -196,20 +303,21 @@ class Scheduler:
         """May input p of kc take the element an earlier call of this kernel produced?  A
         reduction's result only when the producer's tile spans every axis it reduces over (the
         reduction completes in the block: its barrier is a local one)."""
-        where = f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
+        def where() -> str:         # made only for a refusal (call.text() is not cheap)
+            return f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
         if prod.reduce:
             reduced = [a for a in maker.call.function.axes if a not in prod.index]
             if not p.partial and not set(reduced) <= set(maker.variant.whole):
-                raise FusionError(f"{where} is the result of a reduction in the same kernel "
+                raise FusionError(f"{where()} is the result of a reduction in the same kernel "
                                   f"(needs a global barrier: variant {maker.variant.name} of "
                                   f"{maker.call.function.name} does not span {''.join(reduced)} whole)")
             if not p.partial:
                 return
             if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
-                raise FusionError(f"{where}: partial sums are exchanged only when the producer's "
+                raise FusionError(f"{where()}: partial sums are exchanged only when the producer's "
                                   f"output follows the loop axis {self.spec.loop} or stays on chip")
         elif p.partial:
-            raise FusionError(f"{where}: takes partial sums, but {v.name} is a map result")
+            raise FusionError(f"{where()}: takes partial sums, but {v.name} is a map result")
 
     def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
         X, Y = kc.shape(r)
@@ -221,7 +329,7 @@ class Scheduler:
             key = self.arg_element(kc, a.name)
             el = self.elements[key]
             assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
-            reason = MAPPINGS[a.mapping].check(el.shape, X, Y)
+            reason = mapping_check(a.mapping, el.shape, X, Y)
             if reason:
                 raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
             acc.append(Access(key, a.mode, a.mapping, (X, Y)))

@@ -34,8 +34,11 @@ from ..errors import KfuseError
 from ..ir.kernel import target_blocks
 from ..library.schema import Library
 from .store import SHIPPED, Calibration, find, routine_key
-from .transfer import DEFAULT_MACHINE, atomic_warps
+from .transfer import DEFAULT_MACHINE, atomic_step_warps
 from .transfer import kernel_time as transfer_kernel_time
+
+
+FACTS_KEPT = 20000          # steps tuples whose facts a model keeps (CalibratedModel._step_facts)
 
 
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
@@ -47,6 +50,45 @@ def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
     return max(1, blocks) * threads / device["max_threads_per_sm"]
 
 
+def _probe_tables(points: list[dict], loop: str) -> tuple:
+    """A probe's points along a loop axis as ``_ipb_table``s: the unrolls measured at full
+    occupancy, the time table of each, and (resident fraction at full occupancy and unroll 1, at
+    half occupancy, time at full occupancy and unroll 1, at half) or None when the probe was not
+    measured at half occupancy (``CalibratedModel._routine_base`` reads them)."""
+    same_loop = [p for p in points if p["loop"] == loop] or points
+    full = [p for p in same_loop if p["occupancy"] == "full"]
+    unrolls = sorted({p["unroll"] for p in full})
+    by_unroll = {u: _ipb_table([p for p in full if p["unroll"] == u]) for u in unrolls}
+    half = [p for p in same_loop if p["occupancy"] == "half"]
+    full1 = [p for p in full if p["unroll"] == min(unrolls)]
+    occupancy = ((_ipb_table(full1, "resident"), _ipb_table(half, "resident"), _ipb_table(full1),
+                  _ipb_table(half)) if half and full1 else None)
+    return unrolls, by_unroll, occupancy
+
+
+_TABLES: dict[int, tuple[Calibration, dict]] = {}      # id(calibration) -> (it, calibration_tables)
+
+
+def calibration_tables(cal: Calibration) -> dict[tuple[str, str], tuple]:
+    """``_probe_tables`` of every probe along both loop axes, made once per calibration object
+    (a file's calibrations are read once per process, cost/store.py, and not changed after):
+    what every model of it reads of the probes' points, like the calibration itself a cost
+    of the first plan in a process, not of each (about 5 ms for the shipped H100 one)."""
+    got = _TABLES.get(id(cal))
+    if got is None or got[0] is not cal:
+        tables = {}
+        for pid, probe in cal.probes.items():
+            for loop in ("i", "j"):
+                try:
+                    tables[(pid, loop)] = _probe_tables(probe["points"], loop)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    pass        # left to fail where a kernel uses it, as it would unmemoised
+        if len(_TABLES) >= 16:
+            _TABLES.clear()     # calibrations made on the fly (calibrate, tests) are not kept
+        got = _TABLES[id(cal)] = (cal, tables)
+    return got[1]
+
+
 class CalibratedModel:
     """Ranks kernels by a calibration (see the module docstring)."""
 
@@ -54,43 +96,65 @@ class CalibratedModel:
         self.cal = cal
         self.name = f"calibrated model ({cal.gpu}, {cal.dtype})"
         self._memo: dict[tuple, float] = {}
-        self._keys: dict[tuple, str] = {}      # routine identity -> calibration key (memo)
+        self._bases: dict[tuple, tuple[float, tuple[float, float] | None]] = {}   # _routine_base (memo)
+        self._tables = calibration_tables(cal)
+        self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
+        self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
+        self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
         """Nanoseconds per execution of a probe's routine in an environment (interpolated)."""
         key = (probe_id, loop, unroll, ipb, resident)
-        if key not in self._memo:
-            self._memo[key] = self._routine_ns(*key)
-        return self._memo[key]
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self._routine_ns(*key)
+        return got
 
     def _routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
-        points = self.cal.probes[probe_id]["points"]
-        same_loop = [p for p in points if p["loop"] == loop] or points
-        full = [p for p in same_loop if p["occupancy"] == "full"]
-        unrolls = sorted({p["unroll"] for p in full})
+        base, occupancy = self._routine_base(probe_id, loop, unroll, ipb)
+        if occupancy is None:
+            return base
+        f_full, slope = occupancy
+        if resident >= f_full:
+            return base
+        return base * max(1.0, 1 + slope * (f_full / resident - 1))
+
+    def _routine_base(self, probe_id: str, loop: str, unroll: int, ipb: int) -> tuple[float, tuple[float, float] | None]:
+        """What ``_routine_ns`` finds before it looks at the occupancy (memo: every occupancy
+        shares it): the time at full occupancy, and the full occupancy's resident fraction and
+        the slowdown's slope, or None where the probe has no slowdown to apply."""
+        key = (probe_id, loop, unroll, ipb)
+        got = self._bases.get(key)
+        if got is not None:
+            return got
+        unrolls, by_unroll, occupancy = self._probe_tables(probe_id, loop)
         lo = max((u for u in unrolls if u <= unroll), default=unrolls[0])
         hi = min((u for u in unrolls if u >= unroll), default=unrolls[-1])
-        base = _along_ipb([p for p in full if p["unroll"] == lo], ipb)
+        base = _at_ipb(by_unroll[lo], ipb)
         if hi != lo:                # between two measured unrolls: linear
             t = (unroll - lo) / (hi - lo)
-            base += t * (_along_ipb([p for p in full if p["unroll"] == hi], ipb) - base)
+            base += t * (_at_ipb(by_unroll[hi], ipb) - base)
+        got = self._bases[key] = (base, None)
         # occupancy: the slowdown measured at unroll 1 (full vs half), applied to this unroll
-        half = [p for p in same_loop if p["occupancy"] == "half"]
-        full1 = [p for p in full if p["unroll"] == min(unrolls)]
-        if not half or not full1:
-            return base
-        f_full = _along_ipb(full1, ipb, "resident")
-        f_half = _along_ipb(half, ipb, "resident")
-        if resident >= f_full or f_half >= f_full:
-            return base
-        ns_full, ns_half = _along_ipb(full1, ipb), _along_ipb(half, ipb)
+        if occupancy is None:
+            return got
+        full1_resident, half_resident, full1_ns, half_ns = occupancy
+        f_full = _at_ipb(full1_resident, ipb)
+        f_half = _at_ipb(half_resident, ipb)
+        if f_half >= f_full:
+            return got
+        ns_full, ns_half = _at_ipb(full1_ns, ipb), _at_ipb(half_ns, ipb)
         if ns_full <= 0:
-            return base
-        slope = (ns_half / ns_full - 1) / (f_full / f_half - 1)
-        return base * max(1.0, 1 + slope * (f_full / resident - 1))
+            return got
+        got = self._bases[key] = (base, (f_full, (ns_half / ns_full - 1) / (f_full / f_half - 1)))
+        return got
+
+    def _probe_tables(self, probe_id: str, loop: str) -> tuple:
+        got = self._tables.get((probe_id, loop))
+        return got if got is not None else _probe_tables(self.cal.probes[probe_id]["points"], loop)
 
     def barrier_ns(self, nesting: int, threads: int) -> float:
         """Nanoseconds of a local barrier per instance in blocks of ``threads`` (interpolated)."""
@@ -103,7 +167,47 @@ class CalibratedModel:
     # -- one kernel ----------------------------------------------------------------------------
     def kernel_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> dict[str, float]:
         """Seconds of each term: transfer, compute, barrier, launch, clears."""
+        L, spec = code.launch, code.spec
+        instances, iters, slots, resident, scale, loop, bar_ns = self._launch_facts(code, dims, itemsize)
+        ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
+        barrier = 0.0
+        atomic = 0                  # transfer.atomic_warps
+        for in_loop, once, has_barrier, pid, kind, T, warps in self._step_facts(code.steps):
+            runs = instances if in_loop else slots * L.span
+            if once:                # once for the block's span of instances across the loop
+                runs = -(-runs // L.span)
+            if has_barrier:
+                barrier += bar_ns * runs
+            if warps:
+                atomic += -(-instances // (L.span if once else 1)) * warps
+            if pid is None:
+                continue            # clears of on-chip accumulators: a register or shared write
+            # a loop unrolled beyond its serial iterations runs only those (small sizes)
+            u = min(spec.unroll, iters) if in_loop else 1
+            where = resident
+            if kind != "compute":
+                # a variant whose instance has fewer threads than the kernel's leaves the others
+                # idle while its routines run (its probe ran in its own instance): its loads and
+                # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
+                # per instance, beside `warp` calls of 32: a quarter)
+                where = resident * min(1.0, T * spec.ipb / L.threads)
+            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
+        return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
+                "barrier": barrier * 1e-9, "launch": self.launch_seconds,
+                "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
+                "contention": atomic * DEFAULT_MACHINE.atomic}
+
+    def _launch_facts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple:
+        """What ``kernel_parts`` reads of a kernel's launch: (instances, serial iterations, instance
+        slots, resident fraction, strip scale, loop axis of the probes, barrier ns).  Kept for the
+        kernels of one frame (their launches share its ``args`` tuple, kept alive with the facts)
+        that agree in everything else these read of the launch, at the same ``dims`` (a search's
+        sizes, which it does not change) and itemsize: a kernel's unrolled copies."""
         L, spec, dev = code.launch, code.spec, self.cal.device
+        key = (id(L.args), L.threads, L.smem_bytes_per_real, L.ipb, L.span, L.iters, L.loop, id(dims), itemsize)
+        got = self._launches.get(key)
+        if got is not None and got[0] is L.args and got[1] is dims:
+            return got[2]
         instances = math.prod(L.counts(dims))
         iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
@@ -115,41 +219,48 @@ class CalibratedModel:
         n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
         scale = wide / n_cal if n_cal and wide > n_cal else 1.0
         loop = spec.loop if spec.nesting == 2 else "i"
-        ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
-        barrier = 0.0
-        bar_ns = self.barrier_ns(spec.nesting, L.threads)
-        for s in code.steps:
-            runs = instances if s.phase == "loop" else slots * L.span
-            if s.once_per_span:     # once for the block's span of instances across the loop
-                runs = -(-runs // L.span)
-            if s.barrier:
-                barrier += bar_ns * runs
+        facts = (instances, iters, slots, resident, scale, loop, self.barrier_ns(spec.nesting, L.threads))
+        if len(self._launches) >= FACTS_KEPT:
+            self._launches.clear()
+        self._launches[key] = (L.args, dims, facts)
+        return facts
+
+    def _step_facts(self, steps: tuple) -> list[tuple]:
+        """Per step, what ``kernel_parts`` reads of it: (in the serial loop, once per span, a
+        barrier before it, its routine's probe id or None for a clear, its kind with finishes
+        counted as compute (on chip), its variant's threads per instance, the warps of an
+        instance its store adds partial results with, ``transfer.atomic_step_warps``).  Kept by the steps'
+        identity (the tuple is kept alive with them): a kernel's unrolled copies and its
+        instances-per-block choices share one steps tuple."""
+        got = self._facts.get(id(steps))
+        if got is not None and got[0] is steps:
+            return got[1]
+        facts: list[tuple] = []
+        for s in steps:
             if s.routine is None:
-                continue            # clears of on-chip accumulators: a register or shared write
-            ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine))
-            key = self._keys.get(ident)
-            if key is None:
-                key = self._keys[ident] = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
-            pid = self.cal.routines.get(key)
-            if pid is None:
-                raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
-                                 "recalibrate (kfuse calibrate)")
-            # a loop unrolled beyond its serial iterations runs only those (small sizes)
-            u = min(spec.unroll, iters) if s.phase == "loop" else 1
-            kind = "compute" if s.routine.kind == "finish" else s.routine.kind    # finish: on chip
-            where = resident
-            if kind != "compute":
-                # a variant whose instance has fewer threads than the kernel's leaves the others
-                # idle while its routines run (its probe ran in its own instance): its loads and
-                # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
-                # per instance, beside `warp` calls of 32: a quarter)
-                T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads)
-                where = resident * min(1.0, T * spec.ipb / L.threads)
-            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
-        return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
-                "barrier": barrier * 1e-9, "launch": self.launch_seconds,
-                "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
-                "contention": atomic_warps(code, dims) * DEFAULT_MACHINE.atomic}
+                facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0))
+                continue
+            # the routine's facts: by its identity (the library's objects), macros and phase
+            ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine), s.phase == "loop")
+            got = self._routine_facts.get(ident)
+            if got is None:
+                got = self._routine_facts[ident] = self._facts_of(s)
+            facts.append((s.phase == "loop", s.once_per_span, s.barrier) + got)
+        if len(self._facts) >= FACTS_KEPT:
+            self._facts.clear()     # a model may rank many programs: it must not keep their kernels alive
+        self._facts[id(steps)] = (steps, facts)
+        return facts
+
+    def _facts_of(self, s) -> tuple:
+        """(probe id, kind, threads per instance, warps adding partials) of a step's routine."""
+        key = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
+        pid = self.cal.routines.get(key)
+        if pid is None:
+            raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
+                             "recalibrate (kfuse calibrate)")
+        kind = "compute" if s.routine.kind == "finish" else s.routine.kind
+        T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
+        return pid, kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         if code.launch.whole_entries and not self._measured(code):
@@ -170,10 +281,20 @@ class CalibratedModel:
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
     """Value at ``ipb`` instances per block (or threads per block): log-linear between the
     nearest measured, clamped."""
+    return _at_ipb(_ipb_table(points, field), ipb)
+
+
+def _ipb_table(points: list[dict], field: str = "ns") -> tuple[list, dict]:
+    """(instances per block measured, sorted; the field's value at each, the first point's)."""
     by: dict = {}
     for p in points:
         by.setdefault(p["ipb"], p[field])
-    xs = sorted(by)
+    return sorted(by), by
+
+
+def _at_ipb(table: tuple[list, dict], ipb: int) -> float:
+    """``_along_ipb`` of the points an ``_ipb_table`` holds."""
+    xs, by = table
     if ipb <= xs[0]:
         return by[xs[0]]
     if ipb >= xs[-1]:

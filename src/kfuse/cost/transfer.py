@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..codegen.kernel import KernelCode
+from ..codegen.kernel import KernelCode, Step
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,24 @@ def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
         instances *= c
     total = 0
     for s in code.steps:
-        if s.phase != "loop" or s.routine is None or s.routine.kind != "store":
-            continue
-        p = s.kc.call.function.param(str(s.routine.param))
-        if p.reduce:
-            X, Y = s.kc.shape(s.routine)
+        warps = atomic_step_warps(s)
+        if warps:
             # a span's instances sum an output that does not follow the axis across the loop
             # on chip and store it once
             per = code.launch.span if s.once_per_span else 1
-            total += -(-instances // per) * max(1, (X * Y) // 32)
+            total += -(-instances // per) * warps
     return total
+
+
+def atomic_step_warps(s: Step) -> int:
+    """Warps of an instance that a step's store adds with (a reduced output's partial stored
+    inside the serial loop); 0 for other steps."""
+    if s.phase != "loop" or s.routine is None or s.routine.kind != "store":
+        return 0
+    if not s.kc.call.function.param(str(s.routine.param)).reduce:
+        return 0
+    X, Y = s.kc.shape(s.routine)
+    return max(1, (X * Y) // 32)
 
 
 def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:

@@ -110,6 +110,24 @@ def _preference(impl: Implementation, code: KernelCode, itemsize: int = 4) -> tu
             abs(impl.ipb - 32), sum(impl.variants), impl.order)
 
 
+def _sorted_lazily(items: list, keys: list) -> list:
+    """``sorted(items, key=lambda t: tuple(k(t) for k in keys))``, each key after the first found
+    only for the items the keys before it tie (sorts are stable: the same order)."""
+    keyed = sorted(((keys[0](t), t) for t in items), key=lambda kt: kt[0])
+    out = [t for _, t in keyed]
+    if len(keys) == 1:
+        return out
+    n = 0
+    while n < len(keyed):
+        m = n + 1
+        while m < len(keyed) and keyed[m][0] == keyed[n][0]:
+            m += 1
+        if m - n > 1:
+            out[n:m] = _sorted_lazily(out[n:m], keys[1:])
+        n = m
+    return out
+
+
 class PlanSearch:
     """All plans of a program, ranked by a model (default: the transfer model) at the given sizes."""
 
@@ -220,8 +238,8 @@ class PlanSearch:
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
         scored = [(self._score(code), impl, code) for impl, code in impls if self._fits(code) is None]
-        scored.sort(key=lambda t: (t[0], t[1].unroll > self._iterations(t[2]), _preference(t[1], t[2], self.itemsize)))
-        return scored
+        return _sorted_lazily(scored, [lambda t: t[0], lambda t: t[1].unroll > self._iterations(t[2]),
+                                       lambda t: _preference(t[1], t[2], self.itemsize)])
 
     def _iterations(self, code: KernelCode) -> int:
         """Serial iterations of a kernel at the search's sizes, as chosen at launch on the model's
@@ -283,7 +301,8 @@ class PlanSearch:
             # the variants each kernel has now; every shared choice (block size, unroll, ...) tried
             chosen = {c: v for x in (a, b) for c, v in zip(self.ranked[x][0][1].order, self.ranked[x][0][1].variants)}
             impls, _ = implementations(self.program, self.graph, self.lib, u, self.spans, sampled=True,
-                                       variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=self.space.shapes)
+                                       variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=self.space.shapes,
+                                       memo=self.space.memo)
             if not impls:
                 return 0.0, "not fused: no implementation can be built (resources or mappings)"
             ranked = self._rank(impls)

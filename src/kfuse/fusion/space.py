@@ -16,6 +16,8 @@ from typing import Any
 
 from ..ir.kernel import KernelCall, KernelSpec
 from ..codegen.kernel import KernelCode, build_copies
+from ..codegen.layout import replace
+from ..codegen.schedule import ScheduleMemo
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import AXES, Library
@@ -48,7 +50,9 @@ class Implementation:
     span: int = 1
     macros: tuple[tuple[str, int], ...] = ()    # other macros, by name (shared by the calls)
 
-    def kernel_calls(self, program: Program) -> tuple[KernelCall, ...]:
+    def kernel_calls(self, program: Program, shared: dict | None = None) -> tuple[KernelCall, ...]:
+        """The calls with their variants and macros (``shared``: kernel calls made before for
+        this program, by call index, variant index and macros -- ScheduleMemo.calls)."""
         out = []
         chosen: dict[str, Any] = dict(self.macros, BY=self.by)
         for i, vi in zip(self.order, self.variants):
@@ -56,11 +60,15 @@ class Implementation:
             var = call.function.variants[vi]
             macros = tuple((m, chosen[m] if chosen.get(m) in vals else vals[0])
                            for m, vals in var.macros.items())
-            out.append(KernelCall(call, var, macros))
+            if shared is None:
+                out.append(KernelCall(call, var, macros))
+            else:
+                kc = shared.get((i, vi, macros))
+                out.append(kc if kc is not None else shared.setdefault((i, vi, macros), KernelCall(call, var, macros)))
         return tuple(out)
 
-    def spec(self, program: Program, name: str, stores: frozenset[int]) -> KernelSpec:
-        return KernelSpec(name, self.kernel_calls(program), iters=0, ipb=self.ipb, stores=stores,
+    def spec(self, program: Program, name: str, stores: frozenset[int], shared: dict | None = None) -> KernelSpec:
+        return KernelSpec(name, self.kernel_calls(program, shared), iters=0, ipb=self.ipb, stores=stores,
                           loop=self.loop, unroll=self.unroll, span=self.span)
 
     def describe(self, program: Program) -> str:
@@ -86,6 +94,7 @@ class Space:
     pruned: dict[frozenset[int], dict[str, int]] = field(default_factory=dict)
     bounded: str | None = None      # what a bounded search left out (None: exhaustive)
     shapes: dict = field(default_factory=dict, repr=False)     # implementations by fusion shape
+    memo: ScheduleMemo = field(default_factory=ScheduleMemo, repr=False)    # kernels analysed
 
 
 def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
@@ -232,22 +241,23 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
 
 
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None
-                    ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
+                    spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None,
+                    memo: ScheduleMemo | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
     kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
     (bounded search of a large script): one call order, the variant choices of
     ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed).
     ``shapes`` (a dict kept by the caller) remembers the implementations of each fusion shape
-    (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt."""
+    (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt.
+    ``memo`` (one per program) keeps the kernels' analyses (codegen/schedule.py ``ScheduleMemo``)."""
     if shapes is None:
-        return _implementations(program, graph, lib, calls, spans, sampled, variants_of)
+        return _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo)
     idx = sorted(calls)
     key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
     if variants_of is not None:
         key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
     if key not in shapes:
-        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of)
+        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
     found, pruned = shapes[key]
@@ -256,7 +266,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                     spans: tuple[int, ...], sampled: bool, variants_of
+                     spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None
                      ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     fns = [program.calls[i].function for i in sorted(calls)]
     nesting = fns[0].nesting
@@ -274,6 +284,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             if not keep(order, variants):
                 continue
             by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
+            chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
@@ -281,7 +292,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 try:
-                    codes = build_copies(base.spec(program, "k", stores), lib, copies)
+                    codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
                 except FusionError:
                     pruned["refused by the builder"] += len(copies)
                     continue
@@ -295,8 +306,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                         # (float64 WAXPBY, H100: 35 registers and 712 us unrolled by 4, 20 and 537 us not)
                         pruned["unrolled with no serial loop"] += 1
                         continue
-                    impl = Implementation(calls, order, tuple(variants), by, loop, unroll, ipb, span, macros)
-                    _keep(built, pruned, impl, code, order, variants)
+                    impl = base if (unroll, span) == (1, 1) else replace(base, unroll=unroll, span=span)
+                    _keep(built, pruned, impl, code, chosen)
     return _without_map_exchanges(list(built.values()), pruned), pruned
 
 
@@ -342,10 +353,10 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     return kept
 
 
-def _keep(built, pruned, impl: Implementation, code: KernelCode, order, variants) -> None:
-    """Same choices in another call order: keep the one needing less shared memory."""
-    key = (tuple(sorted(zip(order, variants))), impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb,
-           impl.span)
+def _keep(built, pruned, impl: Implementation, code: KernelCode, chosen: tuple) -> None:
+    """Same choices in another call order: keep the one needing less shared memory (``chosen``:
+    the (call, variant) pairs sorted)."""
+    key = (chosen, impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb, impl.span)
     old = built.get(key)
     if old is not None:
         pruned["dominated in on-chip memory"] += 1
@@ -453,7 +464,7 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
     far (``score(code)``: predicted seconds) while that helps."""
     program, graph = space.program, space.graph
     if count_builds(program, graph, calls, limit) <= limit:
-        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes)
+        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo)
         space.impls[calls] = impls or space.impls[calls]
         return
     found = {(i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros): (i, c)
@@ -467,7 +478,7 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
                 if v != current[k]:
                     trials.append(current[:k] + (v,) + current[k + 1:])
         impls, _ = implementations(program, graph, lib, calls, spans, sampled=True,
-                                   variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes)
+                                   variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes, memo=space.memo)
         for im, c in impls:
             found.setdefault((im.order, im.variants, im.by, im.loop, im.unroll, im.ipb, im.span, im.macros), (im, c))
         new = min(found.values(), key=lambda ic: score(ic[1]))
@@ -483,9 +494,9 @@ def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
     program, graph = space.program, space.graph
     candidates = [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in space.fusions]
     for calls in candidates:
-        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes)
+        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes, memo=space.memo)
         if sampled and not impls and len(calls) == 1:
-            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes)
+            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo)
         space.pruned[calls] = pruned
         if impls:
             space.impls[calls] = impls

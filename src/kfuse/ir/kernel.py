@@ -41,7 +41,44 @@ class KernelCall:
         return x if isinstance(x, int) else self.macro(x)
 
     def shape(self, routine: Routine) -> tuple[int, int]:
-        return self.value_of(routine.threads[0]), self.value_of(routine.threads[1])
+        """Threads (x, y) of one of the variant's routines with these macros."""
+        got = self._shapes.get(id(routine))
+        if got is None or got[0] is not routine:
+            got = self._shapes[id(routine)] = (routine, (self.value_of(routine.threads[0]),
+                                                         self.value_of(routine.threads[1])))
+        return got[1]
+
+    @cached_property
+    def _shapes(self) -> dict[int, tuple[Routine, tuple[int, int]]]:
+        """``shape`` memoised by the routine's identity (kept with the routine)."""
+        return {}
+
+    def routine_values(self, routine: Routine) -> tuple[tuple[Value, ...], tuple[Value, ...]]:
+        """(the arrays a routine's global arguments bind, the scalar values its scalar
+        arguments read), each in argument order (memoised like ``shape``)."""
+        got = self._values.get(id(routine))
+        if got is None or got[0] is not routine:
+            binds = self.call.bindings()
+            arrays = tuple(binds[a.name] for a in routine.args if a.kind == "global")
+            scalars = tuple(v for a in routine.args if a.kind == "scalar" for v in binds[a.name].values())
+            got = self._values[id(routine)] = (routine, (arrays, scalars))
+        return got[1]
+
+    @cached_property
+    def _values(self) -> dict[int, tuple[Routine, tuple[tuple[Value, ...], tuple[Value, ...]]]]:
+        return {}
+
+    def array_args(self, routine: Routine) -> tuple[GlobalArg, ...]:
+        """The kernel arguments of ``routine_values``' arrays (memoised like it)."""
+        got = self._array_args.get(id(routine))
+        if got is None or got[0] is not routine:
+            args = tuple(GlobalArg("array", v.label, v) for v in self.routine_values(routine)[0])
+            got = self._array_args[id(routine)] = (routine, args)
+        return got[1]
+
+    @cached_property
+    def _array_args(self) -> dict[int, tuple[Routine, tuple[GlobalArg, ...]]]:
+        return {}
 
     def tile(self, lib: Library) -> tuple[int, int]:
         """Rows x columns of the tile an instance of a 2-level call covers."""

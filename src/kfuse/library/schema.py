@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 # higher-order kind -> nesting depth; the instance space has one axis per level
@@ -70,8 +71,9 @@ class Routine:
     param: str | None               # the param a load/store moves
     threads: tuple[str | int, str | int]
 
-    @property
+    @cached_property
     def elements(self) -> tuple[Arg, ...]:
+        """The element arguments (kept: the planner asks for them hundreds of thousands of times)."""
         return tuple(a for a in self.args if a.kind == "element")
 
 
@@ -96,7 +98,7 @@ class Variant:
     def routine(self, name: str) -> Routine | None:
         return next((r for r in self.routines if r.name == name), None)
 
-    @property
+    @cached_property
     def computes(self) -> tuple[Routine, ...]:
         return tuple(r for r in self.routines if r.kind == "compute")
 
@@ -131,7 +133,7 @@ class Function:
     reference: str | None = None    # NumPy expression of the inputs (float64 checking)
     flops: str | None = None        # operations, as an expression of the params' entry counts
 
-    @property
+    @cached_property
     def nesting(self) -> int:
         return KINDS[self.kind]
 
@@ -139,16 +141,21 @@ class Function:
     def axes(self) -> tuple[str, ...]:
         return AXES[self.nesting]
 
-    @property
+    @cached_property
     def inputs(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.dir == "in")
 
-    @property
+    @cached_property
     def outputs(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.dir == "out")
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
+
+    @cached_property
+    def param_map(self) -> dict[str, Param]:
+        """Params by name (read-only by convention: kept for the planner's many look-ups)."""
+        return {p.name: p for p in self.params}
 
     @property
     def signature(self) -> str:
