@@ -316,9 +316,8 @@ def _exchanges(code: KernelCode) -> bool:
 
 
 def _between_mappings(code: KernelCode) -> bool:
-    """Does the kernel pass an element between routines of different thread-to-data mappings
-    (through shared memory, behind a barrier)?  A variant's own scratch (a local read with
-    mapping "any") is not such an exchange."""
+    """Does the kernel pass an element between routines of different mappings (through shared
+    memory)?  A variant's own scratch (a local read with mapping "any") is not such an exchange."""
     ids: dict[str, set] = {}
     for s in code.steps:
         for a in s.accesses:
@@ -329,17 +328,11 @@ def _between_mappings(code: KernelCode) -> bool:
 
 def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], pruned: dict[str, int]
                            ) -> list[tuple[Implementation, KernelCode]]:
-    """Implementations that pass values between calls of different thread-to-data mappings
-    (through shared memory, behind a barrier) are dropped when the same calls also fuse with no
-    such exchange.  The exchange buys only another access width for some calls, which an
-    exchange-free implementation of one mapping also has, and costs what the calibration's
-    micro-kernels do not see: float64 WAXPBY and VADD at N = 2^26 on the H100, a quad + warp map
-    720 and 751 us against 517 and 685 for warp + warp (docs/experiments/map_sweep.py); float64
-    GEMVER at n = 4096, ger/quad + ger/rows + gemtv/quad 215 us against 144 for ger/rows + ger/rows
-    + gemtv/colsum, the random scripts' worst float64 first choice at n = 1024 (madd/rows +
-    gemv/quad) 1.20x its best (docs/results/random-report/README.md).  A map kernel (nothing
-    carried across a serial loop) is dropped for any shared memory or barrier it needs when one
-    without exists."""
+    """Implementations passing values between calls of different mappings (shared memory, a
+    barrier) are dropped when the same calls fuse without: it buys another access width, which one
+    mapping also has, at a cost the calibration does not see (H100: float64 WAXPBY, quad + warp 720
+    us against 517, docs/experiments/map_sweep.py; GEMVER n = 4096, 215 against 144 us,
+    docs/results/random-report/README.md).  So is a map kernel needing any shared memory."""
     if any(not _between_mappings(code) for _, code in found):
         kept = [(impl, code) for impl, code in found if not _between_mappings(code)]
         if len(kept) < len(found):
@@ -485,8 +478,7 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
         if score(new[1]) >= score(best[1]):
             break
         best = new
-    # the trials were pruned one variant choice at a time: an exchange between mappings may have
-    # been kept beside an exchange-free choice of another trial
+    # trials were pruned one at a time: prune their union
     space.impls[calls] = _without_map_exchanges(list(found.values()), space.pruned.setdefault(calls, {}))
 
 
