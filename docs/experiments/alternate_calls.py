@@ -24,6 +24,7 @@ from kfuse.runtime.gpu import cupy
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+from explore_util import torch_cg_step  # noqa: E402
 
 
 def loop_us(calls, K, rounds=7):
@@ -103,17 +104,9 @@ def main():
                             f"mirror {t_flip:.1f}, alternate {t_alt:.1f} ({t_alt / t_same:.3f}x)")
             tA = torch.as_tensor(A, device="cuda")
             targs = [tA] + [torch.as_tensor(v, device="cuda") for v in (x, r, p, rr)]
-
-            def tstep(A, x, r, p, rr):
-                q = torch.mv(A, p)
-                alpha = rr / torch.dot(p, q)
-                x = x + alpha * p
-                r = r - alpha * q
-                rr_new = torch.dot(r, r)
-                return x, r, r + (rr_new / rr) * p, rr_new
-            cstep = torch.compile(tstep)
+            cstep = torch.compile(torch_cg_step)
             line.append(f"   CG step torch.compile: {loop_us([lambda: cstep(*targs)], args.calls):.1f} us, "
-                        f"torch eager {loop_us([lambda: tstep(*targs)], args.calls):.1f}; torch.mv "
+                        f"torch eager {loop_us([lambda: torch_cg_step(*targs)], args.calls):.1f}; torch.mv "
                         f"{loop_us([lambda: torch.mv(tA, targs[3])], args.calls):.1f}")
             print("\n".join(line), flush=True)
             del A, tA

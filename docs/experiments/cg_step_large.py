@@ -21,6 +21,7 @@ from kfuse.runtime.gpu import cupy
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+from explore_util import torch_cg_step  # noqa: E402
 
 GEMV = "matrix A; vector p, q; input A, p; q = gemv(A, p); return q;"
 REST = """vector x, r, p, q, x1, r1, p1; scalar rr, pq, al, rr1;
@@ -94,19 +95,12 @@ def main():
             print(f"   whole step, kfuse cg_step: {timer(lambda: cg_step(A, x, r, p, rr))[1]:.1f} us "
                   f"({cg_step.compiled.plan.summary()})", flush=True)
 
-            def tstep(A, x, r, p, rr):
-                q = torch.mv(A, p)
-                alpha = rr / torch.dot(p, q)
-                x = x + alpha * p
-                r = r - alpha * q
-                rr_new = torch.dot(r, r)
-                return x, r, r + (rr_new / rr) * p, rr_new
             targs = [tA] + [torch.as_tensor(v, device="cuda") for v in (x, r, p, rr)]
-            cstep = torch.compile(tstep)
+            cstep = torch.compile(torch_cg_step)
             for _ in range(3):
                 cstep(*targs)
             torch.cuda.synchronize()
-            print(f"   whole step, torch eager: {timer(lambda: tstep(*targs))[1]:.1f} us; "
+            print(f"   whole step, torch eager: {timer(lambda: torch_cg_step(*targs))[1]:.1f} us; "
                   f"torch.compile: {timer(lambda: cstep(*targs))[1]:.1f} us", flush=True)
             del A, tA
 

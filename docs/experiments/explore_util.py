@@ -62,3 +62,15 @@ def describe(plan) -> str:
     return "; ".join(f"{k.loop} S{k.span} U{k.unroll} "
                      + "/".join(f"{kc.variant.name}{dict(kc.macros).get('BY', '')}" for kc in k.calls)
                      for k in plan.kernels)
+
+
+def torch_cg_step(A, x, r, p, rr):
+    """One CG step in torch (mv, dot, elementwise updates; the scalars stay 0-d tensors), the peer
+    of examples/solvers/cg.py's cg_step in alternate_calls.py and cg_step_large.py."""
+    import torch
+    q = torch.mv(A, p)
+    alpha = rr / torch.dot(p, q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rr_new = torch.dot(r, r)
+    return x, r, r + (rr_new / rr) * p, rr_new
