@@ -20,13 +20,13 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
-from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
+from ..ir.kernel import GlobalArg, KernelSpec
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
 from .copies import (MAX_REGISTER_SLOTS, check_copies_in_registers, check_register_entries, check_register_slots,
                      check_span, copy_sets, slot_sums, step_per_slot)
-from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots
+from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots, reduced_whole
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
 
@@ -413,14 +413,6 @@ def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
                           f"{MAX_PARAM_BYTES}-byte parameter space")
-
-
-def reduced_whole(kc: KernelCall, p) -> bool:
-    """Does kc's variant span every axis that output p is reduced over (a strip of whole rows for a
-    row sum)?  Then one instance completes each of p's entries and stores it once: nothing adds to
-    it in global memory, and it needs no clear."""
-    axes = {a for q in kc.call.function.params for a in q.index} - set(p.index)
-    return bool(axes) and axes <= set(kc.variant.whole)
 
 
 def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:

@@ -306,11 +306,11 @@ class Scheduler:
         def where() -> str:         # made only for a refusal (call.text() is not cheap)
             return f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
         if prod.reduce:
-            reduced = [a for a in maker.call.function.axes if a not in prod.index]
-            if not p.partial and not set(reduced) <= set(maker.variant.whole):
+            if not p.partial and not reduced_whole(maker, prod):
+                axes = "".join(reduced_axes(maker, prod))
                 raise FusionError(f"{where()} is the result of a reduction in the same kernel "
                                   f"(needs a global barrier: variant {maker.variant.name} of "
-                                  f"{maker.call.function.name} does not span {''.join(reduced)} whole)")
+                                  f"{maker.call.function.name} does not span {axes} whole)")
             if not p.partial:
                 return
             if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
@@ -335,3 +335,14 @@ class Scheduler:
             acc.append(Access(key, a.mode, a.mapping, (X, Y)))
         self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
 
+
+def reduced_axes(kc: KernelCall, p: Param) -> tuple[str, ...]:
+    """The instance axes output p of kc's function is reduced over (at least one: the loader)."""
+    return tuple(a for a in kc.call.function.axes if a not in p.index)
+
+
+def reduced_whole(kc: KernelCall, p: Param) -> bool:
+    """Does kc's variant span every axis its reduced output p is reduced over (a strip of whole
+    rows for a row sum)?  Then one instance completes each of p's entries: it may be used in the
+    same kernel, and it is stored once -- nothing adds to it in global memory, no clear."""
+    return set(reduced_axes(kc, p)) <= set(kc.variant.whole)
