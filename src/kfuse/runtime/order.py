@@ -25,8 +25,8 @@ step is, then starts each call on what the call before it touched last.  Set on 
 program whose arrays take at most ``ALTERNATE_SPAN`` times the L2 (``alternates``); elsewhere
 the part left in L2 is too small a share to pay for the flip (a runtime select costs about 0.5 %
 in kernels of many small blocks).  Measured on the H100 (docs/experiments/README.md, 'Calls
-alternating the mirrored order'): CG step float32 n = 4096 31.3 -> 26.9 us per call, 8192 97.8 ->
-93.7, float64 4096 55.0 -> 50.7, 8192 183.8 -> 179.0; no gain at 16384 (1 GB, 20 x the L2).
+alternating the mirrored order'): CG step float32 n = 4096 31.1 -> 26.5 us per call, 8192 97.1 ->
+93.0, float64 4096 53.9 -> 49.6, 8192 183.1 -> 180.3; no gain at 16384 (1 GB, 20 x the L2).
 ``KFUSE_ORDER=o0,o1,...`` forces bits 0 and 1 (one per kernel; for experiments).
 """
 from __future__ import annotations
