@@ -222,8 +222,13 @@ def test_quad_kernels_use_16_byte_accesses(nvcc, tmp_path, lib, dtype, vec, pack
         # the fallback: 4 bounds-checked entries per input
         assert ops.get(f"ld.{scalar}", 0) >= 4 * n_in[name], (name, ops)
         if name != "dot":
-            assert ops.get(f"st.{vec}", 0) == packs, (name, ops)
+            # double: also the lane pairs' whole-sector stores (kf_store16_paired: 2 more, after
+            # the activemask and the shuffles of address, flag and 2 entries, each 2 x 32 bits)
+            paired = 2 if dtype == "float64" else 0
+            assert ops.get(f"st.{vec}", 0) == packs + paired, (name, ops)
             assert ops.get(f"st.{scalar}", 0) == 4, (name, ops)
+            assert body.count("activemask.b32") == (1 if paired else 0), name
+            assert body.count("shfl.sync.bfly") == (7 if paired else 0), name
         else:
             assert body.count("shfl.sync.bfly") == 5 * (2 if dtype == "float64" else 1)   # a full warp sum
             assert len(re.findall(r"\b(?:atom|red)\.global", body)) == 1

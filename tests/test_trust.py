@@ -256,7 +256,11 @@ def test_prelude_warp_helpers_are_all_known():
     list is the prelude's own."""
     from kfuse.codegen.module import PRELUDE
     from kfuse.library import cusource
-    assert cusource.warp_wide(PRELUDE.read_text()) == set(cusource.PRELUDE_WARP_WIDE)
+    text = PRELUDE.read_text()
+    assert cusource.warp_wide(text) == set(cusource.PRELUDE_WARP_WIDE) | set(cusource.PRELUDE_LANE_SAFE)
+    # the lane-safe ones exchange only between the lanes present, whatever subset calls them
+    body = text[text.index("KF_DEVICE bool kf_store16_paired(double*"):]
+    assert "__activemask()" in body.split("\n}\n")[0] and "0xffffffff" not in body.split("\n}\n")[0]
 
 
 # ---- 6. library files that cannot be read ------------------------------------------------------

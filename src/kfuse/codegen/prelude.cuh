@@ -8,7 +8,8 @@
 //   KfReg<N>    an element held in registers: slot k of the calling thread is e(k)
 //   kf_load16 / kf_store16   4 consecutive entries as 16-byte vector accesses (float4 or
 //               2 x double2); KfVec::get4 / put4 use them when they can (mapping "quad"),
-//               kf_add16 the 16-byte vector reduction (float on sm_90+)
+//               kf_add16 the 16-byte vector reduction (float on sm_90+), kf_store16_paired
+//               the float64 store of two lanes' quads with whole sectors per instruction
 // Shared-memory element views are generated per kernel (they depend on the mapping).
 // ---------------------------------------------------------------------------------------
 #define KF_DEVICE __device__ __forceinline__
@@ -39,6 +40,38 @@ KF_DEVICE void kf_store16(double* p, const double (&v)[4]) {
     asm volatile("st.global.v2.f64 [%0], {%1, %2};\n\tst.global.v2.f64 [%0+16], {%3, %4};"
                  :: "l"(p), "d"(v[0]), "d"(v[1]), "d"(v[2]), "d"(v[3]) : "memory");
 }
+// 4 consecutive doubles at p (16-byte aligned where ok) stored by lane pairs with whole 32-byte
+// sectors per instruction.  kf_store16's two st.v2.f64 write half of every sector each (lanes
+// 32 bytes apart); when lanes 2m and 2m+1 are both here (__activemask), both ok and 32 bytes apart,
+// they swap halves through shuffles and each instruction writes whole sectors: float64 SSCAL at
+// N = 2^26 on the H100, 364.4 -> 353.2 us (torch.compile 352.7; docs/experiments/f64_stores.py).
+// No branch between the pair's stores, so both lanes issue each one together.  Returns false
+// (nothing stored) where no such pair is formed; float: one 16-byte store is already whole sectors.
+KF_DEVICE bool kf_store16_paired(float*, const float (&)[4], bool) { return false; }
+KF_DEVICE bool kf_store16_paired(double* p, const double (&v)[4], bool ok) {
+    const unsigned active = __activemask();
+    unsigned pairs = active & (active >> 1) & 0x55555555u;
+    pairs |= pairs << 1;
+    unsigned lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    if (!((pairs >> lane) & 1u)) return false;
+    const bool odd = lane & 1u;
+    const unsigned long long me = reinterpret_cast<unsigned long long>(p);
+    const unsigned long long other = __shfl_xor_sync(pairs, me, 1);
+    const int partner_ok = __shfl_xor_sync(pairs, (int)ok, 1);    // every shuffle runs in both lanes
+    const bool both = ok && partner_ok && other == (odd ? me - 32 : me + 32);
+    const double s0 = odd ? v[0] : v[2], s1 = odd ? v[1] : v[3];
+    const double r0 = __shfl_xor_sync(pairs, s0, 1), r1 = __shfl_xor_sync(pairs, s1, 1);
+    if (!both) return false;
+    // even lane: its own entries 0, 1, then its partner's 0, 1 (at p + 4); odd lane: its partner's
+    // entries 2, 3 (at p - 2), then its own 2, 3
+    double* a = odd ? p - 2 : p;
+    double* b = odd ? p + 2 : p + 4;
+    asm volatile("st.global.v2.f64 [%0], {%1, %2};" :: "l"(a), "d"(odd ? r0 : v[0]), "d"(odd ? r1 : v[1]) : "memory");
+    asm volatile("st.global.v2.f64 [%0], {%1, %2};" :: "l"(b), "d"(odd ? v[2] : r0), "d"(odd ? v[3] : r1) : "memory");
+    return true;
+}
+
 // 4 consecutive entries added atomically: one 16-byte vector reduction on sm_90 and later
 // (red.global.add.v4.f32: a quarter of the atomic operations; in the one-pass ATAX strip kernel,
 // whose every block adds a whole row of column partials, 41.6 -> 29.9 us at n = 4096 on the
@@ -80,7 +113,9 @@ struct KfVec {
         }
     }
     KF_DEVICE void put4(long long e, const real (&v)[4]) const {
-        if (quad_ok(e)) {
+        const bool ok = quad_ok(e);
+        if (kf_store16_paired(p + e, v, ok)) return;
+        if (ok) {
             kf_store16(p + e, v);
         } else {
 #pragma unroll
@@ -116,7 +151,9 @@ struct KfMat {           // row-major, rows x cols, leading dimension cols
         }
     }
     KF_DEVICE void put4(long long r, long long c, const real (&v)[4]) const {
-        if (quad_ok(r, c)) {
+        const bool ok = quad_ok(r, c);
+        if (kf_store16_paired(p + r * cols + c, v, ok)) return;
+        if (ok) {
             kf_store16(p + r * cols + c, v);
         } else {
 #pragma unroll
