@@ -1,6 +1,7 @@
-"""Re-measure the float64 probes of the routines that store through put4 (`quad_store`,
-`qtile_store`) after `kf_store16_paired` (codegen/prelude.cuh) changed how they store, and keep
-every other number of the shipped H100 calibration (launch, clear, barriers, all other probes).
+"""Re-measure the float64 probe of the routine that stores through `KfVec::put4` (`quad_store`)
+after `kf_store16_paired` (codegen/prelude.cuh) changed how it stores, and keep every other
+number of the shipped H100 calibration (launch, clear, barriers, all other probes).  (Run first
+with `qtile_store` too, when tiles stored by pairs as well: docs/experiments/README.md.)
 
 A probe's id hashes its micro-kernel and its routine's source file, not the prelude, so
 `kfuse calibrate` alone would reuse the old store times.
@@ -17,7 +18,7 @@ from kfuse.calibration.probes import library_probes
 from kfuse.cost.store import SHIPPED, Calibration
 from kfuse.library.loader import load_library
 
-FNS = ("quad_store", "qtile_store")
+FNS = ("quad_store",)
 DTYPE = "float64"
 
 

@@ -47,6 +47,8 @@ KF_DEVICE void kf_store16(double* p, const double (&v)[4]) {
 // N = 2^26 on the H100, 364.4 -> 353.2 us (torch.compile 352.7; docs/experiments/f64_stores.py).
 // No branch between the pair's stores, so both lanes issue each one together.  Returns false
 // (nothing stored) where no such pair is formed; float: one 16-byte store is already whole sectors.
+// Vectors only (KfVec::put4): in tiles (KfMat::put4) it made the model prefer fused `quad` tile
+// kernels that ran slower (float64, n = 1024: 26.1 against 22.5 us; docs/experiments/README.md).
 KF_DEVICE bool kf_store16_paired(float*, const float (&)[4], bool) { return false; }
 KF_DEVICE bool kf_store16_paired(double* p, const double (&v)[4], bool ok) {
     const unsigned active = __activemask();
@@ -151,9 +153,7 @@ struct KfMat {           // row-major, rows x cols, leading dimension cols
         }
     }
     KF_DEVICE void put4(long long r, long long c, const real (&v)[4]) const {
-        const bool ok = quad_ok(r, c);
-        if (kf_store16_paired(p + r * cols + c, v, ok)) return;
-        if (ok) {
+        if (quad_ok(r, c)) {
             kf_store16(p + r * cols + c, v);
         } else {
 #pragma unroll

@@ -20,7 +20,7 @@ BARRIERS = re.compile(r"\b(__syncthreads(?:_count|_and|_or)?|__barrier_sync|bar\
 # prelude's helpers built on them (codegen/prelude.cuh; tests/test_trust.py keeps this list whole)
 PRELUDE_WARP_WIDE = ("kf_warp_sum", "kf_lanes_sum")
 # prelude functions that exchange values only between the lanes present (__activemask), so any
-# subset of a warp may call them: the float64 paired stores and the views' put4 that use them
+# subset of a warp may call them: the float64 paired stores and the vector view's put4 that uses them
 PRELUDE_LANE_SAFE = ("kf_store16_paired", "put4")
 WARP_WIDE = re.compile(r"\b(__\w+_sync|__syncwarp|__activemask|" + "|".join(PRELUDE_WARP_WIDE) + r")\b")
 _DEF = re.compile(r"(?:\btemplate\s*<(?P<tpl>[^<>{};]*(?:<[^<>{};]*>[^<>{};]*)*)>\s*)?"
