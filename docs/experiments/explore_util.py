@@ -74,3 +74,19 @@ def torch_cg_step(A, x, r, p, rr):
     r = r - alpha * q
     rr_new = torch.dot(r, r)
     return x, r, r + (rr_new / rr) * p, rr_new
+
+
+def timed_in_turns(progs, dims, dtype: str, rounds: int, reps: int = 30):
+    """Programs of one script bound on one fresh random case and timed in turns, ``rounds`` times
+    (median of ``reps`` cold-L2 CUDA-event timings each): (the case's device inputs, each
+    program's list of round medians in us)."""
+    from kfuse.runtime.timing import quartiles_us
+    dev, _host, outs = device_case(progs[0].program, dims, dtype, 0)
+    bound = [p.bind(out=outs, **dev) for p in progs]
+    for b in bound:
+        b(sync=True)
+    got: list[list[float]] = [[] for _ in progs]
+    for _ in range(rounds):
+        for n, b in enumerate(bound):
+            got[n].append(quartiles_us(b, reps=reps, warmup=3, cold_l2=True).median)
+    return dev, got

@@ -14,8 +14,8 @@ import kfuse
 from kfuse.bench.harness import examples_dir
 from kfuse.frontend.random_scripts import random_script
 from kfuse.library.loader import load_library
-from kfuse.reference import device_case
-from kfuse.runtime.timing import quartiles_us
+
+from explore_util import timed_in_turns
 
 PAIRED = "if (kf_store16_paired(p + e, v, ok)) return;"
 
@@ -39,15 +39,7 @@ def pair_of(text: str, dtype: str, size_of) -> list:
 
 
 def rounds(progs, dims, dtype) -> list[float]:
-    dev, _host, outs = device_case(progs[0].program, dims, dtype, 0)
-    bound = [p.bind(**dev) for p in progs]
-    for b in bound:
-        b(sync=True)
-    got = [[] for _ in progs]
-    for _ in range(5):
-        for n, b in enumerate(bound):
-            got[n].append(quartiles_us(b, reps=30, warmup=3, cold_l2=True).median)
-    return [float(np.median(g)) for g in got]
+    return [float(np.median(g)) for g in timed_in_turns(progs, dims, dtype, 5)[1]]
 
 
 def main() -> None:

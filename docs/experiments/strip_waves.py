@@ -19,9 +19,10 @@ import numpy as np
 import kfuse
 from kfuse.bench.harness import copy_bandwidth, device_timer, examples_dir
 from kfuse.ir.kernel import target_blocks
-from kfuse.reference import device_case
 from kfuse.runtime.timing import quartiles_us
 from kfuse.tuning.measure import share_module
+
+from explore_util import timed_in_turns
 
 ITERS = (0, 1, 2, 4, 8, 16, 32, 64)
 
@@ -60,14 +61,7 @@ def main() -> None:
         strip_k = next(k for k in cases[1][1].kernels if k.launch.whole_entries)
         L = strip_k.launch
         auto = L.iterations(dims, target_blocks(sms, 2048, L.threads))
-        dev, _h, outs = device_case(c.program, dims, dtype, 0)
-        bound = [x.bind(out=outs, **dev) for _, x in cases]
-        for b in bound:
-            b(sync=True)
-        times = [[] for _ in cases]
-        for _ in range(3):
-            for k, b in enumerate(bound):
-                times[k].append(quartiles_us(b, reps=30, warmup=3, cold_l2=True).median)
+        dev, times = timed_in_turns([x for _, x in cases], dims, dtype, 3)
         import torch
         A = torch.as_tensor(next(v for v in dev.values() if getattr(v, "ndim", 0) == 2), device="cuda")
         x = torch.rand(n, device="cuda", dtype=A.dtype)
@@ -78,8 +72,6 @@ def main() -> None:
               f"grid {L.grid(dims, auto)}); torch.compile A @ x {t_torch:.1f} us", flush=True)
         for (label, _), ts in zip(cases, times):
             print(f"   {label:16s} {np.median(ts):8.1f} us  (rounds {', '.join(f'{t:.1f}' for t in ts)})", flush=True)
-        for b in bound:
-            del b
         cp.get_default_memory_pool().free_all_blocks()
 
 
