@@ -226,14 +226,14 @@ class Binding:
             launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
             self.launches.append((launch, [(packed.values[i], src, a) for i, src, a in patches]))
         self.patches = [p for _, ps in self.launches for p in ps]
-        self.kernel_launches = [launch for launch, _ in self.launches if launch.name != "kf_fill"]
         # every kernel's kf_flip (its last argument); ``flip`` is what they hold now
-        self.flips = [launch.args.values[-1] for launch in self.kernel_launches]
+        self.flips = [launch.args.values[-1] for launch, _ in self.launches if launch.name != "kf_fill"]
         self.flip = 0
         # calls alternate between the chosen orders and their mirror where the kernels were built
         # for it (runtime/order.py, bit 3)
         self.alternate = int(any(o & ALTERNATE for o in orders))
         self.parity = 1
+        self.kernel_launches = [launch for launch, _ in self.launches if launch.name != "kf_fill"]
 
     def _kernel_args(self, L, iters: int) -> tuple[list, list]:
         """The argument values (pointers as 0, patched per call) and the patches [(position,
