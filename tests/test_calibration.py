@@ -19,6 +19,7 @@ from kfuse.frontend import parse_script
 from kfuse.cost.transfer import DEFAULT_MACHINE, atomic_warps
 
 from calib_util import synthetic
+from test_library import make_library, scal_function
 
 GEMV = "matrix A; vector x, y; input A, x; y = gemv(A, x); return y;"
 
@@ -175,10 +176,9 @@ def test_shipped_calibration_is_used_with_a_notice(tmp_path, lib):
 
 def test_user_library_is_not_covered_by_the_shipped_calibration(tmp_path, lib):
     write_entry(tmp_path / "shipped" / "H100.json", synthetic(lib, flat(), gpu="NVIDIA H100 80GB HBM3"))
-    user = tmp_path / "mylib"
-    user.mkdir()
-    (user / "extra.cu").write_text("// nothing yet\n")
-    mine = kfuse.load_library(user)
+    f = scal_function()
+    f["name"], f["aliases"] = "myscal", []
+    mine = kfuse.load_library(make_library(tmp_path / "mylib", [f]))
     assert mine.digest != lib.digest
     msgs = []
     assert choose_model(mine, "float32", warn=msgs.append) is DEFAULT_MACHINE

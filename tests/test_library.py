@@ -1007,3 +1007,17 @@ def test_a_library_loaded_again_unchanged_is_the_same_object(tmp_path):
     for _ in range(2):
         with pytest.raises(LibraryError):
             load_library(folder, shipped=False)
+
+
+@pytest.mark.parametrize("files", [{}, {"library.toml": '[library]\nname = "mine"\n'},
+                                   {"kernels.cu": "// routines without metadata\n"},
+                                   {"empty.toml": "function = []\n"}])
+def test_folder_defining_no_functions(tmp_path, files):
+    """A folder given by mistake (no function tables) is an error naming it, not a library whose
+    only effect is a new digest that no calibration matches."""
+    folder = tmp_path / "notalib"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    err = load_error(folder, shipped=True)
+    assert_names(err, folder, "folder", "defines no functions")

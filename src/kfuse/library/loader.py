@@ -103,11 +103,17 @@ def _load(roots: list[Path]) -> Library:
         this_name = ctx.get(table, "name", "library", str, root.name)
         this_version = str(ctx.get(table, "version", "library", (str, int), "0"))
         name, version = name or this_name, version or this_version
+        before = len(functions)
         for path in sorted(root.glob("*.toml")):
             if path.name == "library.toml":
                 continue
             digest.update(path.name.encode() + _read_bytes(path))
             functions.extend(_load_file(path, (sv,), tl))
+        if len(functions) == before:
+            # a folder given by mistake (a script's folder, the wrong level of a library) would
+            # otherwise only change the library's digest, so that no calibration matches it
+            raise LibraryError(root, "folder", "defines no functions (a library folder holds *.toml "
+                               "files of [[function]] tables beside their .cu sources)")
         for path in sorted(root.glob("*.cu")):
             digest.update(path.name.encode() + _read_bytes(path))
     by_name: dict[str, list[Function]] = {}
