@@ -333,11 +333,10 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     mapping also has, at a cost the calibration does not see (H100: float64 WAXPBY, quad + warp 720
     us against 517, docs/experiments/map_sweep.py; GEMVER n = 4096, 215 against 144 us,
     docs/results/random-report/README.md).  So is a map kernel needing any shared memory."""
-    if any(not _between_mappings(code) for _, code in found):
-        kept = [(impl, code) for impl, code in found if not _between_mappings(code)]
-        if len(kept) < len(found):
-            pruned["exchanging between mappings (one without exists)"] = len(found) - len(kept)
-        found = kept
+    between = [_between_mappings(code) for _, code in found]     # each kernel's steps walked once
+    if any(between) and not all(between):
+        pruned["exchanging between mappings (one without exists)"] = sum(between)
+        found = [ic for ic, b in zip(found, between) if not b]
     if not any(not code.launch.carried and not _exchanges(code) for _, code in found):
         return found
     kept = [(impl, code) for impl, code in found if code.launch.carried or not _exchanges(code)]
