@@ -1,21 +1,14 @@
 """Host-side costs of the pieces of a call path (H100): what a fast plain call can be built from.
 Run: PYTHONPATH=src python3 docs/experiments/call_path_costs.py"""
 import ctypes
-import time
+from functools import partial
 
 import cupy as cp
 import numpy as np
 
+from explore_util import host_us_per_call
 
-def per_call_us(fn, n=2000):
-    for _ in range(50):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    cp.cuda.get_current_stream().synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+per_call_us = partial(host_us_per_call, n=2000)
 
 
 src = r'''extern "C" __global__ void k(float* x, long long n, float a) { long long i = blockIdx.x * 256ll + threadIdx.x; if (i < n) x[i] *= a; }'''

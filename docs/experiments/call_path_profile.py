@@ -1,7 +1,5 @@
 """Where a plain call's host time goes, step by step (H100, n = 1024 / N = 2^20).
 Run: PYTHONPATH=src python3 docs/experiments/call_path_profile.py"""
-import time
-
 import cupy as cp
 import numpy as np
 
@@ -10,16 +8,10 @@ from kfuse.bench.harness import sequence_dims
 from kfuse.reference import device_case
 from kfuse.runtime import driver
 
+from explore_util import host_us_per_call
 
-def per(fn, n=3000):
-    for _ in range(50):
-        fn()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    cp.cuda.Device().synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+
+per = host_us_per_call      # n = 3000 calls each
 
 
 for name in ("sscal", "bicgk", "gemver", "axpydot"):

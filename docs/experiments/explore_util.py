@@ -1,6 +1,8 @@
 """What the exploration scripts (atomics_cost, rotate_explore, span_explore, hints) share: an
 example's model-ranked top plans at the benchmark sizes (with other spans if asked), built into
-one module (edited if asked), and the check of one against the float64 reference."""
+one module (edited if asked), and the check of one against the float64 reference; and the host
+time per call of the call-path scripts (call_path_costs, call_path_profile, jit_call_profile)."""
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -90,3 +92,17 @@ def timed_in_turns(progs, dims, dtype: str, rounds: int, reps: int = 30):
         for n, b in enumerate(bound):
             got[n].append(quartiles_us(b, reps=reps, warmup=3, cold_l2=True).median)
     return dev, got
+
+
+def host_us_per_call(fn, n: int = 3000) -> float:
+    """Microseconds per call of ``fn`` called ``n`` times back to back (after 50 unmeasured
+    calls), the device synchronised before and after: the host's time where it is the bound."""
+    import cupy as cp
+    for _ in range(50):
+        fn()
+    cp.cuda.Device().synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    cp.cuda.Device().synchronize()
+    return (time.perf_counter() - t0) / n * 1e6

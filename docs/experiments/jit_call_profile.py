@@ -1,27 +1,17 @@
-"""Host time of one solver step through @kfuse.jit (examples/solvers/cg.py's cg_step) against the
-same program's plain and bound calls, and where the jit call's time goes (cProfile, top entries).
+"""Host time of one solver step through @kfuse.jit (examples/solvers/cg.py's cg_step) at n = 1024,
+and where the call's time goes (cProfile, top entries).
 Run: PYTHONPATH=src python3 docs/experiments/jit_call_profile.py"""
 import cProfile
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import cupy as cp
 
+from explore_util import host_us_per_call
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "solvers"))
 import cg  # noqa: E402
-
-
-def per(fn, n=3000):
-    for _ in range(50):
-        fn()
-    cp.cuda.Device().synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    cp.cuda.Device().synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 for dtype in ("float32", "float64"):
@@ -31,7 +21,7 @@ for dtype in ("float32", "float64"):
     x, r, p = (rs.standard_normal(n).astype(dtype) for _ in range(3))
     rr = (r @ r)
     cg.cg_step(A, x, r, p, rr)
-    print(f"{dtype} n={n}: jit call {per(lambda: cg.cg_step(A, x, r, p, rr)):.2f} us per call", flush=True)
+    print(f"{dtype} n={n}: jit call {host_us_per_call(lambda: cg.cg_step(A, x, r, p, rr)):.2f} us per call", flush=True)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(2000):
