@@ -25,9 +25,10 @@ def has_matrix(prog):
 
 
 def run_checked(prog, size, seed=None, torch_inputs=False):
+    """``size``: every dimension's, or a dict of sizes by dimension name."""
     import cupy as cp
     p = prog.program
-    dims = {d.id: size for d in p.dims}
+    dims = {d.id: size[d.name] if isinstance(size, dict) else size for d in p.dims}
     # the reference sees exactly the values the GPU sees (rounded to the dtype)
     dev, host, poisoned = device_case(p, dims, prog.dtype, seed)
     if torch_inputs:

@@ -25,11 +25,31 @@ def test_atax_one_pass_matches_reference(n, dtype):
     assert all(e < TOL[dtype] for e in errors.values()), errors
 
 
-@pytest.mark.parametrize("dtype, n", [("float32", 20000), ("float64", 16384)])
-def test_atax_rows_too_long_take_two_kernels(n, dtype):
-    prog = kfuse.compile(ATAX, dtype=dtype, tuned=False, sizes={"n": n})
+# ATAX of an m x n matrix: rows of n entries (short columns keep the odd long rows small)
+ATAX_MN = "matrix A[m, n]; vector x[n], t[m], y[n]; input A, x; t = gemv(A, x); y = gemtv(A, t); return y;"
+
+
+@pytest.mark.parametrize("dtype, m, n", [
+    ("float32", 20000, 20000), ("float64", 16384, 16384),        # square
+    ("float32", 777, 16385), ("float32", 31, 40000), ("float32", 1000, 100001),
+    ("float64", 777, 8193), ("float64", 1000, 20001), ("float64", 33, 65536)])
+def test_atax_rows_longer_than_a_block_in_one_pass_over_a_cluster(dtype, m, n):
+    """Rows too long for one block's registers: one pass, the strip split over a thread-block
+    cluster of 2, 4 or 8 blocks (the row sums through distributed shared memory), its grid within
+    the clusters the GPU holds at once; blocks past the row's end (float64 20001: 3 tiles of 8192
+    in a cluster of 4) add nothing."""
+    prog = kfuse.compile(ATAX_MN, dtype=dtype, tuned=False, sizes={"m": m, "n": n})
+    assert _one_pass(prog), prog.describe()
+    assert prog.kernels[0].launch.cluster > 1, prog.describe()
+    errors = run_checked(prog, {"m": m, "n": n})
+    assert all(e < TOL[dtype] for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("dtype, n", [("float32", 131073), ("float64", 65537)])
+def test_atax_rows_too_long_for_a_cluster_take_two_kernels(n, dtype):
+    prog = kfuse.compile(ATAX_MN, dtype=dtype, tuned=False, sizes={"m": 33, "n": n})
     assert len(prog.kernels) == 2, prog.describe()
-    errors = run_checked(prog, n)
+    errors = run_checked(prog, {"m": 33, "n": n})
     assert all(e < TOL[dtype] for e in errors.values()), errors
 
 

@@ -59,18 +59,72 @@ def test_one_pass_plan_where_rows_fit(dtype, n, threads):
     assert why in prog.search.explain()
 
 
+ATAX_MN = "matrix A[m, n]; vector x[n], t[m], y[n]; input A, x; t = gemv(A, x); y = gemtv(A, t); return y;"
+
+
 @pytest.mark.parametrize("dtype, n, reason", [
-    ("float32", 32768, "rows of 32768 do not fit a strip of 16384 (one block must cover them)"),
-    ("float64", 16384, "registers per thread at 64-bit entries"),
+    ("float32", 131073, "rows of 131073 do not fit a strip of 16384 x 8 blocks (one cluster must cover them)"),
+    ("float64", 65537, "registers per thread at 64-bit entries"),
 ])
 def test_two_kernels_where_rows_do_not_fit(dtype, n, reason):
-    prog = _search(None, n, dtype)
+    prog = kfuse.compile(ATAX_MN, dtype=dtype, tuned=False, sizes={"m": 33, "n": n})
     assert len(prog.kernels) == 2
     assert not any(kc.variant.whole for k in prog.plan.kernels for kc in k.calls)
     why = prog.search.one_pass(frozenset({0, 1}))
     assert why.startswith("two passes at these sizes: the reduction over j of c0 (t = gemv(A, x)) cannot "
-                          "complete within a block: ") and reason in why
+                          "complete within a block or a cluster: ") and reason in why, why
     assert why in prog.search.explain()
+
+
+@pytest.mark.parametrize("dtype, n, nc, blocks", [("float32", 32768, 16384, 2), ("float32", 20000, 16384, 2),
+                                                  ("float64", 16384, 8192, 2), ("float64", 30000, 8192, 4)])
+def test_one_pass_over_a_cluster_where_rows_do_not_fit_a_block(dtype, n, nc, blocks):
+    """Rows longer than a block's registers hold: the strip split over the blocks of a
+    thread-block cluster (the smallest cluster of the narrowest tiles that cover the row)."""
+    prog = _search(None, n, dtype)
+    assert len(prog.kernels) == 1, prog.describe()
+    k, L = prog.plan.kernels[0], prog.kernels[0].launch
+    assert [kc.variant.name for kc in k.calls] == ["cluster", "cluster"]
+    assert (k.calls[0].macro("NC"), k.calls[0].macro("C"), L.cluster) == (nc, blocks, blocks)
+    assert (blocks - 1) * nc < n <= blocks * nc
+    why = prog.search.one_pass(frozenset({0, 1}))
+    assert why.startswith(f"one pass: the reduction over j of c0 (t = gemv(A, x)) completes within a cluster of "
+                          f"{blocks} blocks of {L.threads} threads (rows of {n} fit a strip of 1 x {nc} per block, "
+                          f"{blocks} blocks)"), why
+    # the row's tiles are counted in whole clusters: a block group is one cluster
+    count = next(g for g in L.args if g.kind == "count" and g.name == "n_j")
+    assert count.count({0: n}) == blocks and L.counts({0: n})[1] == blocks
+    assert prog.uncovered({0: n}) is None
+    assert prog.uncovered({0: blocks * nc + 1}) == (f"kernel {L.kernel} reads rows of {blocks * nc + 1} entries "
+                                                    f"in strips of {nc} x {blocks} blocks")
+
+
+def test_cluster_kernel_reads_like_the_strip_kernel_with_cluster_barriers():
+    src = _search(None, 16384, "float64").cuda_source
+    body = src[src.index("k0_gemv_gemtv("):]
+    head = src[src.rindex("extern", 0, src.index("k0_gemv_gemtv(")):src.index("k0_gemv_gemtv(")]
+    assert "__cluster_dims__(2, 1, 1)" in head
+    assert "__syncthreads()" not in body
+    # one cluster barrier per strip (the warp partials change hands), one before the blocks leave
+    assert body.count("kf_cluster_sync();") == 2
+    assert body.index("kf_cluster_sync();") < body.index("gemv_cfinish<16, 1, 8192>(")
+    assert body.rindex("kf_cluster_sync();") > body.index("svec_add_store<")
+    assert "& ~2;" in body                       # no row bands: a cluster's blocks share their strips
+    assert "static constexpr int blocks = 2;" in src    # the partials' view: a copy per block
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_clusters_only_where_no_block_holds_the_rows(dtype):
+    """Where a strip of one block fits, no cluster implementation is ranked (their barriers cost
+    more and are not calibrated); on a GPU without clusters, rows longer than a block's take two
+    kernels."""
+    s = _search(None, 8192, dtype).search
+    assert all(code.launch.cluster == 1 for impls in s.ranked.values() for _, _, code in impls)
+    lib = kfuse.load_library()
+    p = _program(lib, ATAX.read_text())
+    s = PlanSearch(p, lib, sizes={"n": 16384 if dtype == "float64" else 32768},
+                   itemsize=4 if dtype == "float32" else 8, clusters=False)
+    assert len(s.best().kernels) == 2
 
 
 def test_strips_for_every_call_of_a_kernel_or_none(lib):
@@ -136,7 +190,7 @@ def test_generated_one_pass_kernel_reads_like_the_hand_written_one():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("n", [1, 31, 33, 1000, 4097, 8192, 16384])
+@pytest.mark.parametrize("n", [1, 31, 33, 1000, 4097, 8192, 12289, 16384, 20001, 32768])
 def test_one_pass_module_compiles(nvcc, tmp_path, dtype, n):
     prog = kfuse.compile(ATAX, dtype=dtype, tuned=False, sizes={"n": n})
     cu = tmp_path / "m.cu"
@@ -163,7 +217,7 @@ source = "blas2_strip.cu"
 threads = [32, "BY"]
 TILE
 WHOLE
-macros = { BY = [8], R = [1], NC = [1024] }
+MACROS
 locals = [ { name = "part", element = "tile", shape = ["R", "BY"]BUFFERS } ]
 routines = [
   { name = "load_A", fn = "stile_load", args = ["&A", "A:w:srows"] },
@@ -175,15 +229,27 @@ routines = [
 '''
 
 
-def _load(tmp_path, tile='tile = ["R", "NC"]', whole='whole = ["j"]', buffers=", buffers = 2"):
+def _load(tmp_path, tile='tile = ["R", "NC"]', whole='whole = ["j"]', buffers=", buffers = 2",
+          macros="macros = { BY = [8], R = [1], NC = [1024] }"):
     from pathlib import Path
     import shutil
     shipped = Path(kfuse.__file__).parent / "blas" / "blas2_strip.cu"
     d = tmp_path / "mylib"
     d.mkdir(exist_ok=True)
     shutil.copy(shipped, d / "blas2_strip.cu")
-    (d / "mine.toml").write_text(STRIP.replace("TILE", tile).replace("WHOLE", whole).replace("BUFFERS", buffers))
+    (d / "mine.toml").write_text(STRIP.replace("TILE", tile).replace("WHOLE", whole).replace("BUFFERS", buffers)
+                                 .replace("MACROS", macros))
     return kfuse.load_library(d, shipped=False)
+
+
+CLUSTER_MACROS = "macros = { BY = [8], R = [1], NC = [1024], C = [2] }"
+
+
+def test_metadata_cluster_loads(tmp_path):
+    """A cluster macro is a choice like any other, but not a template parameter of the routines
+    (the strip routines serve the cluster variant as they are)."""
+    var = _load(tmp_path, whole='whole = ["j"]\ncluster = "C"', macros=CLUSTER_MACROS).functions[0].variants[0]
+    assert var.cluster == "C" and var.template_macros == ("BY", "R", "NC") and var.macros["C"] == (2,)
 
 
 def test_metadata_strip_loads(tmp_path):
@@ -199,6 +265,10 @@ def test_metadata_strip_loads(tmp_path):
     ({"whole": 'whole = "j"'}, "expected a non-empty list of distinct instance axes"),
     ({"tile": 'tile = ["R", 1024]'}, "the tile side along j is a fixed 1024 entries"),
     ({"buffers": ", buffers = 3"}, "a local has 1 copy or 2"),
+    ({"whole": 'whole = ["j"]\ncluster = "Q"'}, "expected the name of one of the variant's macros, got 'Q'"),
+    ({"whole": 'cluster = "C"', "macros": CLUSTER_MACROS}, "a cluster spans one axis whole: declare whole"),
+    ({"whole": 'whole = ["j"]\ncluster = "C"', "macros": CLUSTER_MACROS.replace("[2]", "[2, 3]")},
+     "blocks per cluster must be among [2, 4, 8] (portable cluster sizes), got [3]"),
 ])
 def test_metadata_errors(tmp_path, kw, message):
     with pytest.raises(LibraryError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):

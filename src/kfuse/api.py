@@ -19,6 +19,7 @@ from .ir.program import SIZE_WORDS, Program
 from .library.loader import load_library
 from .library.schema import Library
 from .passes import PassTimes
+from .runtime.gpu import clusters_available
 
 
 def _read_script(script: str | Path) -> tuple[str, str]:
@@ -129,7 +130,8 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             sizes = _resolve_sizes(program, sizes)
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
-                                model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal)
+                                model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal,
+                                clusters=clusters_available())
             with timer("search"):
                 stored = stored_plan(program, search, dtype, tuned)
                 plan = stored or search.best()

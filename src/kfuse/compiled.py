@@ -197,11 +197,12 @@ class CompiledScript:
         for code in self.kernels:
             L = code.launch
             whole = {a for kc in code.spec.calls for a in kc.variant.whole}
-            for n, (axis, count) in enumerate(zip(("i", "j"), L.counts(dims))):
-                if axis in whole and count > 1:
+            for n, (axis, d, extent) in enumerate(zip(("i", "j"), L.axis_dims, L.axis_extent)):
+                C = L.cluster if n == L.cluster_axis else 1      # blocks spanning the axis together
+                if axis in whole and -(-dims[d] // extent) > C:
                     what = "rows" if axis == "j" else "columns"
-                    return (f"kernel {L.kernel} reads {what} of {dims[L.axis_dims[n]]} entries in strips of "
-                            f"{L.axis_extent[n]}")
+                    return (f"kernel {L.kernel} reads {what} of {dims[d]} entries in strips of {extent}"
+                            + (f" x {C} blocks" if C > 1 else ""))
         return None
 
     def for_device_scalars(self, names) -> "CompiledScript":
@@ -233,7 +234,8 @@ class CompiledScript:
         from .tuning.store import stored_plan
         search = PlanSearch(program, self.library, sizes={d.name: dims[d.id] for d in program.dims},
                             itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
-                            spans=self.search.spans, horizontal=self.search.horizontal)
+                            spans=self.search.spans, horizontal=self.search.horizontal,
+                            clusters=self.search.clusters)
         stored = stored_plan(program, search, self.dtype, self.tuned)
         plan = stored or search.best()
         other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)

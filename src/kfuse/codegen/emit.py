@@ -74,6 +74,10 @@ class _Emitter:
         # once read neighbouring strips (one region of the matrix, few DRAM pages and TLB entries)
         # rather than one region each
         self.strided = self.nest == 2 and any(kc.variant.whole for kc in spec.calls)
+        # a kernel of cluster variants: the C consecutive blocks of a thread-block cluster are the
+        # C tiles of one strip (cluster rank and tile along the strip's axis agree, up to the
+        # order's reversal); they exchange values through distributed shared memory
+        self.cluster = spec.cluster[0]
         self.out: list[str] = []
         self.views: dict[str, str] = {}
 
@@ -125,14 +129,18 @@ class _Emitter:
         w(f"#ifndef KF_ORDER_{spec.name}")
         w(f"#define KF_ORDER_{spec.name} 0")
         w("#endif")
-        self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem)
+        self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem, self.cluster)
         for g in fr.args:
             if g.kind == "array" and g.value is not None:
                 w(sk.global_view(g.name, g.value.type))
 
     def indices(self) -> None:
         spec, w, L, other, V = self.spec, self.w, self.L, self.other, self.V
-        w(f"    constexpr int order = KF_ORDER_{spec.name};   // block order (runtime/order.py)")
+        if self.cluster > 1:    # bit 1 would give a cluster's blocks different strips
+            w(f"    constexpr int order = KF_ORDER_{spec.name} & ~2;   // block order (runtime/order.py); "
+              "a cluster's blocks are consecutive: no bands")
+        else:
+            w(f"    constexpr int order = KF_ORDER_{spec.name};   // block order (runtime/order.py)")
         w("    if (order & 4) kf_allow_next();   // the next kernel may launch now (it waits for this one)")
         w("    const int kf_rev = (order & 1) ^ ((order & 8) ? kf_flip : 0);   // bit 3: mirrored on every other call")
         w("    const long long kf_b = kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
@@ -220,7 +228,7 @@ class _Emitter:
                     declared[var] = vname
                     lines.append(sk.view_decl(inner, vname, acc.element, tx, ty, var, self.copy_of(acc.element)))
                 cargs.append(var)
-        lines.append(sk.call_line(inner, r.fn, kc.macros, cargs))
+        lines.append(sk.call_line(inner, r.fn, kc.template_macros, cargs))
         lines.append(f"{indent}}}")
         return lines
 
@@ -235,7 +243,7 @@ class _Emitter:
     def view(self, acc: Access, X: int, Y: int) -> str:
         """The name of the view struct of a shared element under an access (defined once)."""
         el = self.lay.elements[acc.element]
-        vname, vdef = sk.view_struct(el.kind, el.shape, el.pitch, acc.mapping, X, Y)
+        vname, vdef = sk.view_struct(el.kind, el.shape, el.pitch, acc.mapping, X, Y, self.cluster)
         self.views[vname] = vdef
         return vname
 
@@ -261,7 +269,10 @@ class _Emitter:
         return lines
 
     def step(self, s: Step, indent: str, u: int | None, v: int = 0) -> None:
-        if s.barrier:
+        if s.barrier and self.cluster > 1:
+            self.w(f"{indent}kf_cluster_sync();   // cluster barrier: shared data changes hands across "
+                   f"the cluster's {self.cluster} blocks")
+        elif s.barrier:
             self.w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
         self.out += self.clear(s, indent, u, v) if s.kind == "clear" else self.routine_call(s, indent, u, v)
 
@@ -292,6 +303,8 @@ class _Emitter:
             for s in steps:
                 if s.phase == "post":
                     self.step_slots(s, "    ", None)
+        if self.cluster > 1:
+            w("    kf_cluster_sync();   // no block leaves while its cluster may still read its shared memory")
         w("}")
 
     def loop(self) -> None:

@@ -77,5 +77,6 @@ def _code(lay: Layout) -> KernelCode:
                         fr.args, fr.clears, fr.smem, tuple(kc.call.index for kc in spec.calls), spec.loop,
                         spec.span, spec.unroll, any(s.phase != "loop" for s in lay.steps),
                         fr.wait_phase is not None,
-                        sum(lay.placement.registers.values()) if any(kc.variant.whole for kc in spec.calls) else 0)
+                        sum(lay.placement.registers.values()) if any(kc.variant.whole for kc in spec.calls) else 0,
+                        *spec.cluster)
     return KernelCode(spec, partial(render, lay), fr.sources, launch, lay.placement, lay.steps)

@@ -211,6 +211,10 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
         raise FusionError(f"{spec.name}: loop axis {spec.loop!r} is not an instance axis")
     if spec.nesting != 2:
         return None
+    clusters = {kc.cluster for kc in spec.calls}
+    if len(clusters) != 1:
+        raise FusionError(f"{spec.name}: calls of clusters of {' and '.join(map(str, sorted(clusters)))} blocks "
+                          "cannot share a kernel (a cluster's blocks walk the same strips)")
     tiles = {kc.tile(lib) for kc in spec.calls}
     if len(tiles) != 1:
         raise FusionError(f"{spec.name}: calls whose instances are tiles of different shapes "
@@ -366,19 +370,19 @@ def _frame_parts(lay: Layout) -> tuple:
             if kc.call.axes != axis_dims:
                 raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                                   f"{first.call.text()}")
-        args = kernel_args(steps, axis_dims, extents)
+        args = kernel_args(steps, axis_dims, extents, spec.cluster)
         check_param_space(spec.name, args)
     except FusionError as e:
         return shapes, T, refused, str(e)
     clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
                    for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
                    and not reduced_whole(kc, p))
-    sources = tuple(dict.fromkeys(str(kc.variant.source) for kc in spec.calls))
+    sources = tuple(dict.fromkeys(str(f) for kc in spec.calls for f in kc.variant.files))
     return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
                                 wait_phase(spec, steps, args, clears))
 
 
-def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
+def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -> tuple[GlobalArg, ...]:
     """Arrays first (in order of first use), then the scalars the kernel's scalar arguments read
     (arithmetic included): script inputs by value, scalars an earlier kernel computed (a
     reduction's result) and script inputs bound to 0-d device arrays by address (``dscalar``: read
@@ -397,8 +401,9 @@ def kernel_args(steps, axis_dims, extents) -> tuple[GlobalArg, ...]:
             scalars[v.id] = v
     args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
              for v in scalars.values()]
-    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e)
-             for ax, d, e in zip("ij", axis_dims, extents)]
+    C, cax = cluster
+    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e, multiple=C if k == cax else 1)
+             for k, (ax, d, e) in enumerate(zip("ij", axis_dims, extents))]
     args.append(GlobalArg("iters", "iters"))
     args.append(GlobalArg("flip", "kf_flip"))     # 1 on every other call: mirrored block order
     return tuple(args)

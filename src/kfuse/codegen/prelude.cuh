@@ -205,6 +205,49 @@ KF_DEVICE void kf_allow_next() {
 #endif
 }
 
+// Thread-block clusters (sm_90 and later): a kernel of cluster variants is compiled with
+// __cluster_dims__(C, 1, 1), and the C blocks of a cluster read each other's shared memory
+// (distributed shared memory).  kf_cluster_get(p, rank) reads the entry
+// that p addresses in the caller's own shared memory from the shared memory of block `rank` of
+// its cluster; kf_cluster_sync() is the cluster's barrier (every thread of every block: writes
+// to shared memory before it are seen by the cluster's reads after it), which the compiler places
+// where a block would place __syncthreads().  Built for an older GPU, a cluster is one block.
+KF_DEVICE void kf_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __syncthreads();
+#endif
+}
+// the 32-bit address in the shared memory of block `rank` of the cluster of what p addresses in
+// the caller's own
+KF_DEVICE unsigned kf_cluster_address(const void* p, unsigned rank) {
+    unsigned a = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm("{\n\t.reg .u64 s;\n\tcvta.to.shared.u64 s, %1;\n\tcvt.u32.u64 %0, s;\n\t}" : "=r"(a) : "l"(p));
+    asm("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(a) : "r"(rank));
+#endif
+    return a;
+}
+KF_DEVICE float kf_cluster_get(const float* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(kf_cluster_address(p, rank)) : "memory");
+    return v;
+#else
+    return *p;
+#endif
+}
+KF_DEVICE double kf_cluster_get(const double* p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    double v;
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(kf_cluster_address(p, rank)) : "memory");
+    return v;
+#else
+    return *p;
+#endif
+}
+
 // Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).
 extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real value) {
     kf_allow_next();

@@ -21,9 +21,11 @@ def array_params(name: str, typ: str) -> list[str]:
     return [f"real* __restrict__ {name}_p"] + [f"long long {name}_{n}" for n in _DIMS[typ]]
 
 
-def kernel_open(name: str, threads: int, params: list[str], smem: int) -> list[str]:
-    """The __global__ function's head up to its opening brace, and its shared-memory array."""
-    lines = [f'extern "C" __global__ void __launch_bounds__({threads})',
+def kernel_open(name: str, threads: int, params: list[str], smem: int, cluster: int = 1) -> list[str]:
+    """The __global__ function's head up to its opening brace, and its shared-memory array
+    (``cluster``: blocks per thread-block cluster, compiled in)."""
+    dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
+    lines = [f'extern "C" __global__ void __launch_bounds__({threads}){dims}',
              f"{name}(" + ",\n    ".join(params) + ")", "{"]
     if smem:
         lines.append(f"    __shared__ real kf_smem[{smem}];")
@@ -127,17 +129,25 @@ def call_line(indent: str, fn: str, macros: tuple[tuple[str, int], ...], cargs: 
     return f"{indent}{fn}{template_args(macros)}({', '.join(cargs)});"
 
 
-def view_struct(kind: str, shape: tuple[int, ...], pitch: int, mapping: str, X: int, Y: int) -> tuple[str, str]:
+def view_struct(kind: str, shape: tuple[int, ...], pitch: int, mapping: str, X: int, Y: int,
+                cluster: int = 1) -> tuple[str, str]:
     """(type name, definition) of a shared-memory view of an element (``kind`` scalar, subvector
-    or tile of ``shape``, tile rows ``pitch`` entries apart) under a mapping for X x Y threads."""
+    or tile of ``shape``, tile rows ``pitch`` entries apart) under a mapping for X x Y threads;
+    in a kernel of clusters of ``cluster`` blocks, each block holds a copy (``blocks``: what the
+    cluster routines read the others' copies through, kf_cluster_get)."""
     dims = "x".join(map(str, shape)) or "1"
     name = f"KfSh_{kind}{dims}" + (f"p{pitch}" if kind == "tile" else "") + f"_{mapping}"
     if mapping != "any":
         name += f"_{X}x{Y}"
+    if cluster > 1:
+        name += f"_c{cluster}"
     lines = [f"struct {name} {{   // {kind} {dims} in shared memory, mapping {mapping}"
-             + (f" for {X}x{Y} threads" if mapping != "any" else "")]
+             + (f" for {X}x{Y} threads" if mapping != "any" else "")
+             + (f", a copy in each of a cluster's {cluster} blocks" if cluster > 1 else "")]
     lines.append("    real* p; int tx, ty;")
     lines.append(f"    static constexpr int slots = {MAPPINGS[mapping].slots(shape, X, Y)};")
+    if cluster > 1:
+        lines.append(f"    static constexpr int blocks = {cluster};")
     off = MAPPINGS[mapping].offset(shape, pitch, X, Y)
     if off is not None:
         lines.append(f"    KF_DEVICE real& operator()(int k) const {{ return p[{off}]; }}")

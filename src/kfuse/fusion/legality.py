@@ -107,26 +107,32 @@ MAX_REGISTERS_PER_THREAD = 255
 
 def fits_at(code, dims: dict[int, int], itemsize: int) -> str | None:
     """A kernel whose variants span an axis whole (a strip of whole rows) is correct only where
-    one instance covers that axis at the sizes at hand, and worth it only where its elements fit
-    the block's registers: None when it fits (and is the narrowest strip that covers the axis),
+    one instance -- or a thread-block cluster's instances, for cluster variants -- covers that
+    axis at the sizes at hand, and worth it only where its elements fit the block's registers:
+    None when it fits (and is the narrowest strip and the smallest cluster that cover the axis),
     else the reason.  Kernels of no such variant always fit."""
     whole = {a for kc in code.spec.calls for a in kc.variant.whole}
     if not whole:
         return None
     L = code.launch
-    counts = L.counts(dims)
-    for n, axis in enumerate(("i", "j")[:len(counts)]):
+    for n, axis in enumerate(("i", "j")[:len(L.axis_dims)]):
         if axis not in whole:
             continue
         length, extent = dims[L.axis_dims[n]], L.axis_extent[n]
+        C = L.cluster if n == L.cluster_axis else 1       # blocks spanning the axis together
         what = "rows" if axis == "j" else "columns"
-        if counts[n] > 1:
-            return f"{what} of {length} do not fit a strip of {extent} (one block must cover them)"
+        if -(-length // extent) > C:
+            return (f"{what} of {length} do not fit a strip of {extent} x {C} blocks (one cluster must cover them)"
+                    if C > 1 else f"{what} of {length} do not fit a strip of {extent} (one block must cover them)")
         narrower = [v for kc in code.spec.calls if axis in kc.variant.whole and kc.variant.tile is not None
                     for side in [kc.variant.tile[0 if axis == "i" else 1]] if isinstance(side, str)
-                    for v in kc.variant.macros[side] if length <= v < extent]
+                    for v in kc.variant.macros[side] if length <= v * C and v < extent]
         if narrower:
-            return f"{what} of {length} fit a narrower strip than {extent}"
+            return f"{what} of {length} fit a narrower strip than {extent}" + (f" x {C} blocks" if C > 1 else "")
+        smaller = [c for kc in code.spec.calls if kc.variant.cluster
+                   for c in kc.variant.macros[kc.variant.cluster] if length <= c * extent and c < C]
+        if smaller:
+            return f"{what} of {length} fit a cluster of {min(smaller)} blocks of {extent}"
     words = L.strip_registers(itemsize)
     cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // L.threads)
     if words > cap:

@@ -133,8 +133,9 @@ class PlanSearch:
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
                  itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer,
-                 spans: tuple[int, ...] = SPANS, horizontal: bool = True):
+                 spans: tuple[int, ...] = SPANS, horizontal: bool = True, clusters: bool = True):
         self.program, self.lib, self.machine = program, lib, machine
+        self.clusters = clusters        # may kernels of thread-block clusters run (compute capability 9.0)?
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
         with timer("space"):
@@ -214,7 +215,8 @@ class PlanSearch:
         regs = [(code.launch.strip_registers(self.itemsize), r) for code, r in real if "registers" in r]
         if regs:        # some strip covers the rows, but none fits the registers: the fewest
             return min(regs, key=lambda wr: wr[0])[1]
-        return max(real, key=lambda cr: max(cr[0].launch.axis_extent))[1] if real else "no implementation fits these sizes"
+        return (max(real, key=lambda cr: max(cr[0].launch.axis_extent) * cr[0].launch.cluster)[1] if real
+                else "no implementation fits these sizes")
 
     def one_pass(self, calls: frozenset[int]) -> str | None:
         """For a fusion that uses a reduction's result in the kernel that computes it: why it may
@@ -226,18 +228,27 @@ class PlanSearch:
         what = f"the reduction over {''.join(axes)} of c{p} ({self.program.calls[p].text()})"
         if calls not in self.ranked:
             reason = self.sized_out.get(calls, "no implementation can be built (resources or mappings)")
-            return f"two passes at these sizes: {what} cannot complete within a block: {reason}"
+            return f"two passes at these sizes: {what} cannot complete within a block or a cluster: {reason}"
         code = self.ranked[calls][0][2]
         L = code.launch
         n = next(k for k, a in enumerate(("i", "j")) if a in axes)
         length = self.dims[L.axis_dims[n]]
-        return (f"one pass: {what} completes within a block of {L.threads} threads "
+        where = (f"a cluster of {L.cluster} blocks of {L.threads} threads" if L.cluster > 1
+                 else f"a block of {L.threads} threads")
+        return (f"one pass: {what} completes within {where} "
                 f"({'rows' if axes == ('j',) else 'columns'} of {length} fit a strip of "
-                f"{L.axis_extent[0]} x {L.axis_extent[1]}); {v.name} never leaves the chip")
+                f"{L.axis_extent[0]} x {L.axis_extent[1]}" + (f" per block, {L.cluster} blocks" if L.cluster > 1 else "")
+                + f"); {v.name} never leaves the chip")
 
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
-        scored = [(self._score(code), impl, code) for impl, code in impls if self._fits(code) is None]
+        fitting = [(impl, code) for impl, code in impls if self._fits(code) is None]
+        if not self.clusters or any(code.launch.cluster == 1 for _, code in fitting):
+            # a cluster's barriers and its reads of other blocks' shared memory cost more than a
+            # block's, and the calibration does not measure them: clusters only where nothing
+            # without one fits (rows longer than a block holds), on a GPU that has them
+            fitting = [(impl, code) for impl, code in fitting if code.launch.cluster == 1]
+        scored = [(self._score(code), impl, code) for impl, code in fitting]
         return _sorted_lazily(scored, [lambda t: t[0], lambda t: t[1].unroll > self._iterations(t[2]),
                                        lambda t: _preference(t[1], t[2], self.itemsize)])
 

@@ -37,6 +37,16 @@ class KernelCall:
     def _macro_map(self) -> dict[str, int]:
         return dict(self.macros)
 
+    @property
+    def cluster(self) -> int:
+        """Blocks per thread-block cluster (1: the variant declares none)."""
+        return self.macro(self.variant.cluster) if self.variant.cluster else 1
+
+    @property
+    def template_macros(self) -> tuple[tuple[str, int], ...]:
+        """The macros its routines take as template parameters (all but the cluster's)."""
+        return tuple(m for m in self.macros if m[0] != self.variant.cluster) if self.variant.cluster else self.macros
+
     def value_of(self, x: str | int) -> int:
         return x if isinstance(x, int) else self.macro(x)
 
@@ -105,6 +115,15 @@ class KernelSpec:
     def nesting(self) -> int:
         return self.calls[0].call.function.nesting
 
+    @property
+    def cluster(self) -> tuple[int, int]:
+        """(blocks per thread-block cluster, index of the axis its blocks span together: 0 for i,
+        1 for j) of a kernel of cluster variants (its calls agree: layout.check_spec); else (1, -1)."""
+        for kc in self.calls:
+            if kc.variant.cluster:
+                return kc.cluster, ("i", "j").index(kc.variant.whole[0])
+        return 1, -1
+
 
 @dataclass(frozen=True)
 class GlobalArg:
@@ -114,6 +133,13 @@ class GlobalArg:
     value: Value | None = None
     axis: int | None = None         # count: dimension id; divisor: element extent
     divisor: int = 1
+    multiple: int = 1               # count: rounded up to a multiple of this (a cluster's blocks)
+
+    def count(self, dims: dict[int, int]) -> int:
+        """A count argument's value at sizes ``dims``: instances along its axis."""
+        assert self.axis is not None, "a count has its dimension"
+        n = -(-dims[self.axis] // self.divisor)
+        return -(-n // self.multiple) * self.multiple
 
 
 @dataclass(frozen=True)
@@ -137,10 +163,17 @@ class LaunchInfo:
     waits: bool = False             # calls kf_wait_prior before touching what an earlier launch wrote (PDL)
     whole_entries: int = 0          # a kernel of strips spanning an axis whole: its register entries per
                                     # thread (0: not such a kernel); its grid is one resident wave
+    cluster: int = 1                # blocks per thread-block cluster, together spanning axis
+    cluster_axis: int = -1          # cluster_axis whole (-1: no cluster)
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
-        """Instances along each axis (partial edge elements included)."""
-        return tuple(-(-dims[d] // e) for d, e in zip(self.axis_dims, self.axis_extent))
+        """Instances along each axis (partial edge elements included); along a cluster's axis a
+        multiple of the cluster (blocks past the end read zeros and add nothing)."""
+        counts = tuple(-(-dims[d] // e) for d, e in zip(self.axis_dims, self.axis_extent))
+        if self.cluster > 1:
+            c = self.cluster
+            counts = tuple(-(-n // c) * c if k == self.cluster_axis else n for k, n in enumerate(counts))
+        return counts
 
     def _split(self, dims: dict[int, int]) -> tuple[int, int]:
         """(instances along the loop axis, independent block groups across it)."""
@@ -169,6 +202,12 @@ class LaunchInfo:
             # sizes fewer, longer blocks win (docs/experiments/README.md, "Reductions to a scalar")
             iters = max(iters, min(SCALAR_SUM_ITERS, -(-along // self.ipb)))
         return iters
+
+    def iterations_within(self, dims: dict[int, int], blocks: int) -> int:
+        """The fewest serial iterations that keep the grid within ``blocks`` blocks."""
+        along, across = self._split(dims)
+        groups = max(1, blocks // across)
+        return max(1, -(-along // (groups * self.ipb)))
 
     def strip_registers(self, itemsize: int = 4) -> int:
         """Estimated 32-bit registers per thread of a strip kernel: its register entries (two

@@ -195,14 +195,24 @@ def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
     are the variant's macros in order (then classes), taking ix plus one parameter per argument,
     and never reaching a barrier (the compiler places ``__syncthreads()``).  Returns the names of
     the routines that exchange values between lanes (``warp_wide``)."""
-    defs, syncing, lanes = _scan(_source_text(ctx, v.source, f"{where}.source"))
-    macros = list(v.macros)
+    defs: dict[str, list] = {}
+    syncing: set[str] = set()
+    lanes: set[str] = set()
+    file_of: dict[str, str] = {}
+    for f in v.files:          # a variant of several files: routines and helpers from any of them
+        d, sy, la = _scan(_source_text(ctx, f, f"{where}.source"))
+        for name, found in d.items():
+            defs.setdefault(name, []).extend(found)
+            file_of.setdefault(name, f.name)
+        syncing |= sy
+        lanes |= la
+    macros = list(v.template_macros)
     want = ", ".join([f"int {m}" for m in macros] + ["class ..."])
     for r in v.routines:
         rw = f"{where}.routine.{r.name}.fn"
         found = defs.get(r.fn)
         if not found:
-            raise ctx.fail(rw, f"{r.fn} is not defined in {v.source.name}")
+            raise ctx.fail(rw, f"{r.fn} is not defined in {', '.join(f.name for f in v.files)}")
 
         def fits(d: Definition) -> bool:
             if d.template is None:
@@ -215,13 +225,13 @@ def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
             d = found[0]
             got = "no template" if d.template is None else \
                 "<" + ", ".join(f"{k} {n}".strip() for k, n in d.template) + ">"
-            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) has template parameters {got}; "
+            raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}:{d.line}) has template parameters {got}; "
                            f"the variant's macros need <{want}>")
         if not any(d.nparams == 1 + len(r.args) for d in fitting):
             d = fitting[0]
-            raise ctx.fail(rw, f"{r.fn} ({v.source.name}:{d.line}) takes {d.nparams} parameters; "
+            raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}:{d.line}) takes {d.nparams} parameters; "
                            f"the routine passes ix and {len(r.args)} argument(s)")
         if r.fn in syncing:
-            raise ctx.fail(rw, f"{r.fn} ({v.source.name}) calls __syncthreads() or another barrier: "
+            raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}) calls __syncthreads() or another barrier: "
                            "routines never do, the compiler places barriers")
     return frozenset(r.name for r in v.routines if r.fn in lanes)

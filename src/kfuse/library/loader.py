@@ -227,10 +227,11 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines", "tile", "whole"}, where)
+                         "routines", "tile", "whole", "cluster"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
-    source = _source(ctx, ctx.get(v, "source", where, str), f"{where}.source")
+    sources = _sources(ctx, v, where)
+    source = sources[0]
     macros: dict[str, tuple[int, ...]] = {}
     for m, values in ctx.get(v, "macros", where, dict, {}).items():
         ctx.ident(m, f"{where}.macros")
@@ -247,6 +248,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
             raise ctx.fail(f"{where}.tile", "only a 2-level function's instances are tiles")
         tile = _threads(ctx, v["tile"], f"{where}.tile", macros, "[rows, columns]")
     whole = _whole(ctx, v, where, params, nesting, tile)
+    cluster = _cluster(ctx, v, where, macros, whole)
     ipb = tuple(ctx.get(v, "instances_per_block", where, list, [1] if nesting == 2 else [1, 2, 4, 8, 16]))
     if not ipb or not all(isinstance(x, int) and x >= 1 for x in ipb):
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
@@ -282,7 +284,8 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         if loc.buffers > 1 and any(a.name == loc.name and a.mode == "acc" for r in routines for a in r.elements):
             raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
-    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole)
+    variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole,
+                      cluster=cluster, sources=sources if len(sources) > 1 else ())
     _check_routines(ctx, variant, params, where)
     return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
 
@@ -314,6 +317,38 @@ def _whole(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: i
     if len(axes) == len(AXES[nesting]):
         raise ctx.fail(f"{where}.whole", "a tile spanning every axis whole leaves no instances to run in parallel")
     return tuple(axes)
+
+
+CLUSTER_SIZES = (2, 4, 8)       # blocks per cluster a kernel may declare on every sm_90 GPU (portable)
+
+
+def _cluster(ctx: _Ctx, v: dict, where: str, macros: dict[str, tuple[int, ...]],
+             whole: tuple[str, ...]) -> str | None:
+    """``cluster = "C"``: the macro whose values are the blocks of a thread-block cluster that
+    together span the variant's one ``whole`` axis (each block a tile of it; the blocks exchange
+    values through distributed shared memory, sm_90).  Its values are portable cluster sizes."""
+    if "cluster" not in v:
+        return None
+    m = v["cluster"]
+    if not isinstance(m, str) or m not in macros:
+        raise ctx.fail(f"{where}.cluster", f"expected the name of one of the variant's macros, got {m!r}")
+    if len(whole) != 1:
+        raise ctx.fail(f"{where}.cluster", "a cluster spans one axis whole: declare whole = [that axis]")
+    bad = [x for x in macros[m] if x not in CLUSTER_SIZES]
+    if bad:
+        raise ctx.fail(f"{where}.macros.{m}", f"blocks per cluster must be among {list(CLUSTER_SIZES)} "
+                       f"(portable cluster sizes), got {bad}")
+    return m
+
+
+def _sources(ctx: _Ctx, v: dict, where: str) -> tuple[Path, ...]:
+    """``source``: a routine file, or a list of them (a variant reusing another's routines)."""
+    names = ctx.get(v, "source", where, (str, list))
+    if isinstance(names, str):
+        names = [names]
+    if not names or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ctx.fail(f"{where}.source", f"expected a file name or a list of distinct file names, got {names!r}")
+    return tuple(_source(ctx, n, f"{where}.source") for n in names)
 
 
 def _source(ctx: _Ctx, name: str, where: str) -> Path:

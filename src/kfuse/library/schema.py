@@ -94,6 +94,21 @@ class Variant:
     # (when the sizes at hand fit the tile), so a reduction over such an axis completes inside one
     # thread block and its result may be used in the kernel that computes it (fusion/legality.py)
     whole: tuple[str, ...] = ()
+    # the macro whose value is the blocks of a thread-block cluster (sm_90) that together span the
+    # ``whole`` axis, each block one tile of it; None: one block spans it.  Not a template
+    # parameter of the routines (the views of their shared locals carry it: VP::blocks).
+    cluster: str | None = None
+    # every routine file the variant takes routines from, ``source`` first (one file: ``(source,)``)
+    sources: tuple[Path, ...] = ()
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return self.sources or (self.source,)
+
+    @property
+    def template_macros(self) -> tuple[str, ...]:
+        """The macros its routines take as leading template parameters, in order."""
+        return tuple(m for m in self.macros if m != self.cluster)
 
     def routine(self, name: str) -> Routine | None:
         return next((r for r in self.routines if r.name == name), None)

@@ -217,6 +217,8 @@ class Binding:
                       for v, identity in L.clears if v.id not in self.prefilled]
             self.launches.extend(fills)
             self.fills_before.append([f[0].name for f in fills])
+            if L.cluster > 1:
+                iters = self._cluster_iterations(L, function, iters)
             args, patches = self._kernel_args(L, iters)
             grid = L.grid(dims, iters)
             if grid > MAX_GRID:
@@ -234,6 +236,16 @@ class Binding:
         self.alternate = int(any(o & ALTERNATE for o in orders))
         self.parity = 1
         self.kernel_launches = [launch for launch, _ in self.launches if launch.name != "kf_fill"]
+
+    def _cluster_iterations(self, L, function, iters: int) -> int:
+        """Serial iterations of a kernel of clusters: at least enough that its grid is clusters
+        the GPU holds at once (its strips are shared out among the block groups: a group that
+        had to wait for a free processing cluster would run its share after the others)."""
+        held = driver.max_active_clusters(function, L.threads, L.cluster)
+        if held < 1:
+            raise LaunchError(f"{L.kernel}: the GPU cannot hold a cluster of {L.cluster} blocks of "
+                              f"{L.threads} threads")
+        return max(iters, L.iterations_within(self.dims, held * L.cluster))
 
     def _kernel_args(self, L, iters: int) -> tuple[list, list]:
         """The argument values (pointers as 0, patched per call) and the patches [(position,
@@ -253,7 +265,7 @@ class Binding:
                 patches.append((len(args), SCALAR, self.scalar_inputs.index(g.value.name)))
                 args.append(self.dtype.type(0))
             elif g.kind == "count":
-                args.append(np.int64(-(-self.dims[g.axis] // g.divisor)))
+                args.append(np.int64(g.count(self.dims)))
         args.append(np.int32(min(iters, 2**31 - 1)))
         args.append(np.int32(0))                  # kf_flip: set per call (``set_flip``)
         return args, patches

@@ -42,6 +42,7 @@ _SIGNATURES = {
     "cuGraphDestroy": [_P],
     "cuGraphExecDestroy": [_P],
     "cuStreamSynchronize": [_P],
+    "cuOccupancyMaxActiveClusters": [ctypes.POINTER(ctypes.c_int), _P, ctypes.POINTER(Config)],
 }
 
 _driver: list = []      # [libcuda or None], loaded on first use
@@ -86,6 +87,22 @@ def create_stream() -> int:
 def require() -> None:
     if libcuda() is None:
         raise LaunchError("the CUDA driver library (libcuda.so.1, CUDA 12 or later) could not be loaded")
+
+
+def handle(function) -> _P:
+    """The CUfunction of a CuPy kernel function."""
+    return _P(function.kernel.ptr if hasattr(function, "kernel") else function.ptr)
+
+
+def max_active_clusters(function, threads: int, cluster: int) -> int:
+    """Clusters of ``function`` (compiled for clusters of ``cluster`` blocks of ``threads``
+    threads) that the GPU runs at once: a cluster's blocks share one GPU processing cluster, so
+    this can be fewer than the multiprocessors' block slots divided by the cluster size."""
+    n = ctypes.c_int()
+    cfg = Config(cluster, 1, 1, threads, 1, 1, 0, None, None, 0)
+    check(libcuda().cuOccupancyMaxActiveClusters(ctypes.byref(n), handle(function), ctypes.byref(cfg)),
+          "cuOccupancyMaxActiveClusters")
+    return n.value
 
 
 def synchronize(stream: int) -> None:

@@ -34,6 +34,22 @@ def gpu_name() -> str | None:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+_clusters: list[bool] = []
+
+
+def clusters_available() -> bool:
+    """Can the current GPU run kernels of thread-block clusters (compute capability 9.0 or later)?
+    True without CuPy or a GPU: the code is then built for sm_90 (nvcc's checks, the H100)."""
+    if not _clusters:
+        try:
+            import cupy as cp
+            ok = int(cp.cuda.Device().compute_capability) >= 90
+        except Exception:   # noqa: BLE001 - no CuPy, no driver or no device: code for sm_90
+            ok = True
+        _clusters.append(ok)
+    return _clusters[0]
+
+
 _device_limits: dict[int, tuple[int, int]] = {}
 
 

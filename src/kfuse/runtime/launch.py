@@ -76,7 +76,7 @@ class KernelLaunch:
         self._cfg = driver.Config(g[0], g[1], g[2], threads, 1, 1, 0, None,
                                   ctypes.pointer(self._attr) if dependent else None, 1 if dependent else 0)
         self._cfg_ref = ctypes.byref(self._cfg)
-        self._handle = ctypes.c_void_p(function.kernel.ptr if hasattr(function, "kernel") else function.ptr)
+        self._handle = driver.handle(function)
         self._call = driver.libcuda().cuLaunchKernelEx
 
     def launch(self, stream: int) -> None:
