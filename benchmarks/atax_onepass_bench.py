@@ -1,9 +1,11 @@
-"""ATAX one pass (kfuse's plan: strips of whole rows, A read once) against the best two-kernel
-plan kfuse ranks (A read twice) and the one-pass limit (one read of A over the copy bandwidth),
-float32 and float64, n = 4096, 8192, 16384; every result checked against float64 first.
+"""ATAX one pass (kfuse's plan: strips of whole rows, A read once; rows longer than a block holds
+split over a thread-block cluster) against the best two-kernel plan kfuse ranks (A read twice)
+and the one-pass limit (one read of A over the copy bandwidth), float32 and float64, n = 4096,
+8192, 16384 (and any --sizes); every result checked against float64 first.
 
-    PYTHONPATH=src python3 benchmarks/atax_onepass_bench.py
+    PYTHONPATH=src python3 benchmarks/atax_onepass_bench.py [--sizes 4096 8192 16384 32768]
 """
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +18,17 @@ ATAX = Path(__file__).resolve().parents[1] / "examples" / "atax.kf"
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384])
+    sizes = ap.parse_args().sizes
     cp = cupy()
     timer = device_timer(reps=30, warmup=3)
     bw = copy_bandwidth(2**30, timer)
     print(f"copy bandwidth: {bw:.0f} GB/s", flush=True)
     for dt in ("float32", "float64"):
-        for n in (4096, 8192, 16384):
+        for n in sizes:
             rs = np.random.default_rng(n)
-            A = cp.asarray(rs.standard_normal((n, n)), dtype=dt)
+            A = cp.asarray(rs.standard_normal((n, n), dtype=np.float32), dtype=dt)
             x = cp.asarray(rs.standard_normal(n), dtype=dt)
             A64 = A.astype(cp.float64)
             ref = A64.T @ (A64 @ x.astype(cp.float64))

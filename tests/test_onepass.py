@@ -76,7 +76,7 @@ def test_two_kernels_where_rows_do_not_fit(dtype, n, reason):
     assert why in prog.search.explain()
 
 
-@pytest.mark.parametrize("dtype, n, nc, blocks", [("float32", 32768, 16384, 2), ("float32", 20000, 16384, 2),
+@pytest.mark.parametrize("dtype, n, nc, blocks", [("float32", 32768, 8192, 4), ("float32", 20000, 8192, 4),
                                                   ("float64", 16384, 8192, 2), ("float64", 30000, 8192, 4)])
 def test_one_pass_over_a_cluster_where_rows_do_not_fit_a_block(dtype, n, nc, blocks):
     """Rows longer than a block's registers hold: the strip split over the blocks of a
@@ -86,10 +86,11 @@ def test_one_pass_over_a_cluster_where_rows_do_not_fit_a_block(dtype, n, nc, blo
     k, L = prog.plan.kernels[0], prog.kernels[0].launch
     assert [kc.variant.name for kc in k.calls] == ["cluster", "cluster"]
     assert (k.calls[0].macro("NC"), k.calls[0].macro("C"), L.cluster) == (nc, blocks, blocks)
-    assert (blocks - 1) * nc < n <= blocks * nc
+    assert blocks * nc // 2 < n <= blocks * nc      # no smaller cluster of these tiles covers the row
     why = prog.search.one_pass(frozenset({0, 1}))
+    R = k.calls[0].macro("R")
     assert why.startswith(f"one pass: the reduction over j of c0 (t = gemv(A, x)) completes within a cluster of "
-                          f"{blocks} blocks of {L.threads} threads (rows of {n} fit a strip of 1 x {nc} per block, "
+                          f"{blocks} blocks of {L.threads} threads (rows of {n} fit a strip of {R} x {nc} per block, "
                           f"{blocks} blocks)"), why
     # the row's tiles are counted in whole clusters: a block group is one cluster
     count = next(g for g in L.args if g.kind == "count" and g.name == "n_j")
@@ -107,7 +108,7 @@ def test_cluster_kernel_reads_like_the_strip_kernel_with_cluster_barriers():
     assert "__syncthreads()" not in body
     # one cluster barrier per strip (the warp partials change hands), one before the blocks leave
     assert body.count("kf_cluster_sync();") == 2
-    assert body.index("kf_cluster_sync();") < body.index("gemv_cfinish<16, 1, 8192>(")
+    assert body.index("kf_cluster_sync();") < body.index("gemv_cfinish<8, 1, 8192>(")
     assert body.rindex("kf_cluster_sync();") > body.index("svec_add_store<")
     assert "& ~2;" in body                       # no row bands: a cluster's blocks share their strips
     assert "static constexpr int blocks = 2;" in src    # the partials' view: a copy per block

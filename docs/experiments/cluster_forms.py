@@ -20,7 +20,7 @@ ATAX = Path(__file__).resolve().parents[2] / "examples" / "atax.kf"
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="+", default=["float64:16384", "float32:32768", "float64:12289",
-                                                  "float32:20000", "float64:24576"])
+                                                  "float32:20000", "float64:24576", "float32:65536"])
     ap.add_argument("--top", type=int, default=24)
     args = ap.parse_args()
     cp = cupy()
@@ -52,9 +52,14 @@ def main():
             bound()
             err = float(cp.linalg.norm(out["y"] - ref) / cp.linalg.norm(ref))
             t = timer(bound)[1]
+            L = p.kernels[0].launch
+            held = ""
+            if L.cluster > 1:
+                from kfuse.runtime import driver
+                held = f", {driver.max_active_clusters(p.functions(0)[0], L.threads, L.cluster)} clusters held"
             pred = (plan.predicted or float("nan")) * 1e6
             print(f"  {rank:2d} {t:8.1f} us ({t / limit:.3f}x) error {err:.1e} predicted {pred:.1f}: "
-                  f"{plan.summary()}", flush=True)
+                  f"{plan.summary()}{held}", flush=True)
         del A
 
 

@@ -33,7 +33,8 @@ from typing import Any
 from ..codegen import skeleton as sk
 from ..codegen.layout import MAX_SHARED_BYTES
 from ..codegen.module import DTYPES, PRELUDE
-from ..fusion.space import PREFERRED_IPB, UNROLLS
+from ..fusion.choices import PREFERRED_IPB
+from ..fusion.space import UNROLLS
 from ..library.mappings import MAPPINGS
 from ..library.schema import Function, Library, Routine, Variant
 from ..cost.store import function_key, routine_key  # noqa: F401 - function_key: imported from here too

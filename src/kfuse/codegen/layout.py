@@ -215,6 +215,10 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
     if len(clusters) != 1:
         raise FusionError(f"{spec.name}: calls of clusters of {' and '.join(map(str, sorted(clusters)))} blocks "
                           "cannot share a kernel (a cluster's blocks walk the same strips)")
+    C, axis = spec.cluster
+    if C > 1 and spec.loop == AXES[2][axis]:
+        raise FusionError(f"{spec.name}: the blocks of a cluster span {spec.loop} together: the serial loop "
+                          f"walks the other axis")
     tiles = {kc.tile(lib) for kc in spec.calls}
     if len(tiles) != 1:
         raise FusionError(f"{spec.name}: calls whose instances are tiles of different shapes "

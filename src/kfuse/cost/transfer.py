@@ -3,6 +3,8 @@
 time(kernel) = bytes it moves / bandwidth + launch overhead + a memset when it has reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
                + local barriers executed every serial iteration
+(a kernel of thread-block clusters streams at its widest tile's pace, and no faster than its
+strips follow each other: ``cluster_stream``)
 time(plan)   = sum over its kernels
 
 Bytes count each array once per load or store routine that moves it.  The atomic term charges each warp that
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codegen.kernel import KernelCode, Step
+from ..ir.kernel import MAX_THREADS_PER_SM, target_blocks
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,11 @@ class Machine:
     clear: float = 1.5e-6           # s for the memset clearing a kernel's reduced outputs
     atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
     barrier: float = 0.05e-9        # s per local barrier executed by an instance
+    # s per strip a thread-block cluster walks when the strips' latency bounds it (loads, the row
+    # sums through the cluster's shared memories, the cluster barrier; H100: 2.0-2.5 us per strip,
+    # docs/experiments/README.md, "One pass over thread-block clusters")
+    cluster_strip: float = 2.2e-6
+    sms: int = 132                  # multiprocessors (a cluster kernel's resident blocks)
 
     @property
     def launch_seconds(self) -> float:
@@ -84,8 +92,23 @@ def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:
     return instances * sum(1 for s in code.steps if s.phase == "loop" and s.barrier)
 
 
+def cluster_stream(code: KernelCode, dims: dict[int, int], seconds: float, machine: Machine) -> float:
+    """The streaming time of a kernel of thread-block clusters: a cluster's blocks meet at every
+    strip, so the strip goes at the pace of its widest tile (C x NC entries of a row of n: the
+    time scales by C NC / n), and the strips of one cluster follow each other (at least
+    ``cluster_strip`` each, its serial iterations over the clusters resident at once)."""
+    L = code.launch
+    if L.cluster <= 1:
+        return seconds
+    ax = L.cluster_axis
+    imbalance = max(1.0, L.cluster * L.axis_extent[ax] / max(1, dims[L.axis_dims[ax]]))
+    strips = L.iterations(dims, target_blocks(machine.sms, MAX_THREADS_PER_SM, L.threads))
+    return max(seconds * imbalance, strips * machine.cluster_strip)
+
+
 def kernel_time(code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int,
                 machine: Machine = DEFAULT_MACHINE) -> float:
-    return (kernel_bytes(code, entries, itemsize) / machine.bandwidth + machine.launch
+    stream = cluster_stream(code, dims, kernel_bytes(code, entries, itemsize) / machine.bandwidth, machine)
+    return (stream + machine.launch
             + bool(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
             + loop_barriers(code, dims) * machine.barrier)

@@ -98,13 +98,16 @@ def _strip_residents(code: KernelCode, itemsize: int) -> int:
 
 
 def _preference(impl: Implementation, code: KernelCode, itemsize: int = 4) -> tuple:
-    """Tie-break among equally predicted implementations: fewer barriers, less shared memory,
+    """Tie-break among equally predicted implementations: the smallest thread-block cluster (H100:
+    clusters of 4 and 8 blocks are held fewer at once, their row sums cross more blocks;
+    docs/experiments/README.md, "One pass over thread-block clusters"), fewer barriers, less shared memory,
     then choices that measured best on the H100 (docs/experiments/README.md, 'Implementation
     sweeps'): for unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
     iterations and 32 instances per block; for nested ones 16-byte tile accesses, 4 unrolled
     iterations, BY = 8 and the smallest span."""
     if code.spec.nesting == 2:
-        return (-_strip_residents(code, itemsize), code.barriers, code.launch.smem_bytes_per_real, -_tile_access_width(code), abs(impl.unroll - 4),
+        return (code.launch.cluster, -_strip_residents(code, itemsize), code.barriers, code.launch.smem_bytes_per_real,
+                -_tile_access_width(code), abs(impl.unroll - 4),
                 abs((impl.by or DEFAULT_BY) - DEFAULT_BY), impl.span, sum(impl.variants), impl.order)
     return (code.barriers, code.launch.smem_bytes_per_real, -_load_width(code), abs(impl.unroll - 4),
             abs(impl.ipb - 32), sum(impl.variants), impl.order)

@@ -20,13 +20,14 @@ from ..codegen.layout import replace
 from ..codegen.schedule import ScheduleMemo
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
-from ..library.schema import AXES, Library
+from ..library.schema import Library
 from ..ir.program import Program, ScalarArg
-from .legality import call_set, one_pass_exchanges, why_not
+from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, \
+    sampled_variants as _sampled_variants, whole_choice
+from .legality import call_set, why_not
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
-PREFERRED_IPB = (8, 32)     # tried for unnested kernels when the variants allow them
 MAX_ORDERS = 6
 
 
@@ -155,40 +156,9 @@ def _orders(graph: DependencyGraph, calls: frozenset[int]) -> list[tuple[int, ..
     return out
 
 
-def _choices(program: Program, order, variants, nesting: int):
-    """(BY values, other macro assignments, instances per block) a variant choice allows."""
-    vars_ = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
-    bys = [set(v.macros["BY"]) for v in vars_ if "BY" in v.macros]
-    by_choices = sorted(set.intersection(*bys)) if bys else [None]
-    if bys and not by_choices:
-        by_choices = sorted(set.union(*bys))
-    others = sorted({m for v in vars_ for m in v.macros} - {"BY"})
-    other_choices = [[(m, x) for x in sorted(set.intersection(*(set(v.macros[m]) for v in vars_
-                                                                  if m in v.macros)))]
-                     for m in others]
-    ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
-    ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
-    return by_choices, other_choices, ipb_choices
-
-
-def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]):
-    """Which variant choices a fusion's implementations consider: where a call uses a reduction
-    result made in the same kernel (one pass), only variants spanning an axis whole, for every
-    call (they share the strips); elsewhere such variants for every call or for none (a strip
-    kernel is also a plain implementation -- a lone gemv on strips reads A at the copy bandwidth
-    -- but its calls walk the same strips; whether the rows fit is decided per size, fits_at)."""
-    one_pass = bool(one_pass_exchanges(program, graph, calls))
-
-    def keep(order, variants) -> bool:
-        whole = [bool(program.calls[i].function.variants[v].whole) for i, v in zip(order, variants)]
-        return all(whole) if one_pass else (all(whole) or not any(whole))
-    return keep
-
-
 def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int], limit: int) -> int:
     """Kernels ``implementations`` would lay out for these calls (counting stops past ``limit``)."""
     nesting = program.calls[min(calls)].function.nesting
-    loops = len(AXES[nesting]) if nesting == 2 else 1
     total = 0
     keep = whole_choice(program, graph, calls)
     for order in _orders(graph, calls):
@@ -196,24 +166,13 @@ def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int]
             if not keep(order, variants):
                 continue
             by, others, ipb = _choices(program, order, variants, nesting)
-            n = len(by) * loops * len(ipb)
+            n = len(by) * len(_loops(program, order, variants, nesting)) * len(ipb)
             for o in others:
                 n *= len(o)
             total += n
             if total > limit:
                 return total
     return total
-
-
-def _sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
-    """Variant choices of a bounded search: each call's k-th variant (its last when it has fewer),
-    for every k -- calls of one kernel then tend to share a thread-to-data mapping."""
-    counts = [len(program.calls[i].function.variants) for i in order]
-    return list(dict.fromkeys(tuple(min(k, c - 1) for c in counts) for k in range(max(counts))))
-
-
-def _middle(choices: list) -> list:
-    return [choices[len(choices) // 2]] if choices else choices
 
 
 def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int], stores: frozenset[int]) -> tuple:
@@ -273,7 +232,6 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     stores = stores_of(program, graph, calls)
     pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0, "unrolled with no serial loop": 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
-    loops = AXES[nesting] if nesting == 2 else ("i",)
     spans = tuple(spans) if nesting == 2 else (1,)
     orders = _orders(graph, calls)[:1] if sampled else _orders(graph, calls)
     keep = whole_choice(program, graph, calls)
@@ -289,7 +247,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
             copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
-            for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
+            for by, loop, ipb, macros in product(by_choices, _loops(program, order, variants, nesting),
+                                                 ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 try:
                     codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)

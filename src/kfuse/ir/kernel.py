@@ -14,6 +14,8 @@ SCALAR_SUM_ITERS = 8      # fewest automatic serial iterations of a kernel that 
 MAX_THREADS_PER_SM = 2048     # resident threads per SM (every GPU since sm_50 but a few sm_7x/8x)
 REGISTERS_PER_SM = 65536      # 32-bit registers per SM (and at most per block)
 STRIP_REGISTER_OVERHEAD = 24  # registers per thread of a strip kernel beyond its elements (indices, sums)
+CLUSTER_REGISTER_OVERHEAD = 8  # and of a cluster's row sums (the partial a lane reads, its address): the
+                               # widest strips at 128 registers spilled 4-24 bytes without it (nvcc sm_90)
 
 
 def target_blocks(sms: int, max_threads_per_sm: int, threads: int) -> int:
@@ -211,8 +213,9 @@ class LaunchInfo:
 
     def strip_registers(self, itemsize: int = 4) -> int:
         """Estimated 32-bit registers per thread of a strip kernel: its register entries (two
-        registers each at 8-byte entries) plus STRIP_REGISTER_OVERHEAD."""
-        return self.whole_entries * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
+        registers each at 8-byte entries) plus STRIP_REGISTER_OVERHEAD (and a cluster's)."""
+        return (self.whole_entries * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
+                + (CLUSTER_REGISTER_OVERHEAD if self.cluster > 1 else 0))
 
     def one_wave(self, target_blocks: int) -> int:
         """A strip kernel's grid: the blocks resident at once (estimated from its register entries,

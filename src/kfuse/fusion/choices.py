@@ -1,0 +1,69 @@
+"""The choices an implementation of a fusion makes besides its fusion: variants per call (all on
+strips or none, clusters only in one pass), macros shared by the calls, loop axes, and the
+samples of a bounded search (``space.py`` enumerates their products)."""
+from __future__ import annotations
+
+from ..ir.graph import DependencyGraph
+from ..ir.program import Program
+from ..library.schema import AXES
+from .legality import one_pass_exchanges
+
+PREFERRED_IPB = (8, 32)     # tried for unnested kernels when the variants allow them
+
+
+def macro_choices(program: Program, order, variants, nesting: int):
+    """(BY values, other macro assignments, instances per block) a variant choice allows."""
+    vars_ = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
+    bys = [set(v.macros["BY"]) for v in vars_ if "BY" in v.macros]
+    by_choices = sorted(set.intersection(*bys)) if bys else [None]
+    if bys and not by_choices:
+        by_choices = sorted(set.union(*bys))
+    others = sorted({m for v in vars_ for m in v.macros} - {"BY"})
+    other_choices = [[(m, x) for x in sorted(set.intersection(*(set(v.macros[m]) for v in vars_
+                                                                  if m in v.macros)))]
+                     for m in others]
+    ipbs = sorted(set.intersection(*(set(v.instances_per_block) for v in vars_)))
+    ipb_choices = ([p for p in ipbs if p in PREFERRED_IPB] or ipbs[-1:]) if nesting == 1 else [1]
+    return by_choices, other_choices, ipb_choices
+
+
+def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]):
+    """Which variant choices a fusion's implementations consider: where a call uses a reduction
+    result made in the same kernel (one pass), only variants spanning an axis whole, for every
+    call (they share the strips); elsewhere such variants for every call or for none (a strip
+    kernel is also a plain implementation -- a lone gemv on strips reads A at the copy bandwidth
+    -- but its calls walk the same strips; whether the rows fit is decided per size, fits_at).
+    Variants of thread-block clusters only in one pass: elsewhere an implementation without a
+    cluster always fits (and is preferred, fusion/plans.py), and their choices would only crowd
+    the build budget of the exhaustive search."""
+    one_pass = bool(one_pass_exchanges(program, graph, calls))
+
+    def keep(order, variants) -> bool:
+        chosen = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
+        whole = [bool(v.whole) for v in chosen]
+        if not one_pass and any(v.cluster for v in chosen):
+            return False    # a plain implementation without a cluster exists at every size
+        return all(whole) if one_pass else (all(whole) or not any(whole))
+    return keep
+
+
+def loops_of(program: Program, order, variants, nesting: int) -> tuple[str, ...]:
+    """The serial loop axes of a kernel of these variant choices: both of a nested kernel, but the
+    axis a thread-block cluster spans (its blocks share their strips, codegen/layout.py)."""
+    if nesting != 2:
+        return ("i",)
+    spanned = {v.whole[0] for i, k in zip(order, variants)
+               for v in [program.calls[i].function.variants[k]] if v.cluster}
+    return tuple(a for a in AXES[2] if a not in spanned)
+
+
+def sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
+    """Variant choices of a bounded search: each call's k-th variant (its last when it has fewer),
+    for every k -- calls of one kernel then tend to share a thread-to-data mapping.  Variants of
+    thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips)."""
+    plain = [[v for v, var in enumerate(program.calls[i].function.variants) if not var.cluster] for i in order]
+    return list(dict.fromkeys(tuple(p[min(k, len(p) - 1)] for p in plain) for k in range(max(map(len, plain)))))
+
+
+def middle(choices: list) -> list:
+    return [choices[len(choices) // 2]] if choices else choices

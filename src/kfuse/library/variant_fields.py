@@ -1,0 +1,88 @@
+"""Variant fields of library metadata that say where a variant's tiles reach and where its
+routines come from: ``whole`` (axes a tile spans whole), ``cluster`` (blocks of a thread-block
+cluster spanning that axis together) and ``source`` (its routine files).  Checked like the rest
+of the metadata (``loader.py``): a problem is a LibraryError naming the file and the field."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .schema import AXES, Param
+
+
+def whole_field(ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
+           tile: tuple[str | int, str | int] | None) -> tuple[str, ...]:
+    """``whole = ["j"]``: the axes a variant's tile spans whole (one instance per row strip, say).
+    Only a 2-level variant with a tile of its own whose side along the axis is a macro (its widest
+    value is the longest axis the variant covers) may declare one; the axis must be one that a
+    reduced output of the function leaves out or that its outputs follow (a consumer of the same
+    strips)."""
+    if "whole" not in v:
+        return ()
+    axes = v["whole"]
+    if not isinstance(axes, list) or not axes or not all(isinstance(a, str) for a in axes) \
+            or len(set(axes)) != len(axes):
+        raise ctx.fail(f"{where}.whole", f"expected a non-empty list of distinct instance axes, got {axes!r}")
+    if nesting != 2:
+        raise ctx.fail(f"{where}.whole", "only a 2-level function's tiles can span an axis whole")
+    if tile is None:
+        raise ctx.fail(f"{where}.whole", "a variant spanning an axis whole declares its tile = [rows, columns]")
+    for a in axes:
+        if a not in AXES[nesting]:
+            raise ctx.fail(f"{where}.whole", f"{a!r} is not an instance axis ({', '.join(AXES[nesting])})")
+        side = tile[0] if a == "i" else tile[1]
+        if not isinstance(side, str):
+            raise ctx.fail(f"{where}.whole", f"the tile side along {a} is a fixed {side} entries: it spans the "
+                           "axis whole only through a macro (its values are the lengths covered)")
+    if len(axes) == len(AXES[nesting]):
+        raise ctx.fail(f"{where}.whole", "a tile spanning every axis whole leaves no instances to run in parallel")
+    return tuple(axes)
+
+
+CLUSTER_SIZES = (2, 4, 8)       # blocks per cluster a kernel may declare on every sm_90 GPU (portable)
+
+
+def cluster_field(ctx, v: dict, where: str, macros: dict[str, tuple[int, ...]],
+             whole: tuple[str, ...]) -> str | None:
+    """``cluster = "C"``: the macro whose values are the blocks of a thread-block cluster that
+    together span the variant's one ``whole`` axis (each block a tile of it; the blocks exchange
+    values through distributed shared memory, sm_90).  Its values are portable cluster sizes."""
+    if "cluster" not in v:
+        return None
+    m = v["cluster"]
+    if not isinstance(m, str) or m not in macros:
+        raise ctx.fail(f"{where}.cluster", f"expected the name of one of the variant's macros, got {m!r}")
+    if len(whole) != 1:
+        raise ctx.fail(f"{where}.cluster", "a cluster spans one axis whole: declare whole = [that axis]")
+    bad = [x for x in macros[m] if x not in CLUSTER_SIZES]
+    if bad:
+        raise ctx.fail(f"{where}.macros.{m}", f"blocks per cluster must be among {list(CLUSTER_SIZES)} "
+                       f"(portable cluster sizes), got {bad}")
+    return m
+
+
+def sources_field(ctx, v: dict, where: str) -> tuple[Path, ...]:
+    """``source``: a routine file, or a list of them (a variant reusing another's routines)."""
+    names = ctx.get(v, "source", where, (str, list))
+    if isinstance(names, str):
+        names = [names]
+    if not names or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
+        raise ctx.fail(f"{where}.source", f"expected a file name or a list of distinct file names, got {names!r}")
+    return tuple(source_file(ctx, n, f"{where}.source") for n in names)
+
+
+def source_file(ctx, name: str, where: str) -> Path:
+    """A variant's routine file: a ``.cu`` file directly in the library folder (the digest covers
+    exactly those); no absolute paths, no ``..``, no symbolic link leading out of the folder."""
+    folder = ctx.file.parent.resolve()
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or len(rel.parts) > 1:
+        raise ctx.fail(where, f"{name!r}: a source is a file name in the library folder "
+                       "(no directories, no absolute path)")
+    source = ctx.file.parent / rel
+    if not source.is_file():
+        raise ctx.fail(where, f"{source.name} not found beside the metadata")
+    real = source.resolve()
+    if real.parent != folder or real.suffix != ".cu" or source.suffix != ".cu":
+        raise ctx.fail(where, f"{name!r}: a source is a .cu file in the library folder "
+                       f"(this one is {real})")
+    return source
