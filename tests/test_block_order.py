@@ -70,8 +70,8 @@ def test_regions_of_many_instances_choose_as_single_instances(name, fuse, size, 
     launch of a 2^26 vector the per-instance model took seconds): the orders stay those of the
     per-instance model."""
     from kfuse.runtime import order
-    # ATAX planned where its rows do not fit a block (two kernels; at 8192 it runs in one pass)
-    prog = kfuse.compile(ROOT / f"{name}.kf", fuse=fuse, sizes={"n": 32768} if name == "atax" else None)
+    # ATAX planned where its rows fit no block and no cluster (two kernels; at 8192 it runs in one pass)
+    prog = kfuse.compile(ROOT / f"{name}.kf", fuse=fuse, sizes={"n": 140000} if name == "atax" else None)
     assert len(prog.kernels) >= 2
     assert order._strides(prog.kernels[0].launch.counts({d.id: size for d in prog.program.dims}))[0] >= 2
     sampled = model_orders(prog, size)

@@ -305,8 +305,8 @@ def test_later_kernel_waits_before_reading_what_the_first_wrote(name):
     """The second kernel of a plan is launched while the first still runs (PDL): it waits once,
     at the start of the first phase that reads a value the first kernel wrote (B, t, or the
     first product), and touches none of them before."""
-    # ATAX where its rows fit no block (two kernels; at 8192 it runs in one pass)
-    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", tuned=False, sizes={"n": 32768} if name == "atax" else None)
+    # ATAX where its rows fit no block and no cluster (two kernels; at 8192 it runs in one pass)
+    prog = kfuse.compile(ROOT / "examples" / f"{name}.kf", tuned=False, sizes={"n": 140000} if name == "atax" else None)
     k0, k1 = prog.kernels
     assert k1.launch.waits and k1.source.count("kf_wait_prior();") == 1
     written = {kc.call.bindings()[p.name].name for kc in k0.spec.calls for p in kc.call.function.outputs}

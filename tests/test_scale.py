@@ -99,8 +99,8 @@ def test_scalar_results_are_not_used_in_the_kernel_computing_them(lib):
 
 
 def test_horizontal_fusion_refuses_dependent_kernels():
-    # rows of 32768 fit no block: two kernels (at 8192 ATAX runs in one pass)
-    prog = kfuse.compile(Path_examples("atax"), calibration=False, tuned=False, sizes={"n": 32768})
+    # rows of 140000 fit no block and no cluster: two kernels (at 8192 ATAX runs in one pass)
+    prog = kfuse.compile(Path_examples("atax"), calibration=False, tuned=False, sizes={"n": 140000})
     assert "not fused: dependent: {c1} depends on {c0}" in prog.search.explain()
     assert len(prog.plan.kernels) == 2
 
