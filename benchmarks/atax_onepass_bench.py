@@ -17,6 +17,16 @@ from kfuse.runtime.gpu import cupy
 ATAX = Path(__file__).resolve().parents[1] / "examples" / "atax.kf"
 
 
+def atax_inputs(cp, n: int, dt: str):
+    """(A, x, the float64 reference of A^T (A x)) on the device: fresh random normal entries."""
+    rs = np.random.default_rng(n)
+    A = cp.asarray(rs.standard_normal((n, n), dtype=np.float32), dtype=dt)
+    x = cp.asarray(rs.standard_normal(n), dtype=dt)
+    A64 = A.astype(cp.float64)
+    ref = A64.T @ (A64 @ x.astype(cp.float64))
+    return A, x, ref
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192, 16384])
@@ -27,12 +37,7 @@ def main():
     print(f"copy bandwidth: {bw:.0f} GB/s", flush=True)
     for dt in ("float32", "float64"):
         for n in sizes:
-            rs = np.random.default_rng(n)
-            A = cp.asarray(rs.standard_normal((n, n), dtype=np.float32), dtype=dt)
-            x = cp.asarray(rs.standard_normal(n), dtype=dt)
-            A64 = A.astype(cp.float64)
-            ref = A64.T @ (A64 @ x.astype(cp.float64))
-            del A64
+            A, x, ref = atax_inputs(cp, n, dt)
             prog = kfuse.compile(ATAX, dtype=dt, tuned=False, sizes={"n": n})
             two = next(p for p in prog.search.plans() if len(p.kernels) == 2)
             limit = A.nbytes / bw / 1e3

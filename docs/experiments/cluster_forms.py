@@ -6,15 +6,17 @@ copy bandwidth measured in the same run); each result checked against float64 fi
     PYTHONPATH=src python3 docs/experiments/cluster_forms.py [--cases float64:16384 float32:32768 ...]
 """
 import argparse
+import sys
 from pathlib import Path
-
-import numpy as np
 
 import kfuse
 from kfuse.bench.harness import copy_bandwidth, device_timer
 from kfuse.runtime.gpu import cupy
 
-ATAX = Path(__file__).resolve().parents[2] / "examples" / "atax.kf"
+ROOT = Path(__file__).resolve().parents[2]
+ATAX = ROOT / "examples" / "atax.kf"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from atax_onepass_bench import atax_inputs  # noqa: E402  (the benchmark's inputs and reference)
 
 
 def main():
@@ -30,12 +32,7 @@ def main():
     for case in args.cases:
         dt, n = case.split(":")
         n = int(n)
-        rs = np.random.default_rng(n)
-        A = cp.asarray(rs.standard_normal((n, n), dtype=np.float32), dtype=dt)
-        x = cp.asarray(rs.standard_normal(n), dtype=dt)
-        A64 = A.astype(cp.float64)
-        ref = A64.T @ (A64 @ x.astype(cp.float64))
-        del A64
+        A, x, ref = atax_inputs(cp, n, dt)
         limit = A.nbytes / bw / 1e3
         t_read = timer(lambda: cp.sum(A))[1]
         prog = kfuse.compile(ATAX, dtype=dt, tuned=False, sizes={"n": n})
