@@ -171,6 +171,25 @@ def test_row_sums_on_strips_need_no_clear():
     assert [v.name for k in atax.kernels for v, _ in k.launch.clears] == ["y"]
 
 
+@pytest.mark.parametrize("n, nc, scale", [(8192, 8192, 1.0), (4096, 4096, 1.0), (1000, 1024, 1.0),
+                                          (4097, 8192, 1.0), (6000, 8192, 1.0), (12000, 16384, 2.0),
+                                          (16384, 16384, 2.0)])
+def test_strips_priced_as_whole_strips_of_their_width(n, nc, scale):
+    """The calibrated model prices a strip by its probes (run on the calibration's 8192 x 8192
+    matrix), scaled by its width over the part of it inside that matrix -- not by the columns its
+    rows fill: a strip of 8192 over rows of 4097 runs closer to a whole strip's time than to half
+    of it (docs/experiments/strip_scale.py: priced by the rows, the chosen strips ran up to 1.4x
+    slower)."""
+    prog = _search(None, n)
+    code, model = prog.kernels[0], prog.search.model
+    assert code.launch.axis_extent[1] == nc
+    assert model._strip_scale(code.launch, code.spec, prog.search.dims) == scale
+    if n == 6000:   # the 8192-wide strip's price per strip at 8192 rows of 8192, for fewer strips
+        full = _search(None, 8192)
+        t = lambda p: p.search.model.kernel_parts(p.kernels[0], p.search.dims, 4)["transfer"]  # noqa: E731
+        assert t(prog) == pytest.approx(t(full) * 6000 / 8192, rel=0.02)
+
+
 def test_strip_grid_is_one_resident_wave():
     code = _search(None, 8192).kernels[0]
     L = code.launch

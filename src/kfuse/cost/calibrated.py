@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..codegen.kernel import KernelCode
 from ..errors import KfuseError
-from ..ir.kernel import target_blocks
+from ..ir.kernel import KernelSpec, LaunchInfo, target_blocks
 from ..library.schema import Library
 from .store import SHIPPED, Calibration, find, routine_key
 from .transfer import DEFAULT_MACHINE, atomic_step_warps
@@ -212,18 +212,27 @@ class CalibratedModel:
         iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
-        # a strip wider than the calibration's matrix: its probes read only the part inside it
-        # (the rest is out of bounds), so each routine is scaled by the strip's width over that part
-        wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
-                    if any(a in kc.variant.whole for kc in spec.calls)], default=0)
-        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
-        scale = wide / n_cal if n_cal and wide > n_cal else 1.0
+        scale = self._strip_scale(L, spec, dims)
         loop = spec.loop if spec.nesting == 2 else "i"
         facts = (instances, iters, slots, resident, scale, loop, self.barrier_ns(spec.nesting, L.threads))
         if len(self._launches) >= FACTS_KEPT:
             self._launches.clear()
         self._launches[key] = (L.args, dims, facts)
         return facts
+
+    def _strip_scale(self, L: LaunchInfo, spec: KernelSpec, dims: dict[int, int]) -> float:
+        """Of a strip kernel (variants spanning an axis whole): its probes' price scaled to its
+        width.  A strip wider than the calibration's matrix ran its probes with only the part
+        inside that matrix (the rest out of bounds): scaled by its width NC over that part.  A
+        strip whose rows end short of NC (rows of 6000 in strips of 8192) is priced as a whole
+        one: its threads hold fewer columns each, with fewer loads in flight, and it measured
+        closer to a whole strip than to its share of one (scaling by the columns held, min(n, NC),
+        chose strips that ran up to 1.4x slower at n = 4097: docs/experiments/strip_scale.py).
+        1 for other kernels."""
+        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
+        wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
+                    if any(a in kc.variant.whole for kc in spec.calls)], default=0)
+        return wide / n_cal if n_cal and wide > n_cal else 1.0
 
     def _step_facts(self, steps: tuple) -> list[tuple]:
         """Per step, what ``kernel_parts`` reads of it: (in the serial loop, once per span, a
