@@ -8,6 +8,7 @@ import pytest
 import kfuse
 from kfuse.codegen.kernel import build_kernel
 from kfuse.errors import FusionError
+from kfuse.frontend import parse_script
 from kfuse.fusion.legality import why_not
 from kfuse.ir.graph import DependencyGraph
 
@@ -80,6 +81,13 @@ def test_refusals_carry_reasons():
     assert "global barrier" in why_not(prog, g, frozenset({0, 1}))
     prog = best("gemver").program
     assert why_not(prog, DependencyGraph(prog), frozenset({0, 2})).startswith("no_cycle_outside")
+
+
+def test_different_nesting_names_the_calls(lib):
+    p = parse_script("matrix A; vector p, q; scalar d; input A, p; q = gemv(A, p); d = dot(p, q); return q, d;", lib)
+    assert why_not(p, DependencyGraph(p), frozenset({0, 1})) == (
+        "same_nesting: nesting depths [1, 2] differ: q = gemv(A, p) walks instances over 2 axes, "
+        "d = dot(p, q) over 1 (a kernel walks one nesting)")
 
 
 @pytest.mark.parametrize("script, rule", [

@@ -17,10 +17,16 @@ def _calls(program: Program, fusion: frozenset[int]) -> list[Call]:
 
 
 def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
-    """Calls of different nesting depth are not fused (the shallower one would be repeated)."""
-    depths = {c.function.nesting for c in _calls(program, fusion)}
+    """Calls of different nesting depth are not fused: a kernel walks the instances of one
+    nesting, and the shallower call would run once per instance of the deeper one (no library
+    variant runs a vector call over a strip's rows)."""
+    calls = _calls(program, fusion)
+    depths = {c.function.nesting for c in calls}
     if len(depths) > 1:
-        return f"nesting depths {sorted(depths)} differ"
+        deep = next(c for c in calls if c.function.nesting == max(depths))
+        flat = next(c for c in calls if c.function.nesting == min(depths))
+        return (f"nesting depths {sorted(depths)} differ: {deep.text()} walks instances over "
+                f"{max(depths)} axes, {flat.text()} over {min(depths)} (a kernel walks one nesting)")
     return None
 
 
