@@ -1,6 +1,6 @@
 """kfuse.distributed on real GPUs through torch.distributed (NCCL), one process per GPU launched by
 torchrun (tests/distributed_worker.py).  Marked ``gpu`` (deselected by default) and, for more than
-one GPU, ``multigpu``: run with ``-m multigpu`` on a machine with 8 GPUs.  Run on 2 H200s only (the 2-rank cases,
+one GPU, ``multigpu``: those run only with ``-m multigpu`` (conftest), on a machine with 8 GPUs.  Run on 2 H200s only (the 2-rank cases,
 float64: 18 passed, 2026-11-24); 3, 4 and 8 ranks not yet run."""
 import subprocess
 import sys
