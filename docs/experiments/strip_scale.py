@@ -9,19 +9,14 @@ differ; every result checked against float64 first.  Output: `strip-scale-H100.t
 """
 import argparse
 import sys
-from pathlib import Path
 
-import kfuse
+from strip_standalone import SCRIPTS, plan_at as kfuse_plan_at   # the same scripts, planned the same way
+
 from kfuse.bench.harness import copy_bandwidth, device_timer
 from kfuse.cost import calibrated
 from kfuse.reference import device_case, evaluate, relative_error
 from kfuse.runtime.gpu import cupy
 from kfuse.runtime.timing import quartiles_us
-
-ROOT = Path(__file__).resolve().parents[2]
-GEMV = "matrix A[n, n];\nvector x[n], t[n];\ninput A, x;\nt = gemv(A, x);\nreturn t;\n"
-SCRIPTS = {"gemv": GEMV, **{s: ROOT / "examples" / f"{s}.kf"
-                            for s in ("sgemv", "gesummv", "bicgk", "sgemvt", "gemver", "atax")}}
 
 
 def inbounds_scale(self, L, spec, dims):
@@ -40,10 +35,7 @@ def plan_at(script, dtype: str, n: int, old: bool):
     if not old:
         calibrated.CalibratedModel._strip_scale = inbounds_scale
     try:
-        try:
-            return kfuse.compile(script, dtype=dtype, tuned=False, sizes={"n": n})
-        except kfuse.KfuseError:   # a script of a non-square matrix's sizes
-            return kfuse.compile(script, dtype=dtype, tuned=False, sizes={"A.rows": n, "A.cols": n})
+        return kfuse_plan_at(script, dtype, n)
     finally:
         calibrated.CalibratedModel._strip_scale = kfuse_scale
 
