@@ -224,3 +224,25 @@ def test_signature_change_rebinds_and_checks():
         prog(**bad)
     with pytest.raises(kfuse.LaunchError, match="dtype is float64"):
         prog(**dict(dev, A=dev["A"].astype(cp.float64)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["gemver", "bicgk", "atax"])
+def test_values_kept_on_chip_get_no_memory(name, dtype):
+    """Only the values some kernel reads or writes by address get device memory (GEMVER's B1 is
+    n x n and stays in registers when both rank-1 updates share a kernel: 16 GiB at n = 65536)."""
+    prog = compiled(name, dtype)
+    dev, host, outs = case(prog, 1000, 3)
+    bound = prog.bind(out=outs, **dev)
+    b = bound.binding
+    addressed = {g.value.name for code in b.compiled.kernels for g in code.launch.args if g.value is not None}
+    given = {v.name for v in b.prog.values if v.id in b.offsets}
+    assert given <= addressed, sorted(given - addressed)
+    names = [v.name for v in b.prog.values]
+    assert b.tmp_bytes <= sum(b.nbytes[n] for n in given) + 256 * len(given)
+    if name == "gemver" and not any("B1" in {g.value.name for g in code.launch.args if g.value is not None}
+                                   for code in b.compiled.kernels):
+        assert "B1" not in given and "B1" in names
+    for o in outs.values():
+        o.fill(np.nan)
+    check(prog, bound(sync=True), host)

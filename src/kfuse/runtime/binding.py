@@ -150,14 +150,19 @@ class Binding:
 
     # -- memory ---------------------------------------------------------------------------------
     def _layout(self) -> None:
-        """Offsets of kfuse's own outputs in the per-call block and of the other values in the
-        per-stream block: zero-cleared values first in each, so that one fill clears them."""
+        """Offsets of kfuse's own outputs in the per-call block and of the other values that reach
+        global memory in the per-stream block: zero-cleared values first in each, so that one fill
+        clears them."""
         prog, user = self.prog, set(self.out_names)
         cleared = {v.id for code in self.compiled.kernels for v, identity in code.launch.clears
                    if float(identity) == 0.0}
         returned = {v.id for v in prog.outputs}
         own = [v for v in prog.values if v.id in returned and v.name not in user]
-        tmp = [v for v in prog.values if not v.is_input and v.id not in returned]
+        # a value kept on chip (registers, shared memory) in every kernel gets no memory: only
+        # those some kernel reads or writes by address (a fused GEMVER's B1 is n x n)
+        addressed = {g.value.id for code in self.compiled.kernels for g in code.launch.args
+                     if g.kind in ("array", "dscalar")} | cleared
+        tmp = [v for v in prog.values if not v.is_input and v.id not in returned and v.id in addressed]
         self.offsets: dict[int, tuple[int, int]] = {}      # value id -> (OWN or TMP, offset)
         self.own_bytes, self.own_cleared = self._place(own, cleared, OWN)
         self.tmp_bytes, self.tmp_cleared = self._place(tmp, cleared, TMP)
