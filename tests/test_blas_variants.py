@@ -55,8 +55,8 @@ def quad_kernel(lib, name, ipb=32, kname=None):
 @pytest.mark.parametrize("name", BLAS1)
 def test_quad_variant_metadata(lib, name):
     fn = function(lib, name)
-    assert [v.name for v in fn.variants] == ["warp", "quad"]      # warp stays the default (variant 0)
-    warp, quad = fn.variants
+    assert [v.name for v in fn.variants] == ["warp", "quad", "strip"]     # warp stays the default (variant 0)
+    warp, quad, _ = fn.variants
     assert warp.threads == (32, 1) and quad.threads == (8, 1)
     assert quad.instances_per_block == (4, 8, 16, 32, 64, 128)
     assert all(8 * n % 32 == 0 and 8 * n <= 1024 for n in quad.instances_per_block)

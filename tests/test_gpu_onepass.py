@@ -62,3 +62,44 @@ def test_atax_class_plan_replanned_for_longer_rows(dtype):
     errors = run_checked(prog, 4097)
     assert all(e < TOL[dtype] for e in errors.values()), errors
     assert prog.for_sizes({0: 4097}).uncovered({0: 4097}) is None
+
+
+# ---- vector calls on the rows of strips: a gemv's result used by a dot or an axpy in its kernel
+from test_onepass_rows import ROWS, fused  # noqa: E402
+
+
+def _sizes(name, n):
+    return {"m": 33 if n > 1 else 1, "n": n} if name == "rect" else {"n": n}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("n", [1, 33, 1000, 4097, 8192])
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_vector_calls_on_strip_rows_match_reference(name, n, dtype):
+    prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=_sizes(name, n))
+    if n >= 33:
+        assert fused(prog), prog.describe()
+    errors = run_checked(prog, _sizes(name, n))
+    assert all(e < TOL[dtype] for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_fused_implementation_on_strip_rows_matches_reference(name, dtype):
+    """Every implementation the search keeps for the fused kernel at n = 1000 (both loop axes,
+    strips of 1 or 2 rows, 256 or 512 threads), one module for all, each against the reference."""
+    from dataclasses import replace
+    from kfuse.tuning.measure import share_module
+    sizes = _sizes(name, 1000)
+    base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes)
+    full = frozenset(range(len(base.program.calls)))
+    progs = []
+    for m in range(len(base.search.ranked[full])):
+        plan = base.search.plan((full,), (m,))
+        progs.append(base.with_plan(replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}")
+                                                                for k in plan.kernels))))
+    dims = {d.id: sizes[d.name] for d in base.program.dims}
+    share_module(progs, f"{name} on strips", dims)
+    for prog in progs:
+        errors = run_checked(prog, sizes)
+        assert all(e < TOL[dtype] for e in errors.values()), (prog.describe(), errors)

@@ -837,7 +837,7 @@ CASES = [
      f"{W}.routines", "no compute routine writes output out"),
     # -- variant tiles and finish routines
     ("tile-on-unnested", "scal", put(*V, "tile", value=[32, 32]), f"{W}.tile",
-     "only a 2-level function's instances are tiles"),
+     "only a 2-level function's instances (and a 1-level variant on the rows of strips"),
     ("tile-unknown-macro", "wide", put(*V, "tile", value=[32, "TW"]), "function mygemtv.variant.wide.tile",
      "expected [rows, columns], each a positive int or a macro name"),
     ("tile-three-sizes", "wide", put(*V, "tile", value=[32, 32, 32]), "function mygemtv.variant.wide.tile",

@@ -308,14 +308,15 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
 
 def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
     """(routine key -> probe id, probe id -> probe) for every routine of every function, variant
-    and macro value of a library -- but the cluster variants': a probe runs its routine in blocks
-    of their own, and a cluster's routines read the other blocks' shared memory (their kernels
-    are priced by the transfer model, cost/calibrated.py)."""
+    and macro value of a library -- but the cluster variants' and the vector variants on the rows
+    of strips': a probe runs its routine in blocks of their own, a cluster's routines read the
+    other blocks' shared memory, and a vector call on strips runs only beside a matrix call
+    (their kernels are priced by the transfer model, cost/calibrated.py)."""
     routines: dict[str, str] = {}
     probes: dict[str, Probe] = {}
     for fn in lib.functions:
         for var in fn.variants:
-            if var.cluster:
+            if var.cluster or (var.whole and fn.nesting == 1):
                 continue
             for macros in macro_choices(var):
                 for r in var.routines:

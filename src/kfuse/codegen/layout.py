@@ -201,9 +201,12 @@ class _Slots:
 
 def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
     """Refuse impossible kernel choices; the instances' tile of a nested kernel (else None)."""
-    nest = {kc.call.function.nesting for kc in spec.calls}
+    nest = {kc.nesting for kc in spec.calls}
     if len(nest) != 1:
         raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
+    if all(kc.on_rows for kc in spec.calls):
+        raise FusionError(f"{spec.name}: a variant on the rows of strips runs beside a matrix call "
+                          "whose strips it shares")
     check_copy_choices(spec)
     if spec.nesting == 2 and spec.ipb != 1:
         raise FusionError(f"{spec.name}: nested kernels run one instance per block")
@@ -366,12 +369,13 @@ def _frame_parts(lay: Layout) -> tuple:
     except FusionError as e:
         refused = str(e)
     try:
-        first = spec.calls[0]
+        first = next(kc for kc in spec.calls if not kc.on_rows)
         extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
         assert extents is not None, "a nested kernel's layout has its tile"
         axis_dims = first.call.axes
-        for kc in spec.calls[1:]:
-            if kc.call.axes != axis_dims:
+        for kc in spec.calls:
+            # a call on the rows of strips walks the strips' rows: the kernel's first axis
+            if kc.call.axes != axis_dims[:len(kc.call.axes)]:
                 raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                                   f"{first.call.text()}")
         args = kernel_args(steps, axis_dims, extents, spec.cluster)

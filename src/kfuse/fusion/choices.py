@@ -35,15 +35,21 @@ def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]
     -- but its calls walk the same strips; whether the rows fit is decided per size, fits_at).
     Variants of thread-block clusters only in one pass: elsewhere an implementation without a
     cluster always fits (and is preferred, fusion/plans.py), and their choices would only crowd
-    the build budget of the exhaustive search."""
+    the build budget of the exhaustive search.  Vector calls beside matrix calls run on the rows
+    of the strips (their variants spanning j whole, for every call, with no cluster: such a call
+    runs once per strip); vector calls alone never take those variants."""
     one_pass = bool(one_pass_exchanges(program, graph, calls))
+    nestings = {program.calls[i].function.nesting for i in calls}
+    mixed = len(nestings) > 1       # vector calls beside matrix calls: on the rows of their strips
 
     def keep(order, variants) -> bool:
         chosen = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
         whole = [bool(v.whole) for v in chosen]
-        if not one_pass and any(v.cluster for v in chosen):
+        if nestings == {1}:
+            return not any(whole)   # a variant on the rows of strips runs only beside a matrix call
+        if (mixed or not one_pass) and any(v.cluster for v in chosen):
             return False    # a plain implementation without a cluster exists at every size
-        return all(whole) if one_pass else (all(whole) or not any(whole))
+        return all(whole) if (one_pass or mixed) else (all(whole) or not any(whole))
     return keep
 
 
@@ -60,8 +66,17 @@ def loops_of(program: Program, order, variants, nesting: int) -> tuple[str, ...]
 def sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
     """Variant choices of a bounded search: each call's k-th variant (its last when it has fewer),
     for every k -- calls of one kernel then tend to share a thread-to-data mapping.  Variants of
-    thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips)."""
-    plain = [[v for v, var in enumerate(program.calls[i].function.variants) if not var.cluster] for i in order]
+    thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips);
+    vector calls take their variants on the rows of strips only beside matrix calls."""
+    mixed = len({program.calls[i].function.nesting for i in order}) > 1
+
+    def sampled(fn, var) -> bool:         # vector calls beside matrix calls: on the strips' rows
+        on_rows = bool(var.whole) and fn.nesting == 1
+        return not var.cluster and on_rows == (mixed and fn.nesting == 1)
+    plain = [[v for v, var in enumerate(program.calls[i].function.variants) if sampled(program.calls[i].function, var)]
+             for i in order]
+    if not all(plain):
+        return []
     return list(dict.fromkeys(tuple(p[min(k, len(p) - 1)] for p in plain) for k in range(max(map(len, plain)))))
 
 

@@ -16,27 +16,44 @@ def _calls(program: Program, fusion: frozenset[int]) -> list[Call]:
     return [program.calls[i] for i in sorted(fusion)]
 
 
+def on_rows(call: Call) -> bool:
+    """Can a 1-level call run on the rows of a nested kernel's strips (a variant spanning j)?"""
+    return any(v.whole for v in call.function.variants)
+
+
+def on_strips(call: Call) -> bool:
+    """Can a 2-level call run on strips spanning j whole, one block each (no cluster)?"""
+    return any("j" in v.whole and not v.cluster for v in call.function.variants)
+
+
 def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
-    """Calls of different nesting depth are not fused: a kernel walks the instances of one
-    nesting, and the shallower call would run once per instance of the deeper one (no library
-    variant runs a vector call over a strip's rows)."""
+    """Calls of different nesting depth share a kernel only on strips: the matrix calls' tiles
+    span the rows (j) whole, one block each, and each vector call runs once per strip on its rows
+    (a variant of its function on the rows of strips); otherwise the shallower call would run
+    once per instance of the deeper one."""
     calls = _calls(program, fusion)
     depths = {c.function.nesting for c in calls}
     if len(depths) > 1:
-        deep = next(c for c in calls if c.function.nesting == max(depths))
-        flat = next(c for c in calls if c.function.nesting == min(depths))
-        return (f"nesting depths {sorted(depths)} differ: {deep.text()} walks instances over "
-                f"{max(depths)} axes, {flat.text()} over {min(depths)} (a kernel walks one nesting)")
+        deep = [c for c in calls if c.function.nesting == max(depths)]
+        flat = [c for c in calls if c.function.nesting == min(depths)]
+        if all(map(on_rows, flat)) and all(map(on_strips, deep)):
+            return None
+        why = next((f"no variant of {c.function.name} runs on the rows of strips" for c in flat if not on_rows(c)),
+                   None) or next(f"no variant of {c.function.name} walks strips of whole rows"
+                                 for c in deep if not on_strips(c))
+        return (f"nesting depths {sorted(depths)} differ: {deep[0].text()} walks instances over "
+                f"{max(depths)} axes, {flat[0].text()} over {min(depths)} ({why})")
     return None
 
 
 def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
     """Producer and consumer instances must meet in one thread block: the calls must walk the same
-    instance space (same dimensions along every axis)."""
+    instance space (same dimensions along every axis; a vector call on the rows of strips walks
+    the rows, the first axis of the matrix calls)."""
     calls = _calls(program, fusion)
-    first = calls[0]
-    for c in calls[1:]:
-        if c.axes != first.axes:
+    first = max(calls, key=lambda c: c.function.nesting)
+    for c in calls:
+        if c.axes != first.axes[:len(c.axes)]:
             names = lambda call: "x".join(program.dims[d].name for d in call.axes)  # noqa: E731
             return f"{c.text()} walks {names(c)} instances, {first.text()} walks {names(first)}"
     return None

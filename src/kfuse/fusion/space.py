@@ -79,7 +79,7 @@ class Implementation:
         if self.by is not None:
             extra.insert(0, f"BY={self.by}")
         extra[1:1] = [f"{m}={v}" for m, v in self.macros]
-        if kcs[0].call.function.nesting == 1:
+        if max(kc.nesting for kc in kcs) == 1:
             extra.append(f"{self.ipb}/block")
         return f"[{' '.join(parts)}] " + ", ".join(extra)
 
@@ -158,7 +158,7 @@ def _orders(graph: DependencyGraph, calls: frozenset[int]) -> list[tuple[int, ..
 
 def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int], limit: int) -> int:
     """Kernels ``implementations`` would lay out for these calls (counting stops past ``limit``)."""
-    nesting = program.calls[min(calls)].function.nesting
+    nesting = max(program.calls[i].function.nesting for i in calls)
     total = 0
     keep = whole_choice(program, graph, calls)
     for order in _orders(graph, calls):
@@ -227,8 +227,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
                      spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None
                      ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
-    fns = [program.calls[i].function for i in sorted(calls)]
-    nesting = fns[0].nesting
+    nesting = max(program.calls[i].function.nesting for i in calls)   # 1-level calls beside 2-level ones: on strips
     stores = stores_of(program, graph, calls)
     pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0, "unrolled with no serial loop": 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}

@@ -40,6 +40,18 @@ class KernelCall:
         return dict(self.macros)
 
     @property
+    def nesting(self) -> int:
+        """The nesting of the kernel this call can run in: its function's, but 2 for a 1-level
+        function's variant on the rows of strips (``whole = ["j"]``: once per strip of a nested
+        kernel, its instance axis the strips' rows)."""
+        return 2 if self.variant.whole else self.call.function.nesting
+
+    @property
+    def on_rows(self) -> bool:
+        """A 1-level call run on the rows of a nested kernel's strips."""
+        return bool(self.variant.whole) and self.call.function.nesting == 1
+
+    @property
     def cluster(self) -> int:
         """Blocks per thread-block cluster (1: the variant declares none)."""
         return self.macro(self.variant.cluster) if self.variant.cluster else 1
@@ -115,7 +127,8 @@ class KernelSpec:
 
     @property
     def nesting(self) -> int:
-        return self.calls[0].call.function.nesting
+        """1 or 2 (a kernel of 1-level calls on the rows of strips beside 2-level calls: 2)."""
+        return max(kc.nesting for kc in self.calls)
 
     @property
     def cluster(self) -> tuple[int, int]:

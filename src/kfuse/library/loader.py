@@ -241,19 +241,26 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
             raise ctx.fail(f"{where}.macros.{m}", "expected a non-empty list of positive ints")
         macros[m] = tuple(values)
     threads = _threads(ctx, ctx.get(v, "threads", where, list), f"{where}.threads", macros)
-    if nesting == 1 and threads[1] != 1:
-        raise ctx.fail(f"{where}.threads", "an unnested function's instance is one row of threads: [X, 1]")
+    on_rows = nesting == 1 and "whole" in v         # runs on the rows of a nested kernel's strips
+    if nesting == 1 and threads[1] != 1 and not on_rows:
+        raise ctx.fail(f"{where}.threads", "an unnested function's instance is one row of threads: [X, 1] "
+                       '(but a variant on the rows of strips, whole = ["j"])')
     tile = None
     if "tile" in v:
-        if nesting != 2:
-            raise ctx.fail(f"{where}.tile", "only a 2-level function's instances are tiles")
+        if nesting != 2 and not on_rows:
+            raise ctx.fail(f"{where}.tile", "only a 2-level function's instances (and a 1-level variant on "
+                           "the rows of strips, whole = [\"j\"]) are tiles")
         tile = _threads(ctx, v["tile"], f"{where}.tile", macros, "[rows, columns]")
     whole = _whole(ctx, v, where, params, nesting, tile)
     cluster = _cluster(ctx, v, where, macros, whole)
-    ipb = tuple(ctx.get(v, "instances_per_block", where, list, [1] if nesting == 2 else [1, 2, 4, 8, 16]))
+    if on_rows and cluster:
+        raise ctx.fail(f"{where}.cluster", "a variant on the rows of strips runs once per strip: the blocks "
+                       "of a cluster share one strip")
+    nested = nesting == 2 or on_rows
+    ipb = tuple(ctx.get(v, "instances_per_block", where, list, [1] if nested else [1, 2, 4, 8, 16]))
     if not ipb or not all(isinstance(x, int) and x >= 1 for x in ipb):
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
-    if nesting == 2 and ipb != (1,):
+    if nested and ipb != (1,):
         raise ctx.fail(f"{where}.instances_per_block", "a nested function runs one instance per block")
     locals_: list = []
     for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):

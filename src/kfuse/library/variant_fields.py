@@ -12,20 +12,28 @@ from .schema import AXES, Param
 def whole_field(ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
            tile: tuple[str | int, str | int] | None) -> tuple[str, ...]:
     """``whole = ["j"]``: the axes a variant's tile spans whole (one instance per row strip, say).
-    Only a 2-level variant with a tile of its own whose side along the axis is a macro (its widest
-    value is the longest axis the variant covers) may declare one; the axis must be one that a
-    reduced output of the function leaves out or that its outputs follow (a consumer of the same
-    strips)."""
+    Only a variant with a tile of its own whose side along the axis is a macro (its widest value is
+    the longest axis the variant covers) may declare one; the axis must be one that a reduced
+    output of the function leaves out or that its outputs follow (a consumer of the same strips).
+    A 1-level function's variant may declare ``whole = ["j"]``: it runs on the rows of the strips
+    of a nested kernel (its instance: a strip's rows, once per strip), never alone."""
     if "whole" not in v:
         return ()
     axes = v["whole"]
     if not isinstance(axes, list) or not axes or not all(isinstance(a, str) for a in axes) \
             or len(set(axes)) != len(axes):
         raise ctx.fail(f"{where}.whole", f"expected a non-empty list of distinct instance axes, got {axes!r}")
-    if nesting != 2:
-        raise ctx.fail(f"{where}.whole", "only a 2-level function's tiles can span an axis whole")
     if tile is None:
         raise ctx.fail(f"{where}.whole", "a variant spanning an axis whole declares its tile = [rows, columns]")
+    if nesting == 1:
+        # a vector call on the rows of a nested kernel's strips: its instance axis is the strips'
+        # rows (i), once per strip, beside calls whose tiles span the columns (j) whole
+        if list(axes) != ["j"] or not isinstance(tile[1], str):
+            raise ctx.fail(f"{where}.whole", 'a 1-level variant on the rows of strips declares whole = ["j"] '
+                           "and a tile whose columns are a macro (the strips' width)")
+        return ("j",)
+    if nesting != 2:
+        raise ctx.fail(f"{where}.whole", "only a 2-level function's tiles can span an axis whole")
     for a in axes:
         if a not in AXES[nesting]:
             raise ctx.fail(f"{where}.whole", f"{a!r} is not an instance axis ({', '.join(AXES[nesting])})")

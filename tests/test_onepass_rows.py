@@ -1,0 +1,174 @@
+"""Vector calls on the rows of strips (issue 18): a 1-level call (dot, axpy, scal, axpby, vadd)
+shares a kernel with matrix calls whose tiles span the rows whole, once per strip on its rows, so
+a gemv's result is used in its kernel by a dot or an axpy -- the rule and its reasons, the plans,
+the generated kernels (compiled by nvcc for sm_90), the library metadata's validation."""
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+import kfuse
+from kfuse.errors import LibraryError
+from kfuse.frontend import parse_script
+from kfuse.fusion.legality import one_pass_exchanges, why_not
+from kfuse.ir.graph import DependencyGraph
+
+# scripts where a vector call uses a gemv's result (or shares its rows), each fused in one kernel
+ROWS = {
+    "cg_step": "matrix A[n, n]; vector p[n], q[n]; scalar pq; input A, p; q = gemv(A, p); pq = dot(p, q); "
+               "return q, pq;",
+    "power": "matrix A[n, n]; vector x[n], y[n]; scalar nn; input A, x; y = gemv(A, x); nn = dot(y, y); "
+             "return y, nn;",
+    "residual": "matrix A[n, n]; vector x[n], b[n], r[n]; scalar rr; input A, x, b; r = gemv(-1.0, A, x, 1.0, b); "
+                "rr = dot(r, r); return r, rr;",
+    "gemv_axpy": "matrix A[n, n]; vector x[n], z[n], t[n], u[n]; scalar a; input A, x, z, a; t = gemv(A, x); "
+                 "u = axpy(a, t, z); return u;",
+    "gemv_vadd": "matrix A[n, n]; vector x[n], z[n], t[n], u[n]; input A, x, z; t = gemv(A, x); u = vadd(t, z); "
+                 "return t, u;",
+    "atax_dot": "matrix A[n, n]; vector x[n], t[n], y[n]; scalar tt; input A, x; t = gemv(A, x); y = gemtv(A, t); "
+                "tt = dot(t, t); return y, tt;",
+    "scaled_atax": "matrix A[n, n]; vector x[n], t[n], s[n], y[n]; scalar a; input A, x, a; t = gemv(A, x); "
+                   "s = scal(a, t); y = gemtv(A, s); return y;",
+    "rect": "matrix A[m, n]; vector x[n], z[m], t[m], w[m]; scalar b; input A, x, z, b; t = gemv(A, x); "
+            "w = axpby(b, t, -1.0, z); return w;",
+}
+
+
+def fused(prog) -> bool:
+    """One kernel, every call on strips, the vector calls on the strips' rows."""
+    (k,) = prog.plan.kernels
+    return all(kc.variant.whole for kc in k.calls) and any(kc.on_rows for kc in k.calls)
+
+
+def test_rule_allows_a_dot_of_a_gemv_result(lib):
+    p = parse_script(ROWS["cg_step"], lib)
+    g = DependencyGraph(p)
+    assert why_not(p, g, frozenset({0, 1})) is None
+    (prod, cons, v, axes), = one_pass_exchanges(p, g, frozenset({0, 1}))
+    assert (prod, cons, v.name, axes) == (0, 1, "q", ("j",))
+
+
+@pytest.mark.parametrize("script, reason", [
+    # a vector along the columns is made by a reduction over every strip: a global barrier
+    ("matrix A[n, n]; vector r[n], s[n]; scalar d; input A, r; s = gemtv(A, r); d = dot(s, s); return s, d;",
+     "exchanges_on_chip: d = dot(s, s) reads s along i, s = gemtv(A, r) makes it along j: a global barrier"),
+    # a vector call's rows must be the matrix's rows
+    ("matrix A[m, n]; vector x[n], t[m]; scalar d; input A, x; t = gemv(A, x); d = dot(x, x); return t, d;",
+     "same_instances: d = dot(x, x) walks n instances, t = gemv(A, x) walks mxn"),
+    # a gemv reading what a vector call makes: it needs all of it in every strip
+    ("matrix A[n, n]; vector u[n], v[n], y[n]; scalar a; input A, u, a; v = scal(a, u); y = gemv(A, v); return y;",
+     "exchanges_on_chip: y = gemv(A, v) reads v along j, v = scal(a, u) makes it along i: a global barrier"),
+])
+def test_rule_refusals(lib, script, reason):
+    p = parse_script(script, lib)
+    assert why_not(p, DependencyGraph(p), frozenset({0, 1})) == reason
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+@pytest.mark.parametrize("dtype, n", [("float32", 8192), ("float64", 4096), ("float32", 1000)])
+def test_one_kernel_where_rows_fit(name, dtype, n):
+    sizes = {"m": 1000, "n": n} if name == "rect" else {"n": n}
+    prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes)
+    assert fused(prog), prog.describe()
+    assert "one pass" in prog.search.explain() or name == "power"
+
+
+def test_vector_calls_alone_never_take_strip_variants():
+    prog = kfuse.compile("vector x[n], y[n]; scalar d; input x, y; d = dot(x, y); return d;", tuned=False)
+    assert prog.plan.kernels[0].calls[0].variant.name != "strip"
+    code = prog.kernels[0]
+    assert code.spec.nesting == 1
+
+
+def test_rows_too_long_take_two_kernels():
+    """Rows no block holds (the vector calls have no cluster form): gemv and dot apart."""
+    prog = kfuse.compile(ROWS["cg_step"], dtype="float32", tuned=False, sizes={"n": 40000})
+    assert len(prog.kernels) == 2, prog.describe()
+    assert not any(kc.on_rows for k in prog.plan.kernels for kc in k.calls)
+
+
+def test_generated_kernel_reads_q_once_and_adds_the_dot_once_per_block():
+    src = kfuse.compile(ROWS["cg_step"], tuned=False, sizes={"n": 8192}).cuda_source
+    body = src[src.index("k0_gemv_dot("):]
+    assert body.count("stile_load<") == 1 and body.count("dot_rows<") == 1
+    assert body.index("rows_dot_store<") > body.index("after the serial loop")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_fused_implementation_compiles(nvcc, tmp_path, name, dtype):
+    """Every implementation of the fused kernel the search keeps at n = 1000 and 4097 (both loop
+    axes, strips of 1 or 2 rows, 256 or 512 threads), in one module per size, built by nvcc."""
+    from kfuse.tuning.measure import share_module
+    for n in (1000, 4097):
+        sizes = {"m": 33, "n": n} if name == "rect" else {"n": n}
+        base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes)
+        full = frozenset(range(len(base.program.calls)))
+        impls = base.search.ranked[full]
+        assert len(impls) >= 2
+        loops = {impl.loop for _, impl, _ in impls}
+        progs = []
+        for m in range(len(impls)):
+            plan = base.search.plan((full,), (m,))
+            plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}") for k in plan.kernels))
+            progs.append(base.with_plan(plan))
+        source = share_module(progs, f"{name} n={n}")
+        cu = tmp_path / f"{name}_{n}.cu"
+        cu.write_text(source)
+        proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+                               "-o", str(tmp_path / f"{name}_{n}.cubin"), str(cu)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert loops, loops
+
+
+# ---- library metadata ------------------------------------------------------------------------
+ROW_FN = '''
+[[function]]
+name = "twice"
+kind = "map"
+params = [
+  { name = "x", type = "vector", dir = "in", index = ["i"] },
+  { name = "out", type = "vector", dir = "out", index = ["i"] },
+]
+[[function.variant]]
+name = "strip"
+source = ["blas2_strip.cu", "blas1_rows.cu"]
+threads = [32, "BY"]
+TILE
+WHOLE
+macros = { BY = [8], R = [1], NC = [1024] CMACRO }
+routines = [
+  { name = "load_x", fn = "srowvec_load", args = ["&x", "x:w:bcast"] },
+  { name = "compute", fn = "vadd_rows", args = ["x:r:bcast", "x:r:bcast", "out:w:bcast"] },
+  { name = "store_out", fn = "srowvec_store", args = ["out:r:bcast", "&out"] },
+]
+'''
+
+
+def _load(tmp_path, tile='tile = ["R", "NC"]', whole='whole = ["j"]', cmacro=""):
+    import shutil
+    from pathlib import Path
+    shipped = Path(kfuse.__file__).parent / "blas"
+    d = tmp_path / "mylib"
+    d.mkdir(exist_ok=True)
+    for f in ("blas2_strip.cu", "blas1_rows.cu"):
+        shutil.copy(shipped / f, d / f)
+    (d / "mine.toml").write_text(ROW_FN.replace("TILE", tile).replace("WHOLE", whole).replace("CMACRO", cmacro))
+    return kfuse.load_library(d, shipped=False)
+
+
+def test_metadata_vector_variant_on_strips_loads(tmp_path):
+    var = _load(tmp_path).functions[0].variants[0]
+    assert var.whole == ("j",) and var.instances_per_block == (1,) and var.tile == ("R", "NC")
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"whole": 'whole = ["i"]'}, 'a 1-level variant on the rows of strips declares whole = ["j"]'),
+    ({"tile": 'tile = ["R", 1024]'}, "a tile whose columns are a macro"),
+    ({"tile": ""}, "a variant spanning an axis whole declares its tile"),
+    ({"whole": 'whole = ["j"]\ncluster = "C"', "cmacro": ", C = [2]"}, "runs once per strip"),
+    ({"whole": ""}, "an unnested function's instance is one row of threads: [X, 1] (but a variant on the rows"),
+])
+def test_metadata_errors(tmp_path, kw, message):
+    with pytest.raises(LibraryError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        _load(tmp_path, **kw)
