@@ -54,7 +54,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cases")
     ap.add_argument("--prepare", metavar="OUT", help="write the changed cases of the record CASES to OUT (CPU)")
-    ap.add_argument("--limit", type=int, default=0, help="measure only every k-th case, k = cases / LIMIT")
     args = ap.parse_args()
     if args.prepare:
         prepare(args.cases, args.prepare)
@@ -64,9 +63,7 @@ def main():
     ratios = []
     print("| case | old first plan (us) | new first plan (us) | old / new | new plan |")
     print("| --- | ---: | ---: | ---: | --- |")
-    cases = json.loads(Path(args.cases).read_text())
-    step = max(1, -(-len(cases) // args.limit)) if args.limit else 1
-    for c in cases[::step]:
+    for c in json.loads(Path(args.cases).read_text()):
         new = kfuse.compile(c["text"], dtype=c["dtype"], sizes=c["sizes"], tuned=False, name="s")
         old = new.with_plan(plan_from_json(new.program, c["old"]))
         dims = new.search.dims

@@ -246,9 +246,7 @@ class CalibratedModel:
             return got[1]
         facts: list[tuple] = []
         for s in steps:
-            if s.routine is None or s.kc.on_rows:
-                # clears of on-chip accumulators; vector calls on the rows of strips (not probed:
-                # their traffic is added at the copy bandwidth, ``_rows_seconds``)
+            if s.routine is None:
                 facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0))
                 continue
             # the routine's facts: by its identity (the library's objects), macros and phase
@@ -280,27 +278,13 @@ class CalibratedModel:
             # the copy bandwidth, launch, clear, atomic and barrier terms; docs/experiments/README.md)
             return transfer_kernel_time(code, dims, entries, itemsize)
         p = self.kernel_parts(code, dims, itemsize)
-        rows = self._rows_seconds(code, entries, itemsize)
-        return (max(p["transfer"] + p["barrier"] + rows, p["compute"]) + p["contention"] + p["launch"]
+        return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]
                 + p["clears"])
 
-    def _rows_seconds(self, code: KernelCode, entries: dict[int, int], itemsize: int) -> float:
-        """The vector calls on the rows of strips: their loads and stores of global vectors (a
-        strip's R entries each) at the copy bandwidth, beside the matrix calls' calibrated routines
-        (the strip's loop and shape priced as measured: float64 gemv + axpy at n = 8192, H100, ran
-        217 us on strips walked by a serial loop along i and 175 along j, which the transfer model
-        prices alike; docs/experiments/README.md, "Vector calls on the rows of strips")."""
-        total = 0
-        for s in code.steps:
-            if s.routine is not None and s.kc.on_rows and s.routine.kind in ("load", "store"):
-                total += sum(entries[v.id] for v in s.kc.routine_values(s.routine)[0])
-        return total * itemsize / DEFAULT_MACHINE.bandwidth if total else 0.0
-
     def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel (but those of vector calls on
-        the rows of strips, which are priced by their traffic)?"""
+        """Has this calibration measured every routine of the kernel?"""
         return all(routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine) in self.cal.routines
-                   for s in code.steps if s.routine is not None and not s.kc.on_rows)
+                   for s in code.steps if s.routine is not None)
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
