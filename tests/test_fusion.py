@@ -86,9 +86,13 @@ def test_refusals_carry_reasons():
 def test_different_nesting_names_the_calls(lib):
     p = parse_script("matrix A, B; vector u, v; scalar d; input A, u, v; B = ger(A, u, v); d = dot(u, u); "
                      "return B, d;", lib)
-    assert why_not(p, DependencyGraph(p), frozenset({0, 1})) == (
+    assert why_not(p, DependencyGraph(p), frozenset({0, 1}), on_strips_rows=True) == (
         "same_nesting: nesting depths [1, 2] differ: B = ger(A, u, v) walks instances over 2 axes, "
         "d = dot(u, u) over 1 (no variant of ger walks strips of whole rows)")
+    p = parse_script("matrix A; vector p, q; scalar d; input A, p; q = gemv(A, p); d = dot(p, q); return q, d;", lib)
+    assert why_not(p, DependencyGraph(p), frozenset({0, 1})) == (
+        "same_nesting: nesting depths [1, 2] differ: q = gemv(A, p) walks instances over 2 axes, "
+        "d = dot(p, q) over 1 (a kernel walks one nesting; vector calls on the rows of strips: vector_on_strips=True)")
 
 
 @pytest.mark.parametrize("script, rule", [

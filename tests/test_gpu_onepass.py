@@ -76,7 +76,7 @@ def _sizes(name, n):
 @pytest.mark.parametrize("n", [1, 33, 1000, 4097, 8192])
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_vector_calls_on_strip_rows_match_reference(name, n, dtype):
-    prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=_sizes(name, n))
+    prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=_sizes(name, n), vector_on_strips=True)
     if n >= 33:
         assert fused(prog), prog.describe()
     errors = run_checked(prog, _sizes(name, n))
@@ -91,7 +91,7 @@ def test_every_fused_implementation_on_strip_rows_matches_reference(name, dtype)
     from dataclasses import replace
     from kfuse.tuning.measure import share_module
     sizes = _sizes(name, 1000)
-    base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes)
+    base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
     full = frozenset(range(len(base.program.calls)))
     progs = []
     for m in range(len(base.search.ranked[full])):

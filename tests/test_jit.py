@@ -387,8 +387,7 @@ def test_bicg_products_share_their_pass_over_the_matrix():
     prog = bicg.bicg_step.compile(Asq, v, v, v, v, v, Dev0("float64"))
     products = [(c.function.name, len(c.args)) for c in prog.program.calls if c.function.nesting == 2]
     assert products == [("gemv", 2), ("gemtv", 2)]
-    # one kernel reads A once for both products (and takes the dot of A p on its strips' rows)
-    assert {"gemv", "gemtv"} <= {kc.call.function.name for kc in prog.plan.kernels[0].calls}
+    assert {kc.call.function.name for kc in prog.plan.kernels[0].calls} == {"gemv", "gemtv"}
     f = kfuse.jit(lambda A, x, y: (x @ y) * (A @ x) + y)
     assert calls(f, Asq.astype(np.float32), u, u) == [("gemv", 2, ()), ("dot", 2, ()), ("axpy", 3, ("s2",))]
 

@@ -1,7 +1,8 @@
-"""Vector calls on the rows of strips (issue 18): a 1-level call (dot, axpy, scal, axpby, vadd)
-shares a kernel with matrix calls whose tiles span the rows whole, once per strip on its rows, so
-a gemv's result is used in its kernel by a dot or an axpy -- the rule and its reasons, the plans,
-the generated kernels (compiled by nvcc for sm_90), the library metadata's validation."""
+"""Vector calls on the rows of strips (issue 18; asked for by ``vector_on_strips=True``, off by
+default): a 1-level call (dot, axpy, scal, axpby, vadd) shares a kernel with matrix calls whose
+tiles span the rows whole, once per strip on its rows, so a gemv's result is used in its kernel by
+a dot or an axpy -- the rule and its reasons, the plans, the generated kernels (compiled by nvcc
+for sm_90), the library metadata's validation."""
 import subprocess
 from dataclasses import replace
 
@@ -43,7 +44,7 @@ def fused(prog) -> bool:
 def test_rule_allows_a_dot_of_a_gemv_result(lib):
     p = parse_script(ROWS["cg_step"], lib)
     g = DependencyGraph(p)
-    assert why_not(p, g, frozenset({0, 1})) is None
+    assert why_not(p, g, frozenset({0, 1}), on_strips_rows=True) is None
     (prod, cons, v, axes), = one_pass_exchanges(p, g, frozenset({0, 1}))
     assert (prod, cons, v.name, axes) == (0, 1, "q", ("j",))
 
@@ -61,20 +62,31 @@ def test_rule_allows_a_dot_of_a_gemv_result(lib):
 ])
 def test_rule_refusals(lib, script, reason):
     p = parse_script(script, lib)
-    assert why_not(p, DependencyGraph(p), frozenset({0, 1})) == reason
+    assert why_not(p, DependencyGraph(p), frozenset({0, 1}), on_strips_rows=True) == reason
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 @pytest.mark.parametrize("dtype, n", [("float32", 8192), ("float64", 4096), ("float32", 1000)])
 def test_one_kernel_where_rows_fit(name, dtype, n):
     sizes = {"m": 1000, "n": n} if name == "rect" else {"n": n}
-    prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes)
+    prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
     assert fused(prog), prog.describe()
     assert "one pass" in prog.search.explain() or name == "power"
 
 
+def test_off_by_default_with_the_reason(lib):
+    """Without vector_on_strips the rule refuses, saying how to ask for it; the plan is two kernels."""
+    p = parse_script(ROWS["cg_step"], lib)
+    assert why_not(p, DependencyGraph(p), frozenset({0, 1})) == (
+        "same_nesting: nesting depths [1, 2] differ: q = gemv(A, p) walks instances over 2 axes, pq = dot(p, q) "
+        "over 1 (a kernel walks one nesting; vector calls on the rows of strips: vector_on_strips=True)")
+    prog = kfuse.compile(ROWS["cg_step"], tuned=False, sizes={"n": 8192})
+    assert len(prog.kernels) == 2 and not any(kc.on_rows for k in prog.plan.kernels for kc in k.calls)
+
+
 def test_vector_calls_alone_never_take_strip_variants():
-    prog = kfuse.compile("vector x[n], y[n]; scalar d; input x, y; d = dot(x, y); return d;", tuned=False)
+    prog = kfuse.compile("vector x[n], y[n]; scalar d; input x, y; d = dot(x, y); return d;", tuned=False,
+                         vector_on_strips=True)
     assert prog.plan.kernels[0].calls[0].variant.name != "strip"
     code = prog.kernels[0]
     assert code.spec.nesting == 1
@@ -82,13 +94,13 @@ def test_vector_calls_alone_never_take_strip_variants():
 
 def test_rows_too_long_take_two_kernels():
     """Rows no block holds (the vector calls have no cluster form): gemv and dot apart."""
-    prog = kfuse.compile(ROWS["cg_step"], dtype="float32", tuned=False, sizes={"n": 40000})
+    prog = kfuse.compile(ROWS["cg_step"], dtype="float32", tuned=False, sizes={"n": 40000}, vector_on_strips=True)
     assert len(prog.kernels) == 2, prog.describe()
     assert not any(kc.on_rows for k in prog.plan.kernels for kc in k.calls)
 
 
 def test_generated_kernel_reads_q_once_and_adds_the_dot_once_per_block():
-    src = kfuse.compile(ROWS["cg_step"], tuned=False, sizes={"n": 8192}).cuda_source
+    src = kfuse.compile(ROWS["cg_step"], tuned=False, sizes={"n": 8192}, vector_on_strips=True).cuda_source
     body = src[src.index("k0_gemv_dot("):]
     assert body.count("stile_load<") == 1 and body.count("dot_rows<") == 1
     assert body.index("rows_dot_store<") > body.index("after the serial loop")
@@ -102,7 +114,7 @@ def test_every_fused_implementation_compiles(nvcc, tmp_path, name, dtype):
     from kfuse.tuning.measure import share_module
     for n in (1000, 4097):
         sizes = {"m": 33, "n": n} if name == "rect" else {"n": n}
-        base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes)
+        base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
         full = frozenset(range(len(base.program.calls)))
         impls = base.search.ranked[full]
         assert len(impls) >= 2

@@ -1,7 +1,7 @@
 """Vector calls on the rows of strips (issue 18): a gemv's result used in its kernel by a dot, an
 axpy or a scal (one kernel: the gemv on strips of whole rows, the vector call once per strip on its
 rows) against the best plan kfuse ranks without them (the vector call in a kernel of its own, the
-gemv's result stored and read again), and the limit (the compulsory traffic over the copy
+gemv's result stored and read again: the plan without ``vector_on_strips``), and the limit (the compulsory traffic over the copy
 bandwidth), float32 and float64; every result checked against the float64 reference first.
 
     PYTHONPATH=src python3 docs/experiments/vector_on_strips.py [--sizes 4096 8192 16384]
@@ -54,7 +54,7 @@ def main():
         tol = 1e-5 if dt == "float32" else 1e-12
         for n in args.sizes:
             for name, text in SCRIPTS.items():
-                prog = kfuse.compile(text, dtype=dt, tuned=False, sizes={"n": n})
+                prog = kfuse.compile(text, dtype=dt, tuned=False, sizes={"n": n}, vector_on_strips=True)
                 dims = {d.id: n for d in prog.program.dims}
                 apart = next(p for p in prog.search.plans() if not on_rows(p))
                 t_fused, _ = timed(prog, dims, timer, tol)

@@ -94,7 +94,8 @@ def _resolve_sizes(program, sizes) -> dict[str, int]:
 def compile(script: str | Path, dtype: str = "float32", library: str | Path | list | Library | None = None,
             shipped_library: bool = True, fuse: bool = True, sizes: dict[str, int] | None = None,
             tuned: bool | str | Path = True, calibration=True, horizontal: bool = True,
-            device_scalars=(), name: str | None = None) -> CompiledScript:   # noqa: A001 - mirrors re.compile
+            device_scalars=(), name: str | None = None, vector_on_strips: bool = False
+            ) -> CompiledScript:   # noqa: A001 - mirrors re.compile
     """Parse a script (path or text), plan it, and generate CUDA for ``dtype``.
 
     ``library`` adds user library folders to the shipped BLAS library (``shipped_library=False``
@@ -107,6 +108,9 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     one, else the transfer model -- with a notice; False for the transfer model; a path for that
     calibration file; or a model object).  ``horizontal=False`` keeps kernels that exchange nothing
     apart (horizontal fusion otherwise merges them where the model predicts a launch saved).
+    ``vector_on_strips=True`` lets vector calls share a kernel with matrix calls on strips of whole
+    rows, once per strip on its rows (a gemv's result used by a dot or an axpy in its kernel; off by
+    default: it changed random scripts' first plans with mixed results, docs/experiments/README.md).
     ``device_scalars`` names scalar inputs that calls will bind to 0-d device arrays (kernels read
     them by address; a call that binds others so gets a program planned for that on first use).
     ``name`` names the program (kernels' comments, ``plan``; default: the file's stem or "script").
@@ -131,7 +135,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
         if fuse:
             search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
                                 model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal,
-                                clusters=clusters_available())
+                                clusters=clusters_available(), vector_on_strips=vector_on_strips)
             with timer("search"):
                 stored = stored_plan(program, search, dtype, tuned)
                 plan = stored or search.best()

@@ -19,9 +19,16 @@ from .errors import KfuseError
 log = logging.getLogger("kfuse")
 
 
+def _on_strips(p) -> None:
+    p.add_argument("--vector-on-strips", action="store_true",
+                   help="let vector calls share a kernel with matrix calls on strips of whole rows (a gemv's "
+                        "result used by a dot or an axpy in its kernel; off by default, experimental)")
+
+
 def cmd_compile(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused)
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused,
+                    vector_on_strips=args.vector_on_strips)
     if args.output:
         _write_output(args.output, prog.cuda_source)
         log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines")
@@ -41,7 +48,8 @@ def cmd_plan(args) -> int:
         dims = _parse_sizes(program, args.size)
         sizes = {d.name: dims[d.id] for d in program.dims}
     t0 = time.perf_counter()
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes)
+    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
+                    vector_on_strips=args.vector_on_strips)
     elapsed = time.perf_counter() - t0
     search = prog.search
     if args.graph:                  # DOT alone, so that it pipes into Graphviz
@@ -239,6 +247,7 @@ def _script_commands(sub) -> None:
     common(p)
     p.add_argument("-o", "--output", help="write the CUDA source here instead of stdout")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
+    _on_strips(p)
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("plan", help="print the plan: kernels, calls in each, launch configuration")
     common(p)
@@ -256,6 +265,7 @@ def _script_commands(sub) -> None:
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="plan for this size of a script dimension (repeatable; a bare N sets every dimension "
                    "not named; default: the model's, 8192 per matrix side, 2^24 per vector)")
+    _on_strips(p)
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("run", help="run on random inputs, check against NumPy, print the time (GPU)")
     common(p)

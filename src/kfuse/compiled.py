@@ -235,7 +235,7 @@ class CompiledScript:
         search = PlanSearch(program, self.library, sizes={d.name: dims[d.id] for d in program.dims},
                             itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
                             spans=self.search.spans, horizontal=self.search.horizontal,
-                            clusters=self.search.clusters)
+                            clusters=self.search.clusters, vector_on_strips=self.search.vector_on_strips)
         stored = stored_plan(program, search, self.dtype, self.tuned)
         plan = stored or search.best()
         other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)

@@ -26,8 +26,10 @@ def on_strips(call: Call) -> bool:
     return any("j" in v.whole and not v.cluster for v in call.function.variants)
 
 
-def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
-    """Calls of different nesting depth share a kernel only on strips: the matrix calls' tiles
+def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int],
+                 on_strips_rows: bool = False) -> str | None:
+    """Calls of different nesting depth share a kernel only on strips, and only when asked for
+    (``on_strips_rows``: ``kfuse.compile(..., vector_on_strips=True)``): the matrix calls' tiles
     span the rows (j) whole, one block each, and each vector call runs once per strip on its rows
     (a variant of its function on the rows of strips); otherwise the shallower call would run
     once per instance of the deeper one."""
@@ -36,11 +38,13 @@ def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int
     if len(depths) > 1:
         deep = [c for c in calls if c.function.nesting == max(depths)]
         flat = [c for c in calls if c.function.nesting == min(depths)]
-        if all(map(on_rows, flat)) and all(map(on_strips, deep)):
+        if on_strips_rows and all(map(on_rows, flat)) and all(map(on_strips, deep)):
             return None
-        why = next((f"no variant of {c.function.name} runs on the rows of strips" for c in flat if not on_rows(c)),
-                   None) or next(f"no variant of {c.function.name} walks strips of whole rows"
-                                 for c in deep if not on_strips(c))
+        why = ("a kernel walks one nesting; vector calls on the rows of strips: vector_on_strips=True"
+               if not on_strips_rows else
+               next((f"no variant of {c.function.name} runs on the rows of strips" for c in flat if not on_rows(c)),
+                    None) or next(f"no variant of {c.function.name} walks strips of whole rows"
+                                  for c in deep if not on_strips(c)))
         return (f"nesting depths {sorted(depths)} differ: {deep[0].text()} walks instances over "
                 f"{max(depths)} axes, {flat[0].text()} over {min(depths)} ({why})")
     return None
@@ -220,7 +224,14 @@ RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, save
 HORIZONTAL_RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside)
 
 
-def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[int], b: frozenset[int]) -> str | None:
+def _rule(rule, program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool) -> str | None:
+    if rule is same_nesting:
+        return same_nesting(program, graph, fusion, on_strips_rows)
+    return rule(program, graph, fusion)
+
+
+def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[int], b: frozenset[int],
+                       on_strips_rows: bool = False) -> str | None:
     """Horizontal fusion: two kernels' calls that exchange nothing (no dependency path between
     them either way) may share a kernel -- nothing is saved in transfers, one launch is -- when
     they have one nesting depth and instance space.  None when allowed, else the reason."""
@@ -233,18 +244,20 @@ def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[in
         first, second = (a, b) if down_a & bits else (b, a)
         return f"dependent: {call_set(second)} depends on {call_set(first)}"
     for rule in HORIZONTAL_RULES:
-        reason = rule(program, graph, a | b)
+        reason = _rule(rule, program, graph, a | b, on_strips_rows)
         if reason:
             return f"{rule.__name__}: {reason}"
     return None
 
 
-def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
-    """The first rule that refuses the fusion, as 'rule: reason'; None when it is legal."""
+def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool = False
+            ) -> str | None:
+    """The first rule that refuses the fusion, as 'rule: reason'; None when it is legal
+    (``on_strips_rows``: vector calls may share a kernel with matrix calls on strips)."""
     if len(fusion) < 2:
         return None
     for rule in RULES:
-        reason = rule(program, graph, fusion)
+        reason = _rule(rule, program, graph, fusion, on_strips_rows)
         if reason:
             return f"{rule.__name__}: {reason}"
     return None

@@ -136,13 +136,17 @@ class PlanSearch:
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
                  itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer,
-                 spans: tuple[int, ...] = SPANS, horizontal: bool = True, clusters: bool = True):
+                 spans: tuple[int, ...] = SPANS, horizontal: bool = True, clusters: bool = True,
+                 vector_on_strips: bool = False):
         self.program, self.lib, self.machine = program, lib, machine
         self.clusters = clusters        # may kernels of thread-block clusters run (compute capability 9.0)?
+        # may vector calls run on the rows of matrix calls' strips (one kernel: a gemv's result used
+        # by a dot or an axpy)?  Off by default: docs/experiments/README.md, "Vector calls on the rows of strips"
+        self.vector_on_strips = vector_on_strips
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
         with timer("space"):
-            self.space: Space = build_space(program, lib, spans)
+            self.space: Space = build_space(program, lib, spans, on_strips_rows=vector_on_strips)
         self.spans = spans
         self.graph = self.space.graph
         sizes = sizes or {}
@@ -309,7 +313,7 @@ class PlanSearch:
         """(predicted seconds saved by running kernels a and b as one, the verdict in words)."""
         u = a | b
         if u not in self.ranked:
-            reason = why_not_horizontal(self.program, self.graph, a, b)
+            reason = why_not_horizontal(self.program, self.graph, a, b, self.vector_on_strips)
             if reason:
                 return 0.0, "not fused: " + reason
             # the variants each kernel has now; every shared choice (block size, unroll, ...) tried

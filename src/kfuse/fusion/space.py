@@ -110,8 +110,8 @@ def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -
     return frozenset(out)
 
 
-def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8, budget: int | None = None
-                      ) -> tuple[list[Fusion], dict] | None:
+def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8, budget: int | None = None,
+                      on_strips_rows: bool = False) -> tuple[list[Fusion], dict] | None:
     """Legal fusions of two or more calls, and the reason each refused candidate was refused.
     With a ``budget``: None as soon as the single calls' and the legal fusions' implementations
     would take more than ``budget`` layouts (the search then cannot be exhaustive)."""
@@ -126,7 +126,7 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
     for size in range(2, min(n, max_size) + 1):
         for combo in combinations(range(n), size):
             f = frozenset(combo)
-            reason = why_not(program, graph, f)
+            reason = why_not(program, graph, f, on_strips_rows)
             if reason:
                 refused[f] = reason
             else:
@@ -341,7 +341,7 @@ def _neighbours(program: Program, graph: DependencyGraph) -> list[set[int]]:
 
 
 def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
-                 per_call: int = CANDIDATES_PER_CALL) -> tuple[list[Fusion], dict, int]:
+                 per_call: int = CANDIDATES_PER_CALL, on_strips_rows: bool = False) -> tuple[list[Fusion], dict, int]:
     """Bounded enumeration for large scripts: connected sets of calls grown from each call (at
     most ``per_call`` candidates from each, smallest first), each checked by the rules.  Returns
     (legal fusions, some refusals, candidates examined)."""
@@ -365,7 +365,7 @@ def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
                     seen.add(g)
                     examined += 1
                     grown += 1
-                    reason = why_not(program, graph, g)
+                    reason = why_not(program, graph, g, on_strips_rows)
                     if reason is None:
                         legal.append(Fusion(g))
                         nxt.append(g)
@@ -379,22 +379,24 @@ def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
     return legal, refused, examined
 
 
-def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, exhaustive: bool | None = None
-                ) -> Space:
+def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, exhaustive: bool | None = None,
+                on_strips_rows: bool = False) -> Space:
     """Every legal fusion of ``program`` and the implementations of each (and of each single call),
     nested kernels with the spans ``spans``.  A script with few calls and few implementations is
     searched exhaustively; a larger one (or ``exhaustive=False``) gets a bounded search: fusions
-    grown along the dependency graph, implementations sampled (``Space.bounded`` says what)."""
+    grown along the dependency graph, implementations sampled (``Space.bounded`` says what).
+    ``on_strips_rows``: vector calls may share a kernel with matrix calls on strips (legality.py)."""
     graph = DependencyGraph(program)
     space = Space(program, graph)
     n = len(program.calls)
     if exhaustive is not False and n <= EXHAUSTIVE_CALLS:
-        found = enumerate_fusions(program, graph, budget=None if exhaustive else BUILD_BUDGET)
+        found = enumerate_fusions(program, graph, budget=None if exhaustive else BUILD_BUDGET,
+                                  on_strips_rows=on_strips_rows)
         if found is not None:       # within the budget (or exhaustive asked for)
             space.fusions, space.refused = found
             _fill(space, lib, spans, sampled=False)
             return space
-    fusions, refused, examined = grow_fusions(program, graph)
+    fusions, refused, examined = grow_fusions(program, graph, on_strips_rows=on_strips_rows)
     space.fusions, space.refused = fusions, refused
     space.bounded = (f"bounded search ({n} calls): {examined} candidate fusions examined along the dependency "
                      f"graph ({len(fusions)} legal), implementations sampled (one call order, each call's k-th "
