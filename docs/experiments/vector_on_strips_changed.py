@@ -15,20 +15,9 @@ import kfuse
 from kfuse.bench.harness import copy_bandwidth, device_timer
 from kfuse.ir.plan import plan_from_json, plan_to_json
 from kfuse.library.loader import load_library
-from kfuse.reference import device_case, evaluate, relative_error
 
 from plan_identity import scripts, small_sizes
-
-
-def timed(prog, dims, timer, tol):
-    import cupy as cp
-    dev, host, poisoned = device_case(prog.program, dims, prog.dtype, seed=3)
-    bound = prog.bind(out=poisoned, **dev)
-    bound(sync=True)
-    ref, mag = evaluate(prog.program, host), evaluate(prog.program, host, magnitude=True)
-    err = max(relative_error(cp.asnumpy(poisoned[v.name]), ref[v.id], mag[v.id]) for v in prog.program.outputs)
-    assert err < tol, (prog.describe(), err)
-    return timer(bound)[1]
+from vector_on_strips import timed
 
 
 def prepare(out_path: str) -> None:
@@ -70,7 +59,7 @@ def main():
         off = on.with_plan(plan_from_json(on.program, c["off"]))
         dims = on.search.dims
         tol = 1e-5 if c["dtype"] == "float32" else 1e-12
-        t_off, t_on = timed(off, dims, timer, tol), timed(on, dims, timer, tol)
+        t_off, t_on = timed(off, dims, timer, tol)[0], timed(on, dims, timer, tol)[0]
         ratios.append(t_off / t_on)
         print(f"| {c['case']} | {t_off:.1f} | {t_on:.1f} | {t_off / t_on:.2f} | {on.plan.summary()} |", flush=True)
     if ratios:
