@@ -184,3 +184,23 @@ def test_metadata_vector_variant_on_strips_loads(tmp_path):
 def test_metadata_errors(tmp_path, kw, message):
     with pytest.raises(LibraryError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         _load(tmp_path, **kw)
+
+
+@pytest.mark.parametrize("seed", [5005, 5060, 5084, 3023, 3099])
+def test_asking_for_them_leaves_the_other_candidates_alone(lib, seed):
+    """Bounded searches of 10-call scripts: the option adds fusions of vector calls on strips on top
+    of the candidates grown without it, and a first plan it changes holds such a kernel."""
+    from kfuse.frontend.random_scripts import random_script
+    from kfuse.fusion.space import grow_fusions
+    text = random_script(lib, seed, calls=10).text
+    p = parse_script(text, lib)
+    g = DependencyGraph(p)
+    off = {f.calls for f in grow_fusions(p, g)[0]}
+    on = {f.calls for f in grow_fusions(p, g, on_strips_rows=True)[0]}
+    assert off <= on
+    assert all(len({p.calls[i].function.nesting for i in f}) == 2 for f in on - off)
+    for sizes in (None, {d.name: 1024 for d in p.dims}):
+        plain = kfuse.compile(text, tuned=False, sizes=sizes)
+        asked = kfuse.compile(text, tuned=False, sizes=sizes, vector_on_strips=True)
+        assert asked.plan.summary() == plain.plan.summary() or \
+            any(kc.on_rows for k in asked.plan.kernels for kc in k.calls)

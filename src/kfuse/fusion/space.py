@@ -131,7 +131,9 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
                 refused[f] = reason
             else:
                 legal.append(Fusion(f))
-                if budget is not None:
+                if budget is not None and not _mixed(program, f):
+                    # vector calls on strips (strip variants only: few builds) are left out of the
+                    # budget: asking for them does not turn an exhaustive search into a bounded one
                     cost += count_builds(program, graph, f, budget - cost)
                     if cost > budget:
                         return None
@@ -340,11 +342,32 @@ def _neighbours(program: Program, graph: DependencyGraph) -> list[set[int]]:
     return out
 
 
+def _mixed(program: Program, calls: frozenset[int]) -> bool:
+    """Vector calls beside matrix calls (on the rows of their strips)?"""
+    return len({program.calls[i].function.nesting for i in calls}) > 1
+
+
 def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
                  per_call: int = CANDIDATES_PER_CALL, on_strips_rows: bool = False) -> tuple[list[Fusion], dict, int]:
     """Bounded enumeration for large scripts: connected sets of calls grown from each call (at
     most ``per_call`` candidates from each, smallest first), each checked by the rules.  Returns
-    (legal fusions, some refusals, candidates examined)."""
+    (legal fusions, some refusals, candidates examined).  With ``on_strips_rows`` the fusions of
+    vector calls on strips come from a second growth, on top of the first's (which stays the one
+    without them: the other candidates are not crowded out)."""
+    legal, refused, examined = _grow(program, graph, max_size, per_call, False)
+    if on_strips_rows:
+        more, _, extra = _grow(program, graph, max_size, per_call, True)
+        have = {f.calls for f in legal}
+        added = [f for f in more if _mixed(program, f.calls) and f.calls not in have]
+        legal += added
+        for f in added:
+            refused.pop(f.calls, None)
+        examined += extra
+    return legal, refused, examined
+
+
+def _grow(program: Program, graph: DependencyGraph, max_size: int, per_call: int, on_strips_rows: bool
+          ) -> tuple[list[Fusion], dict, int]:
     nbrs = _neighbours(program, graph)
     seen: set[frozenset[int]] = set()
     legal: list = []
