@@ -78,5 +78,5 @@ def _code(lay: Layout) -> KernelCode:
                         spec.span, spec.unroll, any(s.phase != "loop" for s in lay.steps),
                         fr.wait_phase is not None,
                         sum(lay.placement.registers.values()) if any(kc.variant.whole for kc in spec.calls) else 0,
-                        *spec.cluster)
+                        *spec.cluster, any(kc.on_rows for kc in spec.calls))
     return KernelCode(spec, partial(render, lay), fr.sources, launch, lay.placement, lay.steps)

@@ -14,6 +14,9 @@ SCALAR_SUM_ITERS = 8      # fewest automatic serial iterations of a kernel that 
 MAX_THREADS_PER_SM = 2048     # resident threads per SM (every GPU since sm_50 but a few sm_7x/8x)
 REGISTERS_PER_SM = 65536      # 32-bit registers per SM (and at most per block)
 STRIP_REGISTER_OVERHEAD = 24  # registers per thread of a strip kernel beyond its elements (indices, sums)
+ROWS_LOOP_I_MARGIN = 32      # and of one whose vector calls on the strips' rows run in a serial loop along i:
+                             # nvcc pipelines the strips (float64 gemv + dot, R = 2, NC = 8192, 256 threads:
+                             # 226 estimated, 255 used and 84 bytes spilled along i, 224 used along j)
 CLUSTER_REGISTER_OVERHEAD = 8  # and of a cluster's row sums (the partial a lane reads, its address): the
                                # widest strips at 128 registers spilled 4-24 bytes without it (nvcc sm_90)
 
@@ -180,6 +183,12 @@ class LaunchInfo:
                                     # thread (0: not such a kernel); its grid is one resident wave
     cluster: int = 1                # blocks per thread-block cluster, together spanning axis
     cluster_axis: int = -1          # cluster_axis whole (-1: no cluster)
+    rows: bool = False              # it holds vector calls on the rows of its strips
+
+    @property
+    def rows_loop_i(self) -> bool:
+        """Vector calls on the strips' rows in a serial loop along i (ROWS_LOOP_I_MARGIN)."""
+        return self.rows and self.loop == "i"
 
     def counts(self, dims: dict[int, int]) -> tuple[int, ...]:
         """Instances along each axis (partial edge elements included); along a cluster's axis a
@@ -226,9 +235,11 @@ class LaunchInfo:
 
     def strip_registers(self, itemsize: int = 4) -> int:
         """Estimated 32-bit registers per thread of a strip kernel: its register entries (two
-        registers each at 8-byte entries) plus STRIP_REGISTER_OVERHEAD (and a cluster's)."""
+        registers each at 8-byte entries) plus STRIP_REGISTER_OVERHEAD (and a cluster's, and the
+        margin of vector calls on the strips' rows in a loop along i)."""
         return (self.whole_entries * max(1, itemsize // 4) + STRIP_REGISTER_OVERHEAD
-                + (CLUSTER_REGISTER_OVERHEAD if self.cluster > 1 else 0))
+                + (CLUSTER_REGISTER_OVERHEAD if self.cluster > 1 else 0)
+                + (ROWS_LOOP_I_MARGIN if self.rows_loop_i else 0))
 
     def one_wave(self, target_blocks: int) -> int:
         """A strip kernel's grid: the blocks resident at once (estimated from its register entries,
