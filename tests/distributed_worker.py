@@ -7,6 +7,7 @@ Usage: torchrun --nproc_per_node P tests/distributed_worker.py DIR SCRIPT:N:DTYP
 import os
 import sys
 import traceback
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -52,7 +53,8 @@ def run_case(lib, script: str, n: int, dtype: str, row_block: int, rank: int, P:
 
 
 def main(outdir: str, cases: list[str]) -> int:
-    dist.init_process_group("nccl")
+    # a case that raises on one rank leaves the others in a collective: NCCL's timeout ends them
+    dist.init_process_group("nccl", timeout=timedelta(seconds=120))
     rank, P = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     lib = load_library()
