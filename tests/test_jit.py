@@ -416,3 +416,17 @@ def test_returned_scalar_arithmetic_is_evaluated_from_the_results():
     got = entry.package((v, s), (4.0, x, y))
     assert got[0] is v and got[2] == 4.0
     assert got[1].dtype == np.float32 and got[1].shape == () and got[1] == np.float32(6.0 / 4.0 - 2.0)
+
+
+def test_vector_on_strips_is_an_option_and_part_of_the_key():
+    """``@kfuse.jit(vector_on_strips=True)``: a CG step's A p and p . (A p) in one kernel (the
+    option's plans, kfuse.compile's); off by default, and the options are part of the cache key."""
+    def step(A, p):
+        q = A @ p
+        return q, p @ q
+    Asq, v = np.zeros((1024, 1024), np.float32), np.zeros(1024, np.float32)
+    plain, asked = kfuse.jit(step), kfuse.jit(step, vector_on_strips=True)
+    assert len(plain.compile(Asq, v).kernels) == 2
+    (k,) = asked.compile(Asq, v).plan.kernels
+    assert [kc.call.function.name for kc in k.calls] == ["gemv", "dot"] and any(kc.on_rows for kc in k.calls)
+    assert plain.cache_key(Asq, v) != asked.cache_key(Asq, v)

@@ -92,7 +92,8 @@ class _Entry:
 class JitFunction:
     """A function traced and compiled per signature on first call (see the module docstring)."""
 
-    def __init__(self, fn, library=None, fuse: bool = True, tuned=True, calibration=True):
+    def __init__(self, fn, library=None, fuse: bool = True, tuned=True, calibration=True,
+                 vector_on_strips: bool = False):
         functools.update_wrapper(self, fn)
         self.fn = fn
         sig = inspect.signature(fn)
@@ -103,7 +104,7 @@ class JitFunction:
         self._sig = sig
         self._n = len(sig.parameters)
         self._folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
-        self._options = (fuse, tuned, calibration)
+        self._options = (fuse, tuned, calibration, vector_on_strips)
         self._library: Library | None = None
         self._code = fn.__code__
         self._entries: dict = {}        # fast key (per argument: type, rank, dtype) -> _Entry
@@ -216,11 +217,12 @@ class JitFunction:
             return entry
         tr = trace(self.fn, specs, self.library)
         lowered = lower(tr)
-        fuse, tuned, calibration = self._options
+        fuse, tuned, calibration, on_strips = self._options
         try:
             compiled = compile_script(lowered.script, dtype=dtype.name, library=self.library, fuse=fuse,
                                       sizes=lowered.sizes, tuned=tuned, calibration=calibration,
-                                      device_scalars=lowered.device_scalars, name=self.fn.__name__)
+                                      device_scalars=lowered.device_scalars, name=self.fn.__name__,
+                                      vector_on_strips=on_strips)
         except TraceError:
             raise
         except ScriptError as e:
@@ -262,14 +264,15 @@ class JitFunction:
         return f"<kfuse.jit {self.fn.__qualname__}: {len(self._entries)} signature(s)>"
 
 
-def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=True):
+def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=True, vector_on_strips: bool = False):
     """Decorate a function over CuPy arrays / torch CUDA tensors (vectors, matrices, scalars as
     numbers or 0-d device arrays) to run it as one fused kfuse program.  ``library``: user
     library folder(s) beside the shipped BLAS (``kfuse.lib.<name>(...)`` calls their functions);
-    ``fuse``, ``tuned``, ``calibration`` as for ``kfuse.compile``.  Use as ``@kfuse.jit`` or
-    ``@kfuse.jit(library=...)``."""
+    ``fuse``, ``tuned``, ``calibration``, ``vector_on_strips`` as for ``kfuse.compile``.  Use as
+    ``@kfuse.jit`` or ``@kfuse.jit(library=...)``."""
     def wrap(f):
-        return JitFunction(f, library=library, fuse=fuse, tuned=tuned, calibration=calibration)
+        return JitFunction(f, library=library, fuse=fuse, tuned=tuned, calibration=calibration,
+                           vector_on_strips=vector_on_strips)
     return wrap if fn is None else wrap(fn)
 
 
