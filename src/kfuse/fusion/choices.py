@@ -53,6 +53,21 @@ def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]
     return keep
 
 
+def variant_indices(program: Program, order) -> list[list[int]]:
+    """Per call, the variants an implementation may give it: a vector call's variants on the rows
+    of strips only beside matrix calls, and there only those (``whole_choice`` would refuse the
+    rest; leaving them out of the product saves enumerating them)."""
+    mixed = len({program.calls[i].function.nesting for i in order}) > 1
+    out = []
+    for i in order:
+        fn = program.calls[i].function
+        if fn.nesting == 1:
+            out.append([v for v, var in enumerate(fn.variants) if bool(var.whole) == mixed])
+        else:
+            out.append(list(range(len(fn.variants))))
+    return out
+
+
 def loops_of(program: Program, order, variants, nesting: int) -> tuple[str, ...]:
     """The serial loop axes of a kernel of these variant choices: both of a nested kernel, but the
     axis a thread-block cluster spans (its blocks share their strips, codegen/layout.py)."""

@@ -23,7 +23,7 @@ from ..ir.graph import DependencyGraph
 from ..library.schema import Library
 from ..ir.program import Program, ScalarArg
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, \
-    sampled_variants as _sampled_variants, whole_choice
+    sampled_variants as _sampled_variants, variant_indices, whole_choice
 from .legality import call_set, why_not
 
 UNROLLS = (1, 2, 4)
@@ -164,7 +164,7 @@ def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int]
     total = 0
     keep = whole_choice(program, graph, calls)
     for order in _orders(graph, calls):
-        for variants in product(*[range(len(program.calls[i].function.variants)) for i in order]):
+        for variants in product(*variant_indices(program, order)):
             if not keep(order, variants):
                 continue
             by, others, ipb = _choices(program, order, variants, nesting)
@@ -238,7 +238,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     keep = whole_choice(program, graph, calls)
     for order in orders:
         var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
-                       product(*[range(len(program.calls[i].function.variants)) for i in order]))
+                       product(*variant_indices(program, order)))
         for variants in var_choices:
             if not keep(order, variants):
                 continue

@@ -42,14 +42,15 @@ class KernelCall:
     def _macro_map(self) -> dict[str, int]:
         return dict(self.macros)
 
-    @property
+    @cached_property
     def nesting(self) -> int:
         """The nesting of the kernel this call can run in: its function's, but 2 for a 1-level
         function's variant on the rows of strips (``whole = ["j"]``: once per strip of a nested
-        kernel, its instance axis the strips' rows)."""
+        kernel, its instance axis the strips' rows).  Memoised: kernel calls are shared by the
+        implementations of a program (ScheduleMemo.calls), the layout asks per step."""
         return 2 if self.variant.whole else self.call.function.nesting
 
-    @property
+    @cached_property
     def on_rows(self) -> bool:
         """A 1-level call run on the rows of a nested kernel's strips."""
         return bool(self.variant.whole) and self.call.function.nesting == 1
@@ -130,8 +131,10 @@ class KernelSpec:
 
     @property
     def nesting(self) -> int:
-        """1 or 2 (a kernel of 1-level calls on the rows of strips beside 2-level calls: 2)."""
-        return max(kc.nesting for kc in self.calls)
+        """1 or 2 (a kernel of 1-level calls on the rows of strips beside 2-level calls: 2).  Its
+        calls' nestings agree (layout.check_spec refuses a kernel where they do not), so the
+        first call's (asked for per step: no loop over the calls)."""
+        return self.calls[0].nesting
 
     @property
     def cluster(self) -> tuple[int, int]:
