@@ -27,6 +27,12 @@ def macro_choices(program: Program, order, variants, nesting: int):
     return by_choices, other_choices, ipb_choices
 
 
+def mixed_nesting(program: Program, calls) -> bool:
+    """Vector calls beside matrix calls (a kernel of them runs the vector calls on the rows of
+    the matrix calls' strips)?"""
+    return len({program.calls[i].function.nesting for i in calls}) > 1
+
+
 def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]):
     """Which variant choices a fusion's implementations consider: where a call uses a reduction
     result made in the same kernel (one pass), only variants spanning an axis whole, for every
@@ -39,13 +45,13 @@ def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]
     of the strips (their variants spanning j whole, for every call, with no cluster: such a call
     runs once per strip); vector calls alone never take those variants."""
     one_pass = bool(one_pass_exchanges(program, graph, calls))
-    nestings = {program.calls[i].function.nesting for i in calls}
-    mixed = len(nestings) > 1       # vector calls beside matrix calls: on the rows of their strips
+    mixed = mixed_nesting(program, calls)
+    vectors_only = all(program.calls[i].function.nesting == 1 for i in calls)
 
     def keep(order, variants) -> bool:
         chosen = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
         whole = [bool(v.whole) for v in chosen]
-        if nestings == {1}:
+        if vectors_only:
             return not any(whole)   # a variant on the rows of strips runs only beside a matrix call
         if (mixed or not one_pass) and any(v.cluster for v in chosen):
             return False    # a plain implementation without a cluster exists at every size
@@ -57,7 +63,7 @@ def variant_indices(program: Program, order) -> list[list[int]]:
     """Per call, the variants an implementation may give it: a vector call's variants on the rows
     of strips only beside matrix calls, and there only those (``whole_choice`` would refuse the
     rest; leaving them out of the product saves enumerating them)."""
-    mixed = len({program.calls[i].function.nesting for i in order}) > 1
+    mixed = mixed_nesting(program, order)
     out = []
     for i in order:
         fn = program.calls[i].function
@@ -83,13 +89,8 @@ def sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
     for every k -- calls of one kernel then tend to share a thread-to-data mapping.  Variants of
     thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips);
     vector calls take their variants on the rows of strips only beside matrix calls."""
-    mixed = len({program.calls[i].function.nesting for i in order}) > 1
-
-    def sampled(fn, var) -> bool:         # vector calls beside matrix calls: on the strips' rows
-        on_rows = bool(var.whole) and fn.nesting == 1
-        return not var.cluster and on_rows == (mixed and fn.nesting == 1)
-    plain = [[v for v, var in enumerate(program.calls[i].function.variants) if sampled(program.calls[i].function, var)]
-             for i in order]
+    plain = [[v for v in allowed if not program.calls[i].function.variants[v].cluster]
+             for i, allowed in zip(order, variant_indices(program, order))]
     if not all(plain):
         return []
     return list(dict.fromkeys(tuple(p[min(k, len(p) - 1)] for p in plain) for k in range(max(map(len, plain)))))

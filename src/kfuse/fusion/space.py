@@ -23,7 +23,7 @@ from ..ir.graph import DependencyGraph
 from ..library.schema import Library
 from ..ir.program import Program, ScalarArg
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, \
-    sampled_variants as _sampled_variants, variant_indices, whole_choice
+    mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
 from .legality import call_set, why_not
 
 UNROLLS = (1, 2, 4)
@@ -131,7 +131,7 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
                 refused[f] = reason
             else:
                 legal.append(Fusion(f))
-                if budget is not None and not _mixed(program, f):
+                if budget is not None and not mixed_nesting(program, f):
                     # vector calls on strips (strip variants only: few builds) are left out of the
                     # budget: asking for them does not turn an exhaustive search into a bounded one
                     cost += count_builds(program, graph, f, budget - cost)
@@ -342,11 +342,6 @@ def _neighbours(program: Program, graph: DependencyGraph) -> list[set[int]]:
     return out
 
 
-def _mixed(program: Program, calls: frozenset[int]) -> bool:
-    """Vector calls beside matrix calls (on the rows of their strips)?"""
-    return len({program.calls[i].function.nesting for i in calls}) > 1
-
-
 def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
                  per_call: int = CANDIDATES_PER_CALL, on_strips_rows: bool = False) -> tuple[list[Fusion], dict, int]:
     """Bounded enumeration for large scripts: connected sets of calls grown from each call (at
@@ -358,7 +353,7 @@ def grow_fusions(program: Program, graph: DependencyGraph, max_size: int = 8,
     if on_strips_rows:
         more, _, extra = _grow(program, graph, max_size, per_call, True)
         have = {f.calls for f in legal}
-        added = [f for f in more if _mixed(program, f.calls) and f.calls not in have]
+        added = [f for f in more if mixed_nesting(program, f.calls) and f.calls not in have]
         legal += added
         for f in added:
             refused.pop(f.calls, None)
