@@ -39,7 +39,7 @@ def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int
         deep = [c for c in calls if c.function.nesting == max(depths)]
         flat = [c for c in calls if c.function.nesting == min(depths)]
         if on_strips_rows and all(map(on_rows, flat)) and all(map(on_strips, deep)):
-            return None
+            return _unlinked_rows(graph, fusion, {c.index for c in deep}, flat)
         why = ("a kernel walks one nesting; vector calls on the rows of strips: vector_on_strips=True"
                if not on_strips_rows else
                next((f"no variant of {c.function.name} runs on the rows of strips" for c in flat if not on_rows(c)),
@@ -48,6 +48,27 @@ def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int
         return (f"nesting depths {sorted(depths)} differ: {deep[0].text()} walks instances over "
                 f"{max(depths)} axes, {flat[0].text()} over {min(depths)} ({why})")
     return None
+
+
+def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int], flat: list[Call]) -> str | None:
+    """Vector calls gain from the rows of strips only through values they share with the matrix
+    calls there (a gemv's result read on its rows, a vector a gemtv reads along i): each must be
+    linked to a matrix call of the fusion by values passed inside it, directly or through other
+    vector calls.  An unrelated one would run on a few threads per strip beside a read of the
+    whole matrix, rather than in a kernel of its own at the full width of the GPU (measured:
+    axpy and scal of other vectors beside a gemv on strips, 0.96x the plan without them)."""
+    reach, todo = set(deep), list(deep)
+    while todo:
+        a = todo.pop()
+        for b in (graph.succs[a] | graph.preds[a]) & fusion:
+            if b not in reach:
+                reach.add(b)
+                todo.append(b)
+    lone = next((c for c in flat if c.index not in reach), None)
+    if lone is None:
+        return None
+    return (f"{lone.text()} shares no value with the matrix calls on strips it would join "
+            f"(a vector call runs on the strips' rows only to use or feed what they compute)")
 
 
 def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
