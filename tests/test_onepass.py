@@ -190,6 +190,26 @@ def test_strips_priced_as_whole_strips_of_their_width(n, nc, scale):
         assert t(prog) == pytest.approx(t(full) * 6000 / 8192, rel=0.02)
 
 
+def test_strips_wider_than_the_calibration_take_the_probe_of_its_width():
+    """A 16384-wide strip's routines are priced from the probe of the 8192-wide strip (all in
+    bounds on the calibration's matrix), scaled by 2; the 16384-wide probe ran half its row out of
+    bounds at half the loads per thread and priced the strip 3.5 % over its measure, so float32 q =
+    A p at 16384 took the wide gemv (352.6 us) over the strip (348.7; now chosen: 341.4 against
+    353.8, docs/experiments/strip-wide-pricing-H100.txt).  Narrower strips keep their own probes."""
+    gemv = "matrix A[n, n]; vector p[n], q[n]; input A, p; q = gemv(A, p); return q;"
+    prog = kfuse.compile(gemv, tuned=False, sizes={"n": 16384})
+    (kc,), model = prog.plan.kernels[0].calls, prog.search.model
+    assert kc.variant.name == "strip" and dict(kc.macros)["NC"] == 16384, prog.describe()
+    assert dict(model._probed_macros(kc))["NC"] == 8192
+    assert {k: v for k, v in model._probed_macros(kc) if k != "NC"} == {k: v for k, v in kc.macros if k != "NC"}
+    (narrow,) = kfuse.compile(gemv, tuned=False, sizes={"n": 8192}).plan.kernels[0].calls
+    assert narrow.variant.name == "strip" and model._probed_macros(narrow) == narrow.macros
+    cluster = kfuse.compile(ATAX, dtype="float64", tuned=False, sizes={"n": 16384})
+    for k in cluster.plan.kernels:
+        for c in k.calls:
+            assert cluster.search.model._probed_macros(c) == c.macros     # clusters: transfer model
+
+
 def test_strip_grid_is_one_resident_wave():
     code = _search(None, 8192).kernels[0]
     L = code.launch

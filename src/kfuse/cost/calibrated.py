@@ -222,8 +222,8 @@ class CalibratedModel:
 
     def _strip_scale(self, L: LaunchInfo, spec: KernelSpec, dims: dict[int, int]) -> float:
         """Of a strip kernel (variants spanning an axis whole): its probes' price scaled to its
-        width.  A strip wider than the calibration's matrix ran its probes with only the part
-        inside that matrix (the rest out of bounds): scaled by its width NC over that part.  A
+        width.  A strip wider than the calibration's matrix is priced from the probe of a strip of
+        the matrix's width (``_probed_macros``): scaled by its width NC over that width.  A
         strip whose rows end short of NC (rows of 6000 in strips of 8192) is priced as a whole
         one: its threads hold fewer columns each, with fewer loads in flight, and it measured
         closer to a whole strip than to its share of one (scaling by the columns held, min(n, NC),
@@ -233,6 +233,21 @@ class CalibratedModel:
         wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
                     if any(a in kc.variant.whole for kc in spec.calls)], default=0)
         return wide / n_cal if n_cal and wide > n_cal else 1.0
+
+    def _probed_macros(self, kc) -> tuple:
+        """The macros whose probe prices a call's routines: its own, but a strip wider than the
+        calibration's matrix (NC > n) takes the strip of that width, whose probe ran all in bounds
+        (the wider one's ran half its row out of bounds, at half the loads per thread: priced 3.5 %
+        over its measure, float32 gemv at n = 16384), scaled to its width by ``_strip_scale``."""
+        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
+        v = kc.variant
+        if not n_cal or not v.whole or v.cluster or v.tile is None:
+            return kc.macros
+        sides = {v.tile[("i", "j").index(a)] for a in v.whole if a in ("i", "j")}
+        if not any(isinstance(m, str) and dict(kc.macros).get(m, 0) > n_cal and n_cal in v.macros.get(m, ())
+                   for m in sides):
+            return kc.macros
+        return tuple((k, n_cal if k in sides and val > n_cal else val) for k, val in kc.macros)
 
     def _step_facts(self, steps: tuple) -> list[tuple]:
         """Per step, what ``kernel_parts`` reads of it: (in the serial loop, once per span, a
@@ -262,7 +277,7 @@ class CalibratedModel:
 
     def _facts_of(self, s) -> tuple:
         """(probe id, kind, threads per instance, warps adding partials) of a step's routine."""
-        key = routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine)
+        key = routine_key(s.kc.call.function, s.kc.variant, self._probed_macros(s.kc), s.routine)
         pid = self.cal.routines.get(key)
         if pid is None:
             raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
