@@ -210,6 +210,30 @@ def test_strips_wider_than_the_calibration_take_the_probe_of_its_width():
             assert cluster.search.model._probed_macros(c) == c.macros     # clusters: transfer model
 
 
+def test_wide_strips_planned_at_16384_build_without_spills(nvcc, tmp_path):
+    """The float32 plans the in-bounds pricing moved onto 16384-wide strips (a lone gemv, CG's
+    step, SGEMVT, GEMVER), in one module, built by nvcc with spills as errors."""
+    from dataclasses import replace
+    from kfuse.tuning.measure import share_module
+    cg = ("matrix A; vector x, r, p, q, x1, r1, p1; scalar rr, pq, al, rr1; input A, x, r, p, rr; "
+          "q = gemv(A, p); pq = dot(p, q); al = rr / pq; x1 = axpy(al, p, x); r1 = axpy(-al, q, r); "
+          "rr1 = dot(r1, r1); p1 = axpy(rr1 / rr, p, r1); return x1, r1, p1, rr1;")
+    texts = [cg, (EXAMPLES[0].parent / "sgemvt.kf").read_text(), (EXAMPLES[0].parent / "gemver.kf").read_text()]
+    progs = []
+    for m, text in enumerate(texts):
+        base = kfuse.compile(text, tuned=False)
+        prog = base.for_sizes({d.id: d.literal or 16384 for d in base.program.dims})
+        assert any(dict(kc.macros).get("NC") == 16384 for k in prog.plan.kernels for kc in k.calls), prog.describe()
+        progs.append(prog.with_plan(replace(prog.plan, kernels=tuple(replace(k, name=f"{k.name}_{m}")
+                                                                     for k in prog.plan.kernels))))
+    cu = tmp_path / "wide.cu"
+    cu.write_text(share_module(progs, "16384-wide strips"))
+    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+                           "-Xptxas", "-warn-spills", "-o", str(tmp_path / "wide.cubin"), str(cu)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
 def test_strip_grid_is_one_resident_wave():
     code = _search(None, 8192).kernels[0]
     L = code.launch
