@@ -8,6 +8,11 @@ from kfuse.tuning.measure import share_module
 SAMPLE = 24     # covering plans per partition beyond which a fixed, seeded sample is taken
 
 
+def renamed(plan, suffix):
+    """``plan`` with ``_<suffix>`` after each kernel's name (plans of one script sharing a module)."""
+    return replace(plan, kernels=tuple(replace(k, name=f"{k.name}_{suffix}") for k in plan.kernels))
+
+
 def covering_programs(path, dtype, sample=SAMPLE, dims=None):
     """Lists of CompiledScripts (one list per partition of the plan space) sharing one CUDA module,
     which holds the kernels of all of them (with ``dims``, on a GPU: built for their block orders
@@ -24,8 +29,7 @@ def covering_programs(path, dtype, sample=SAMPLE, dims=None):
         keep = plans if len(plans) <= sample else [plans[0]] + rng.sample(plans[1:], sample - 1)
         progs = []
         for m, plan in enumerate(keep):
-            plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}") for k in plan.kernels))
-            progs.append(base.with_plan(plan))
+            progs.append(base.with_plan(renamed(plan, f"v{m}")))
         share_module(progs, f"implementations of {base.program.name}", dims)   # one NVRTC compile
         out.append(progs)
     return out

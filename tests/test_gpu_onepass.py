@@ -6,6 +6,7 @@ import pytest
 import kfuse
 
 from conftest import EXAMPLES
+from fusion_util import renamed
 from test_gpu_examples import TOL, run_checked
 
 pytestmark = pytest.mark.gpu
@@ -88,16 +89,12 @@ def test_vector_calls_on_strip_rows_match_reference(name, n, dtype):
 def test_every_fused_implementation_on_strip_rows_matches_reference(name, dtype):
     """Every implementation the search keeps for the fused kernel at n = 1000 (both loop axes,
     strips of 1 or 2 rows, 256 or 512 threads), one module for all, each against the reference."""
-    from dataclasses import replace
     from kfuse.tuning.measure import share_module
     sizes = _sizes(name, 1000)
     base = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
     full = frozenset(range(len(base.program.calls)))
-    progs = []
-    for m in range(len(base.search.ranked[full])):
-        plan = base.search.plan((full,), (m,))
-        progs.append(base.with_plan(replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}")
-                                                                for k in plan.kernels))))
+    progs = [base.with_plan(renamed(base.search.plan((full,), (m,)), f"v{m}"))
+             for m in range(len(base.search.ranked[full]))]
     dims = {d.id: sizes[d.name] for d in base.program.dims}
     share_module(progs, f"{name} on strips", dims)
     for prog in progs:

@@ -14,10 +14,12 @@ from kfuse.frontend import parse_script
 from conftest import EXAMPLES
 
 
-def nvcc_compile(nvcc, source, tmp_path, name="k"):
+def nvcc_compile(nvcc, source, tmp_path, name="k", spills=False):
+    """Build ``source`` for sm_90 with warnings as errors (``spills``: register spills too)."""
     cu = tmp_path / f"{name}.cu"
     cu.write_text(source)
     proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+                           *(["-Xptxas", "-warn-spills"] if spills else []),
                            "-o", str(tmp_path / f"{name}.cubin"), str(cu)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -1,7 +1,6 @@
 """Fusion across a reduction (issue 18): a reduction's result used in the kernel that computes it
 when the variants' tiles span the reduced axis whole -- the rule and its reasons, the plan chosen
 per size, the generated kernel (compiled by nvcc for sm_90), the library metadata's validation."""
-import subprocess
 
 import pytest
 
@@ -13,6 +12,8 @@ from kfuse.fusion.plans import PlanSearch
 from kfuse.ir.graph import DependencyGraph
 
 from conftest import EXAMPLES
+from fusion_util import renamed
+from test_nvcc import nvcc_compile
 
 ATAX = next(p for p in EXAMPLES if p.stem == "atax")
 
@@ -213,7 +214,6 @@ def test_strips_wider_than_the_calibration_take_the_probe_of_its_width():
 def test_wide_strips_planned_at_16384_build_without_spills(nvcc, tmp_path):
     """The float32 plans the in-bounds pricing moved onto 16384-wide strips (a lone gemv, CG's
     step, SGEMVT, GEMVER), in one module, built by nvcc with spills as errors."""
-    from dataclasses import replace
     from kfuse.tuning.measure import share_module
     cg = ("matrix A; vector x, r, p, q, x1, r1, p1; scalar rr, pq, al, rr1; input A, x, r, p, rr; "
           "q = gemv(A, p); pq = dot(p, q); al = rr / pq; x1 = axpy(al, p, x); r1 = axpy(-al, q, r); "
@@ -224,14 +224,8 @@ def test_wide_strips_planned_at_16384_build_without_spills(nvcc, tmp_path):
         base = kfuse.compile(text, tuned=False)
         prog = base.for_sizes({d.id: d.literal or 16384 for d in base.program.dims})
         assert any(dict(kc.macros).get("NC") == 16384 for k in prog.plan.kernels for kc in k.calls), prog.describe()
-        progs.append(prog.with_plan(replace(prog.plan, kernels=tuple(replace(k, name=f"{k.name}_{m}")
-                                                                     for k in prog.plan.kernels))))
-    cu = tmp_path / "wide.cu"
-    cu.write_text(share_module(progs, "16384-wide strips"))
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
-                           "-Xptxas", "-warn-spills", "-o", str(tmp_path / "wide.cubin"), str(cu)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+        progs.append(prog.with_plan(renamed(prog.plan, str(m))))
+    nvcc_compile(nvcc, share_module(progs, "16384-wide strips"), tmp_path, "wide", spills=True)
 
 
 def test_strip_grid_is_one_resident_wave():
@@ -256,13 +250,8 @@ def test_generated_one_pass_kernel_reads_like_the_hand_written_one():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("n", [1, 31, 33, 1000, 4097, 8192, 12289, 16384, 20001, 32768])
 def test_one_pass_module_compiles(nvcc, tmp_path, dtype, n):
-    prog = kfuse.compile(ATAX, dtype=dtype, tuned=False, sizes={"n": n})
-    cu = tmp_path / "m.cu"
-    cu.write_text(prog.cuda_source)
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
-                           "-Xptxas", "-warn-spills", "-o", str(tmp_path / "m.cubin"), str(cu)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    nvcc_compile(nvcc, kfuse.compile(ATAX, dtype=dtype, tuned=False, sizes={"n": n}).cuda_source, tmp_path,
+                 spills=True)
 
 
 # ---- library metadata ------------------------------------------------------------------------

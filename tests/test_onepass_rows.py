@@ -3,8 +3,6 @@ default): a 1-level call (dot, axpy, scal, axpby, vadd) shares a kernel with mat
 tiles span the rows whole, once per strip on its rows, so a gemv's result is used in its kernel by
 a dot or an axpy -- the rule and its reasons, the plans, the generated kernels (compiled by nvcc
 for sm_90), the library metadata's validation."""
-import subprocess
-from dataclasses import replace
 
 import pytest
 
@@ -13,6 +11,9 @@ from kfuse.errors import LibraryError
 from kfuse.frontend import parse_script
 from kfuse.fusion.legality import one_pass_exchanges, why_not
 from kfuse.ir.graph import DependencyGraph
+
+from fusion_util import renamed
+from test_nvcc import nvcc_compile
 
 # scripts where a vector call uses a gemv's result (or shares its rows), each fused in one kernel
 ROWS = {
@@ -152,17 +153,8 @@ def test_every_fused_implementation_compiles(nvcc, tmp_path, name, dtype):
         loops = {impl.loop for _, impl, _ in impls}
         # column sums on strips (gemtv) loop along i only (choices.loops_of)
         assert loops == {"i"} if "gemtv" in ROWS[name] else loops
-        progs = []
-        for m in range(len(impls)):
-            plan = base.search.plan((full,), (m,))
-            plan = replace(plan, kernels=tuple(replace(k, name=f"{k.name}_v{m}") for k in plan.kernels))
-            progs.append(base.with_plan(plan))
-        source = share_module(progs, f"{name} n={n}")
-        cu = tmp_path / f"{name}_{n}.cu"
-        cu.write_text(source)
-        proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
-                               "-o", str(tmp_path / f"{name}_{n}.cubin"), str(cu)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        progs = [base.with_plan(renamed(base.search.plan((full,), (m,)), f"v{m}")) for m in range(len(impls))]
+        nvcc_compile(nvcc, share_module(progs, f"{name} n={n}"), tmp_path, f"{name}_{n}")
 
 
 # ---- library metadata ------------------------------------------------------------------------
@@ -249,11 +241,5 @@ def test_planned_kernels_do_not_spill(nvcc, tmp_path, n, dtype):
     for m, (name, text) in enumerate(sorted(ROWS.items())):
         sizes = {"m": n, "n": n} if name == "rect" else {"n": n}
         prog = kfuse.compile(text, dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
-        progs.append(prog.with_plan(replace(prog.plan, kernels=tuple(replace(k, name=f"{k.name}_{name}")
-                                                                     for k in prog.plan.kernels))))
-    cu = tmp_path / "m.cu"
-    cu.write_text(share_module(progs, f"planned on strips n={n}"))
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
-                           "-Xptxas", "-warn-spills", "-o", str(tmp_path / "m.cubin"), str(cu)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+        progs.append(prog.with_plan(renamed(prog.plan, name)))
+    nvcc_compile(nvcc, share_module(progs, f"planned on strips n={n}"), tmp_path, spills=True)

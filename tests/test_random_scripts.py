@@ -4,7 +4,6 @@ nvcc; long scripts get a valid plan with a notice of the bounded search; reachab
 agrees with a walk of the graph."""
 import random
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -14,6 +13,7 @@ from kfuse.frontend import parse_script
 from kfuse.frontend.random_scripts import random_script
 from kfuse.ir.graph import DependencyGraph
 
+from fusion_util import renamed
 from test_nvcc import nvcc_compile
 
 SEEDS = range(120)
@@ -57,9 +57,7 @@ def test_every_seed_parses_plans_and_builds(lib, nvcc, tmp_path):
             prog = kfuse.compile(text, dtype=dtype, calibration=False, tuned=False)
             plan_is_valid(prog)
             if s % 5 == 0:        # every fifth script's kernels go into the modules compiled by nvcc
-                renamed = replace(prog.plan, kernels=tuple(replace(k, name=f"{k.name}_r{s}")
-                                                            for k in prog.plan.kernels))
-                batch.append(prog.with_plan(renamed))
+                batch.append(prog.with_plan(renamed(prog.plan, f"r{s}")))
         for n in range(0, len(batch), 25):
             progs = batch[n:n + 25]
             source = module_source([k for p in progs for k in p.kernels], progs[0].library, dtype,
