@@ -211,6 +211,22 @@ def test_strips_wider_than_the_calibration_take_the_probe_of_its_width():
             assert cluster.search.model._probed_macros(c) == c.macros     # clusters: transfer model
 
 
+def test_wide_strip_without_its_probe_is_priced_by_the_transfer_model():
+    """Whether a calibration measured a kernel and which probe prices it are one key
+    (``_probe_key``): a calibration lacking the 8192-wide strip's probes prices the 16384-wide strip
+    by the transfer model, as any unmeasured strip kernel, rather than failing on the missing key."""
+    from dataclasses import replace
+    from kfuse.cost.calibrated import CalibratedModel, transfer_kernel_time
+    gemv = "matrix A[n, n]; vector p[n], q[n]; input A, p; q = gemv(A, p); return q;"
+    prog = kfuse.compile(gemv, tuned=False, sizes={"n": 16384})
+    code, model = prog.kernels[0], prog.search.model
+    cal = replace(model.cal, routines={k: v for k, v in model.cal.routines.items() if "NC=8192" not in k})
+    dims = prog.search.dims
+    entries = prog.entries(dims)
+    assert CalibratedModel(cal).kernel_time(code, dims, entries, 4) == transfer_kernel_time(code, dims, entries, 4)
+    assert model.kernel_time(code, dims, entries, 4) != transfer_kernel_time(code, dims, entries, 4)
+
+
 def test_wide_strips_planned_at_16384_build_without_spills(nvcc, tmp_path):
     """The float32 plans the in-bounds pricing moved onto 16384-wide strips (a lone gemv, CG's
     step, SGEMVT, GEMVER), in one module, built by nvcc with spills as errors."""

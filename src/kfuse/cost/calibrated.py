@@ -103,6 +103,7 @@ class CalibratedModel:
         self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
+        self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -229,7 +230,7 @@ class CalibratedModel:
         closer to a whole strip than to its share of one (scaling by the columns held, min(n, NC),
         chose strips that ran up to 1.4x slower at n = 4097: docs/experiments/strip_scale.py).
         1 for other kernels."""
-        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
+        n_cal = self.n_cal
         wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
                     if any(a in kc.variant.whole for kc in spec.calls)], default=0)
         return wide / n_cal if n_cal and wide > n_cal else 1.0
@@ -239,7 +240,7 @@ class CalibratedModel:
         calibration's matrix (NC > n) takes the strip of that width, whose probe ran all in bounds
         (the wider one's ran half its row out of bounds, at half the loads per thread: priced 3.5 %
         over its measure, float32 gemv at n = 16384), scaled to its width by ``_strip_scale``."""
-        n_cal = int(self.cal.meta.get("sizes", {}).get("n", 0) or 0)
+        n_cal = self.n_cal
         v = kc.variant
         if not n_cal or not v.whole or v.cluster or v.tile is None:
             return kc.macros
@@ -275,9 +276,13 @@ class CalibratedModel:
         self._facts[id(steps)] = (steps, facts)
         return facts
 
+    def _probe_key(self, s) -> str:
+        """The calibration's key of the probe that prices a step's routine (``_probed_macros``)."""
+        return routine_key(s.kc.call.function, s.kc.variant, self._probed_macros(s.kc), s.routine)
+
     def _facts_of(self, s) -> tuple:
         """(probe id, kind, threads per instance, warps adding partials) of a step's routine."""
-        key = routine_key(s.kc.call.function, s.kc.variant, self._probed_macros(s.kc), s.routine)
+        key = self._probe_key(s)
         pid = self.cal.routines.get(key)
         if pid is None:
             raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
@@ -298,8 +303,7 @@ class CalibratedModel:
 
     def _measured(self, code: KernelCode) -> bool:
         """Has this calibration measured every routine of the kernel?"""
-        return all(routine_key(s.kc.call.function, s.kc.variant, s.kc.macros, s.routine) in self.cal.routines
-                   for s in code.steps if s.routine is not None)
+        return all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
