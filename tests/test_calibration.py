@@ -467,3 +467,37 @@ def test_tune_replaces_kernels_one_at_a_time(monkeypatch):
     assert labels == ["tune", "kernels", "kernels", "iterations", "iterations"]
     assert any("kernel by kernel" in m and "kernel(s) 0 replaced: 290.0 us (was 300.0)" in m for m in logs)
     assert any("serial iterations kernel 1: 4: 280.0 us (was 290.0)" in m for m in logs)
+
+
+def test_probes_of_a_variant_of_two_routine_files_include_both_keyed_by_their_own(nvcc, tmp_path):
+    """A variant whose routines come from two files (``source = [a, b]``): its probes' module
+    includes every file of the variant (a store defined in the second file builds; before, the
+    module held the first file only and nvcc failed), and each probe is keyed by the file that
+    defines its routine (editing the second file keeps the loads' measurements)."""
+    from pathlib import Path
+    from kfuse.library.loader import load_library
+    exp = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "bandlib"
+    band_src = (exp / "band.cu").read_text()
+    store_src = band_src[band_src.index("// the band's R row results"):]
+
+    def probes_of(root, extra=""):
+        root.mkdir()
+        (root / "strip.cu").write_text(band_src[:band_src.index("// the band's R row results")])
+        (root / "band.cu").write_text(store_src + extra)
+        (root / "band.toml").write_text((exp / "band.toml").read_text().replace(
+            'source = "band.cu"', 'source = ["strip.cu", "band.cu"]'))
+        lib = load_library(root, shipped=False)
+        routines, probes = library_probes(lib)
+        return lib, {k: probes[pid] for k, pid in routines.items()}
+
+    lib, band = probes_of(tmp_path / "a")
+    assert {Path(p.source).name for k, p in band.items() if k.endswith("/store_out")} == {"band.cu"}
+    assert {Path(p.source).name for k, p in band.items() if k.endswith("/load_A")} == {"strip.cu"}
+    _, edited = probes_of(tmp_path / "b", "\n// an edit\n")
+    assert all((edited[k].id == p.id) == (not k.endswith("/store_out")) for k, p in band.items())
+    subset = [(p, p.environments()[0]) for p in {p.id: p for p in band.values()}.values()]
+    cu = tmp_path / "band_probes.cu"
+    cu.write_text(probe_module(lib, "float64", subset))
+    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+                           "-o", str(tmp_path / "band.cubin"), str(cu)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]

@@ -25,9 +25,11 @@ and a user library's new routines are the only ones measured again.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from itertools import product
 from math import prod
+from pathlib import Path
 from typing import Any
 
 from ..codegen import skeleton as sk
@@ -90,10 +92,11 @@ class Probe:
     fn: str                         # C++ template
     macros: tuple[tuple[str, int], ...]
     args: tuple[tuple[str, Any], ...]    # ("global", (name, type, axis)) | ("scalar", name) | ("element", _ElementArg)
-    source: str                     # path of the routine's .cu file
+    source: str                     # path of the .cu file that defines the routine
     ipbs: tuple[int, ...]           # instances per block to calibrate (unnested)
     atomic: bool                    # a store accumulating a reduced output into global memory
     tile: tuple[int, int] | None = None     # nested: rows x columns of an instance
+    files: tuple[str, ...] = ()     # every routine file of its variant (a module includes them all)
 
     # -- environments -------------------------------------------------------------------
     def environments(self, quick: bool = False) -> list[Env]:
@@ -301,9 +304,20 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
     kind = "compute" if r.kind == "finish" else r.kind      # a finish works on chip, as a compute
     text = repr((kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic)
                 + ((tile,) if tile not in (None, tuple(lib.tile)) else ()))
-    h = hashlib.sha256(text.encode() + b"\0" + var.source.read_bytes())
+    source = _defining_file(var, r.fn)
+    h = hashlib.sha256(text.encode() + b"\0" + source.read_bytes())
     return Probe(h.hexdigest()[:12], kind, fn.nesting, T, (X, Y), r.fn, macros, tuple(args),
-                 str(var.source), ipbs, atomic, tile)
+                 str(source), ipbs, atomic, tile, tuple(str(f) for f in var.files))
+
+
+def _defining_file(var: Variant, fn: str) -> Path:
+    """The routine file of ``var`` that defines ``fn`` (a probe's id hashes that file: a routine
+    shared by two variants with the same macros is measured once)."""
+    if len(var.files) > 1:
+        for f in var.files:
+            if re.search(rf"\bKF_DEVICE\s+void\s+{re.escape(fn)}\s*\(", f.read_text()):
+                return f
+    return var.files[0]
 
 
 def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
@@ -361,7 +375,7 @@ def probe_module(lib: Library, dtype: str, kernels: list[tuple[Probe, Env]], tit
         f"#define KF_TC {lib.tile[1]}",
         PRELUDE.read_text(),
     ]
-    for src in dict.fromkeys(p.source for p, _ in kernels):
+    for src in dict.fromkeys(f for p, _ in kernels for f in (p.files or (p.source,))):
         parts += [f"// ---- library routines: {src}", open(src).read()]
     bodies, views = [], {}
     for p, env in kernels:
