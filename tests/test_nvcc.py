@@ -1,4 +1,5 @@
-"""Every generated module compiles with nvcc for sm_90 (fails, not skips, without nvcc)."""
+"""Every generated module compiles with nvcc for sm_90, and for sm_80 (the A100: the code paths
+without clusters, PDL or vector reductions) (fails, not skips, without nvcc)."""
 import subprocess
 
 import pytest
@@ -14,11 +15,11 @@ from kfuse.frontend import parse_script
 from conftest import EXAMPLES
 
 
-def nvcc_compile(nvcc, source, tmp_path, name="k", spills=False):
-    """Build ``source`` for sm_90 with warnings as errors (``spills``: register spills too)."""
+def nvcc_compile(nvcc, source, tmp_path, name="k", spills=False, arch="sm_90"):
+    """Build ``source`` for ``arch`` with warnings as errors (``spills``: register spills too)."""
     cu = tmp_path / f"{name}.cu"
     cu.write_text(source)
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
+    proc = subprocess.run([nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-Werror", "all-warnings",
                            *(["-Xptxas", "-warn-spills"] if spills else []),
                            "-o", str(tmp_path / f"{name}.cubin"), str(cu)],
                           capture_output=True, text=True)
@@ -29,6 +30,15 @@ def nvcc_compile(nvcc, source, tmp_path, name="k", spills=False):
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_compiles(nvcc, tmp_path, path, dtype):
     nvcc_compile(nvcc, kfuse.compile(path, dtype=dtype).cuda_source, tmp_path)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_examples_compile_for_an_older_gpu(nvcc, tmp_path, dtype):
+    """The examples' modules (one file) for sm_80: where a GPU has no clusters, programmatic
+    dependent launch or 16-byte vector reductions, the prelude's fallbacks must build."""
+    sources = [kfuse.compile(path, dtype=dtype, name=path.stem).cuda_source for path in EXAMPLES]
+    for n, src in enumerate(sources):
+        nvcc_compile(nvcc, src, tmp_path, f"ex{n}", arch="sm_80")
 
 
 def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
@@ -55,6 +65,9 @@ def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
                         refused.append(str(e))
     assert len(kernels) > 30 and len(refused) < len(kernels) / 4
     nvcc_compile(nvcc, module_source(kernels, lib, "float64"), tmp_path, "all")
+    # sm_80 (no thread-block clusters: the planner leaves their variants out there)
+    older = [k for k in kernels if k.launch.cluster == 1]
+    nvcc_compile(nvcc, module_source(older, lib, "float32"), tmp_path, "all_sm_80", arch="sm_80")
 
 
 def test_nvrtc_options_from_the_environment(monkeypatch):
