@@ -182,6 +182,37 @@ def test_unsupported_operations_name_the_line():
         assert e.file == __file__ and e.line > 0, match
 
 
+def test_other_operators_attributes_and_python_errors_are_trace_errors():
+    """Every mistake inside a traced function is a TraceError naming the user's line: operators
+    with no library function, attributes a traced value lacks (still an AttributeError to
+    hasattr), and the user's own Python failing while it is traced (before: raw TypeError,
+    AttributeError or ZeroDivisionError tracebacks from kfuse's tracer)."""
+    cases = [
+        (lambda x, y: (x @ y) // 2 * x, "// of a traced value maps onto no library function"),
+        (lambda x, y: 2 % (x @ y) * x, "% of a traced value"),
+        (lambda x, y: x & y, "& of a traced value"),
+        (lambda x, y: ~x + y, "~ of a traced value"),
+        (lambda x, y: 2.0 ** (x @ y) * x, "\\*\\* \\(a traced exponent\\)"),
+        (lambda x, y: round(x @ y) * x, "round\\(\\) of a traced value"),
+        (lambda x, y: (x + y).sum(), "\\.sum of a traced value: a traced value supports \\+ - \\* / @"),
+        (lambda x, y: x.copy() + y, "\\.copy of a traced value"),
+    ]
+    for fn, match in cases:
+        e = _raises(kfuse.jit(fn), x, y, match=match)
+        assert e.file == __file__ and e.line > 0, match
+
+    def own_bug(x, y):
+        z = x + y
+        n = len(z.__class__.__name__) / 0
+        return z * n
+    line = inspect.getsourcelines(own_bug)[1] + 2
+    e = _raises(kfuse.jit(own_bug), x, y, match="ZeroDivisionError while tracing own_bug: division by zero")
+    assert e.file == __file__ and e.line == line and "n = len(" in str(e)
+    seen = []
+    kfuse.jit(lambda x, y: seen.append((hasattr(x, "sum"), getattr(x, "copy", None))) or x + y).compile(x, y)
+    assert seen == [(False, None)]
+
+
 def test_value_dependent_control_flow_says_what_to_do():
     def branch(x, y):
         if x @ y > 0:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import linecache
 import math
 import sys
+import sysconfig
 from types import FrameType
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import TraceError
+from ..errors import KfuseError, TraceError
 from ..library.schema import Library
 
 _HERE = str(Path(__file__).resolve().parent.parent)       # kfuse's own frames are skipped
@@ -307,6 +308,36 @@ class Proxy:
     def shape(self):
         _refuse(".shape", "sizes are symbolic while tracing (the program is compiled for any size)")(self)
 
+    def __getattr__(self, name: str):
+        if name.startswith("__"):       # protocols probed by NumPy, CuPy, torch, copy: not there
+            raise AttributeError(name)
+        raise AttributeTraceError(f".{name} of a traced value: {_OPERATORS}", user_site())
+
+
+_OPERATORS = ("a traced value supports + - * / @, .T (in A.T @ x), unary -, s ** 0.5 and s ** 2 of a "
+              "scalar, kfuse.outer(u, v), kfuse.sqrt(s) and kfuse.lib.<function>(...)")
+
+
+class AttributeTraceError(TraceError, AttributeError):
+    """An unknown attribute of a traced value: a TraceError for the user, an AttributeError for
+    hasattr() and getattr(obj, name, default)."""
+
+
+def _no_operator(symbol: str):
+    def method(self, *args):
+        raise TraceError(f"{symbol} of a traced value maps onto no library function: {_OPERATORS}", user_site())
+    return method
+
+
+for _name, _symbol in (("floordiv", "//"), ("mod", "%"), ("divmod", "divmod()"), ("and", "&"), ("or", "|"),
+                       ("xor", "^"), ("lshift", "<<"), ("rshift", ">>")):
+    setattr(Proxy, f"__{_name}__", _no_operator(_symbol))
+    setattr(Proxy, f"__r{_name}__", _no_operator(_symbol))
+for _name, _symbol in (("invert", "~"), ("round", "round()"), ("trunc", "math.trunc()"), ("floor", "math.floor()"),
+                       ("ceil", "math.ceil()"), ("complex", "complex()"), ("rpow", "** (a traced exponent)"),
+                       ("contains", "in"), ("call", "a call")):
+    setattr(Proxy, f"__{_name}__", _no_operator(_symbol))
+
 
 def outer(u, v):
     """The outer product u vᵀ: inside a @kfuse.jit function traced (``A + kfuse.outer(u, v)`` is
@@ -409,6 +440,10 @@ def trace(fn, specs: list[ArgSpec], library: Library) -> Trace:
     _state.tracer = tracer
     try:
         out = fn(*[Proxy(a, tracer) for a in args])
+    except KfuseError:
+        raise
+    except Exception as e:      # noqa: BLE001 - the user's own Python failed while tracing: say where
+        raise TraceError(f"{type(e).__name__} while tracing {fn.__name__}: {e}", _raised_at(e, here)) from None
     finally:
         _state.tracer = prev
     single = not isinstance(out, (tuple, list))
@@ -425,3 +460,18 @@ def trace(fn, specs: list[ArgSpec], library: Library) -> Trace:
         x._node.uses += 1
         results.append(x._node)
     return Trace(args, results, single, library, [s.name for s in specs])
+
+
+def _raised_at(e: BaseException, default: Site) -> Site:
+    """The innermost frame of an exception's traceback in the user's code: outside kfuse, Python's
+    own library and installed packages (NumPy raising for the user's call names the user's line)."""
+    site, tb = default, e.__traceback__
+    paths = sysconfig.get_paths()
+    skip = (_HERE, *{paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)})
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not code.co_filename.startswith(skip) and not code.co_filename.startswith("<frozen"):
+            text = linecache.getline(code.co_filename, tb.tb_lineno).rstrip("\n")
+            site = Site(code.co_filename, tb.tb_lineno, len(text) - len(text.lstrip()) + 1, text)
+        tb = tb.tb_next
+    return site
