@@ -135,6 +135,27 @@ def test_compile_output_into_missing_folder_or_onto_folder(tmp_path, capsys):
     assert "is a folder" in capsys.readouterr().err
 
 
+def test_compile_plans_for_the_sizes_given(tmp_path, capsys):
+    """`kfuse compile --size` writes the code of the plan for those sizes (the plan's kernels, as
+    `kfuse plan --size` prints them), and names the script's sizes when given another."""
+    sgemv = str(ROOT / "examples" / "sgemv.kf")
+    for size in ("1024", "n=16384"):
+        assert main(["-q", "compile", sgemv, "--dtype", "float64", "--size", size, "-o", str(tmp_path / "a.cu")]) == 0
+        capsys.readouterr()
+        assert main(["-q", "plan", sgemv, "--dtype", "float64", "--size", size, "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        names = [k["name"] for k in plan["plan"]["kernels"]]
+        assert names and all(f"// kernel {name}:" in (tmp_path / "a.cu").read_text() for name in names)
+    variants = set()
+    for size in ("1024", "16384"):
+        assert main(["-q", "compile", sgemv, "--dtype", "float64", "--size", size]) == 0
+        variants.add(next(line.split("[", 1)[1] for line in capsys.readouterr().out.splitlines()
+                          if line.startswith("//") and "= gemv(" in line))
+    assert len(variants) == 2, variants     # a strip at 1024, a wide tile at 16384: the sizes reach the plan
+    assert main(["compile", sgemv, "--size", "m=5"]) == 1
+    assert "the script's sizes are n" in capsys.readouterr().err
+
+
 def test_usage_and_kfuse_errors_have_different_exit_codes(capsys):
     with pytest.raises(SystemExit) as e:
         main(["plan"])

@@ -25,10 +25,21 @@ def _on_strips(p) -> None:
                         "result used by a dot or an axpy in its kernel; off by default, experimental)")
 
 
+def _named_sizes(args) -> dict[str, int] | None:
+    """--size NAME=N of plan and compile, by the script's dimension names (None: the model's)."""
+    if not args.size:
+        return None
+    from .api import compile as kcompile
+    # the script's dimensions first (an unfused compile plans nothing)
+    program = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=False).program
+    dims = _parse_sizes(program, args.size)
+    return {d.name: dims[d.id] for d in program.dims}
+
+
 def cmd_compile(args) -> int:
     from .api import compile as kcompile
     prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused,
-                    vector_on_strips=args.vector_on_strips)
+                    sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     if args.output:
         _write_output(args.output, prog.cuda_source)
         log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines")
@@ -42,11 +53,7 @@ def cmd_plan(args) -> int:
     import time
 
     from .api import compile as kcompile
-    sizes = None
-    if args.size:                   # the script's dimensions first (an unfused compile plans nothing)
-        program = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=False).program
-        dims = _parse_sizes(program, args.size)
-        sizes = {d.name: dims[d.id] for d in program.dims}
+    sizes = _named_sizes(args)
     t0 = time.perf_counter()
     prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
                     vector_on_strips=args.vector_on_strips)
@@ -247,6 +254,10 @@ def _script_commands(sub) -> None:
     common(p)
     p.add_argument("-o", "--output", help="write the CUDA source here instead of stdout")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="compile the plan for this size of a script dimension (repeatable; a bare N sets every "
+                   "dimension not named; default: the model's, 8192 per matrix side, 2^24 per vector); the "
+                   "code runs at any size")
     _on_strips(p)
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("plan", help="print the plan: kernels, calls in each, launch configuration")
