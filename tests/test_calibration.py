@@ -501,3 +501,25 @@ def test_probes_of_a_variant_of_two_routine_files_include_both_keyed_by_their_ow
     proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
                            "-o", str(tmp_path / "band.cubin"), str(cu)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_a_load_declared_to_overlap_is_priced_beside_the_streamed_ones(lib):
+    """The band's load of x (re-read by every band of the rows, from L2) overlaps its load of A:
+    transfer = max(streamed loads + stores, overlapping loads), not their sum."""
+    prog = parse_script("matrix A; vector x, y; input A, x; y = gemv(A, x); return y;", lib)
+    call = prog.calls[0]
+    band = next(v for v in call.function.variants if v.name == "band")
+    code = build_kernel(KernelSpec("k", (KernelCall(call, band, (("BY", 8), ("R", 2), ("NC", 2048))),), ipb=1,
+                                   loop="j", stores=frozenset(v.id for v in call.outputs)), lib)
+    dims = {d.id: 8192 for d in prog.dims}
+    inst = (8192 // 2) * (8192 // 2048)
+    transfer = {}
+    for x_ns in (0.0, 1.5, 5.0):
+        def cost(keys, p, env, x_ns=x_ns):
+            if p.kind == "load":
+                return x_ns if any(k.endswith("/load_x") for k in keys) else 2.0
+            return 0.0
+        transfer[x_ns] = CalibratedModel(synthetic(lib, cost)).kernel_parts(code, dims, 4)["transfer"]
+    assert transfer[0.0] == pytest.approx(2.0 * inst * 1e-9)
+    assert transfer[1.5] == transfer[0.0]                        # hidden behind A's loads
+    assert transfer[5.0] == pytest.approx(5.0 * inst * 1e-9)     # longer than them: it sets the time

@@ -1023,3 +1023,34 @@ def test_folder_defining_no_functions(tmp_path, files):
         (folder / name).write_text(text)
     err = load_error(folder, shipped=True)
     assert_names(err, folder, "folder", "defines no functions")
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ('fallback = "strip"', 'fallback = "stripe"', "'stripe' is not another variant of gemv"),
+    ('fallback = "strip"', 'fallback = "band"', "'band' is not another variant of gemv"),
+    ('fallback = "strip"', 'fallback = 3', "fallback: expected str"),
+    ('"x:w:svec"], overlap = true', '"x:w:svec"], overlap = "yes"', "overlap: expected bool"),
+    ('"&out"] },\n]\n\n# rows longer', '"&out"], overlap = true },\n]\n\n# rows longer',
+     "only a load overlaps the variant's other loads"),
+])
+def test_band_fields_are_checked(tmp_path, old, new, match):
+    """`fallback` names another variant of the function; `overlap` is a load's (both read from
+    the shipped gemv's band variant, changed)."""
+    root = tmp_path / "blas"
+    shutil.copytree(SHIPPED, root)
+    text = (root / "blas2.toml").read_text()
+    assert old in text
+    (root / "blas2.toml").write_text(text.replace(old, new, 1))
+    with pytest.raises(LibraryError, match=match):
+        load_library(root, shipped=False)
+
+
+def test_band_variant_as_loaded():
+    lib = load_library()
+    gemvs = [f for f in lib.functions if f.name == "gemv"]
+    assert len(gemvs) == 3
+    for fn in gemvs:
+        band = next(v for v in fn.variants if v.name == "band")
+        assert band.fallback == "strip" and band.whole == () and band.tile == ("R", "NC")
+        assert [r.name for r in band.routines if r.overlap] == ["load_x"]
+    assert not any(r.overlap for f in lib.functions for v in f.variants if v.name != "band" for r in v.routines)

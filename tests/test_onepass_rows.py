@@ -243,3 +243,22 @@ def test_planned_kernels_do_not_spill(nvcc, tmp_path, n, dtype):
         prog = kfuse.compile(text, dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
         progs.append(prog.with_plan(renamed(prog.plan, name)))
     nvcc_compile(nvcc, share_module(progs, f"planned on strips n={n}"), tmp_path, spills=True)
+
+
+@pytest.mark.parametrize("dtype, n, bands", [
+    ("float32", 1024, False), ("float32", 8192, False), ("float32", 16384, False), ("float32", 32768, True),
+    ("float64", 4096, False), ("float64", 8192, False), ("float64", 16384, True), ("float64", 32768, True)])
+def test_row_bands_only_where_no_strip_fits_and_first_at_float64_16384(dtype, n, bands, nvcc, tmp_path):
+    """A gemv's `band` variant is its `strip` variant's fallback: ranked only at sizes whose rows no
+    strip holds (float32 above 16384 entries, float64 above 8192: the widest strip spills), where
+    they read A faster than the 32-row `wide` tiles (float64 16384: 676.4 us against 702.1, H100,
+    docs/experiments/row_bands.py); the shipped calibration puts one first there."""
+    gemv = "matrix A; vector x, y; input A, x; y = gemv(A, x); return y;"
+    base = kfuse.compile(gemv, dtype=dtype, tuned=False)
+    prog = base.for_sizes({d.id: n for d in base.program.dims})
+    [(calls, ranked)] = [(c, r) for c, r in prog.search.ranked.items() if len(c) == 1]
+    names = {code.spec.calls[0].variant.name for _, _, code in ranked}
+    assert ("band" in names) == bands and ("strip" in names) != bands, names
+    if (dtype, n) == ("float64", 16384):
+        assert prog.plan.kernels[0].calls[0].variant.name == "band", prog.plan.summary()
+        nvcc_compile(nvcc, prog.cuda_source, tmp_path, "band", spills=True)

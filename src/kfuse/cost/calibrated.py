@@ -170,7 +170,7 @@ class CalibratedModel:
         """Seconds of each term: transfer, compute, barrier, launch, clears."""
         L, spec = code.launch, code.spec
         instances, iters, slots, resident, scale, loop, bar_ns = self._launch_facts(code, dims, itemsize)
-        ns = {"load": 0.0, "compute": 0.0, "store": 0.0}
+        ns = {"load": 0.0, "overlap": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
         atomic = 0                  # transfer.atomic_warps
         for in_loop, once, has_barrier, pid, kind, T, warps in self._step_facts(code.steps):
@@ -193,7 +193,8 @@ class CalibratedModel:
                 # per instance, beside `warp` calls of 32: a quarter)
                 where = resident * min(1.0, T * spec.ipb / L.threads)
             ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
-        return {"transfer": (ns["load"] + ns["store"]) * 1e-9, "compute": ns["compute"] * 1e-9,
+        # a load declared to overlap (what other instances read again, from L2) runs beside the rest
+        return {"transfer": max(ns["load"] + ns["store"], ns["overlap"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,
                 "clears": bool(L.clears) * self.cal.clear_ns * 1e-9,      # one memset clears them all
                 "contention": atomic * DEFAULT_MACHINE.atomic}
@@ -289,7 +290,7 @@ class CalibratedModel:
                              "recalibrate (kfuse calibrate)")
         kind = "compute" if s.routine.kind == "finish" else s.routine.kind
         T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
-        return pid, kind, T, atomic_step_warps(s)
+        return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         if code.launch.whole_entries and not self._measured(code):

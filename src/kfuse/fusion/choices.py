@@ -62,7 +62,8 @@ def whole_choice(program: Program, graph: DependencyGraph, calls: frozenset[int]
 def variant_indices(program: Program, order) -> list[list[int]]:
     """Per call, the variants an implementation may give it: a vector call's variants on the rows
     of strips only beside matrix calls, and there only those (``whole_choice`` would refuse the
-    rest; leaving them out of the product saves enumerating them)."""
+    rest; leaving them out of the product saves enumerating them); a ``fallback`` variant (row
+    bands) only in a kernel of its call alone, so that fusions keep their search budget."""
     mixed = mixed_nesting(program, order)
     out = []
     for i in order:
@@ -70,7 +71,7 @@ def variant_indices(program: Program, order) -> list[list[int]]:
         if fn.nesting == 1:
             out.append([v for v, var in enumerate(fn.variants) if bool(var.whole) == mixed])
         else:
-            out.append(list(range(len(fn.variants))))
+            out.append([v for v, var in enumerate(fn.variants) if not (var.fallback and len(order) > 1)])
     return out
 
 
@@ -99,9 +100,12 @@ def _sums_over_i(call) -> bool:
 def sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
     """Variant choices of a bounded search: each call's k-th variant (its last when it has fewer),
     for every k -- calls of one kernel then tend to share a thread-to-data mapping.  Variants of
-    thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips);
-    vector calls take their variants on the rows of strips only beside matrix calls."""
-    plain = [[v for v in allowed if not program.calls[i].function.variants[v].cluster]
+    thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips), and
+    so are ``fallback`` variants (row bands: whether the strips they stand in for fit is known only
+    from every strip width, which a bounded search does not build); vector calls take their
+    variants on the rows of strips only beside matrix calls."""
+    plain = [[v for v in allowed if not (program.calls[i].function.variants[v].cluster
+                                         or program.calls[i].function.variants[v].fallback)]
              for i, allowed in zip(order, variant_indices(program, order))]
     if not all(plain):
         return []

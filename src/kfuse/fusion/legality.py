@@ -189,6 +189,19 @@ def fits_at(code, dims: dict[int, int], itemsize: int) -> str | None:
     return None
 
 
+def without_fallbacks(fitting: list, built: list) -> list:
+    """Implementations (impl, code) that fit the sizes at hand (``fitting``, of those ``built``),
+    less those giving a call a ``fallback`` variant unless implementations giving it the variant
+    named there were built and none fits: row bands only where strips of whole rows were
+    considered and do not fit the rows (a strip reads the same rows without partial sums)."""
+    def pairs(impls) -> set:
+        return {(kc.call.index, kc.variant.name) for _, code in impls for kc in code.spec.calls}
+    fits, tried = pairs(fitting), pairs(built)
+    return [(impl, code) for impl, code in fitting if not any(
+        kc.variant.fallback and ((kc.call.index, kc.variant.fallback) in fits or (kc.call.index, kc.variant.fallback)
+                                 not in tried) for kc in code.spec.calls)]
+
+
 def no_cycle_outside(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
     """No dependency path may leave the fusion and come back (that call would have to run inside)."""
     inside = down = up = 0

@@ -19,7 +19,7 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .legality import call_set, fits_at, one_pass_exchanges, why_not_horizontal
+from .legality import call_set, fits_at, one_pass_exchanges, why_not_horizontal, without_fallbacks
 from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
@@ -249,7 +249,7 @@ class PlanSearch:
 
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
-        fitting = [(impl, code) for impl, code in impls if self._fits(code) is None]
+        fitting = without_fallbacks([(impl, code) for impl, code in impls if self._fits(code) is None], impls)
         if not self.clusters or any(code.launch.cluster == 1 for _, code in fitting):
             # a cluster's barriers and its reads of other blocks' shared memory cost more than a
             # block's, and the calibration does not measure them: clusters only where nothing

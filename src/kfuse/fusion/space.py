@@ -444,8 +444,8 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
         order, current = best[0].order, best[0].variants
         trials = []
         for k, i in enumerate(order):
-            for v in range(len(program.calls[i].function.variants)):
-                if v != current[k]:
+            for v, var in enumerate(program.calls[i].function.variants):
+                if v != current[k] and not var.fallback:     # as choices.sampled_variants
                     trials.append(current[:k] + (v,) + current[k + 1:])
         impls, _ = implementations(program, graph, lib, calls, spans, sampled=True,
                                    variants_of=lambda o, t=trials: t if o == order else [], shapes=space.shapes, memo=space.memo)

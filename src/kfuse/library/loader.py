@@ -175,6 +175,10 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.variant", "needs at least one variant")
     if len({v.name for v in variants}) != len(variants):
         raise ctx.fail(f"{where}.variant", "duplicate variant name")
+    for v in variants:
+        if v.fallback is not None and (v.fallback == v.name or v.fallback not in {w.name for w in variants}):
+            raise ctx.fail(f"{where}.variant.{v.name}.fallback", f"{v.fallback!r} is not another variant of "
+                           f"{name} ({', '.join(w.name for w in variants if w is not v)})")
     return Function(name=name, aliases=aliases, kind=kind, doc=ctx.get(t, "doc", where, str, ""),
                     math=ctx.get(t, "math", where, str, ""), params=params, variants=variants,
                     file=ctx.file, reference=_reference(ctx, t, where, params),
@@ -228,7 +232,7 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines", "tile", "whole", "cluster"}, where)
+                         "routines", "tile", "whole", "cluster", "fallback"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     sources = _sources(ctx, v, where)
@@ -293,7 +297,8 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
             raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole,
-                      cluster=cluster, sources=sources if len(sources) > 1 else ())
+                      cluster=cluster, sources=sources if len(sources) > 1 else (),
+                      fallback=ctx.get(v, "fallback", where, str, None))
     _check_routines(ctx, variant, params, where)
     return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
 
@@ -310,7 +315,7 @@ def _threads(ctx: _Ctx, value: list, where: str, macros: dict, what: str = "[X, 
 def _load_routine(ctx, r: dict, where: str, params: tuple[Param, ...], locals_: list[Local],
                   macros: dict, threads) -> Routine:
     _table(ctx, r, where)
-    ctx.unknown_keys(r, {"name", "fn", "args", "threads"}, where)
+    ctx.unknown_keys(r, {"name", "fn", "args", "threads", "overlap"}, where)
     name = ctx.get(r, "name", where, str)
     where = f"{where.rsplit('.', 1)[0]}.routine.{name}"
     m = re.fullmatch(r"(load|store|finish)_([A-Za-z_][A-Za-z0-9_]*)|(compute)(_[A-Za-z0-9_]+)?", name)
@@ -332,7 +337,10 @@ def _load_routine(ctx, r: dict, where: str, params: tuple[Param, ...], locals_: 
     for text in ctx.get(r, "args", where, list):
         args.append(_parse_arg(ctx, text, f"{where}.args", pmap, lmap))
     rthreads = _threads(ctx, r["threads"], f"{where}.threads", macros) if "threads" in r else threads
-    return Routine(name, kind, fn, tuple(args), target, rthreads)
+    overlap = ctx.get(r, "overlap", where, bool, False)
+    if overlap and kind != "load":
+        raise ctx.fail(f"{where}.overlap", "only a load overlaps the variant's other loads")
+    return Routine(name, kind, fn, tuple(args), target, rthreads, overlap)
 
 
 def _parse_arg(ctx, text, where, pmap: dict[str, Param], lmap: dict[str, Local]) -> Arg:

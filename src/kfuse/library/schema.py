@@ -70,6 +70,9 @@ class Routine:
     args: tuple[Arg, ...]
     param: str | None               # the param a load/store moves
     threads: tuple[str | int, str | int]
+    # a load of what the instances along another axis read again (from L2) while the variant's
+    # other loads stream from memory: priced as overlapping them (the calibration times it alone)
+    overlap: bool = False
 
     @cached_property
     def elements(self) -> tuple[Arg, ...]:
@@ -100,6 +103,9 @@ class Variant:
     cluster: str | None = None
     # every routine file the variant takes routines from, ``source`` first (one file: ``(source,)``)
     sources: tuple[Path, ...] = ()
+    # another variant of the function: this one is taken only where no implementation giving the
+    # call that variant fits the sizes at hand (row bands where strips of whole rows do not fit)
+    fallback: str | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
