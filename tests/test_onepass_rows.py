@@ -262,3 +262,13 @@ def test_row_bands_only_where_no_strip_fits_and_first_at_float64_16384(dtype, n,
     if (dtype, n) == ("float64", 16384):
         assert prog.plan.kernels[0].calls[0].variant.name == "band", prog.plan.summary()
         nvcc_compile(nvcc, prog.cuda_source, tmp_path, "band", spills=True)
+
+
+def test_explain_says_why_a_band_stands_in_for_the_strip():
+    base = kfuse.compile("matrix A; vector x, y; input A, x; y = gemv(A, x); return y;", dtype="float64", tuned=False)
+    text = base.for_sizes({d.id: 16384 for d in base.program.dims}).search.explain()
+    assert "y = gemv(A, x): band, standing in for strip: its elements take" in text and "would spill" in text
+    base32 = kfuse.compile("matrix A; vector x, y; input A, x; y = gemv(A, x); return y;", tuned=False)
+    text = base32.for_sizes({d.id: 32768 for d in base32.program.dims}).search.explain()
+    assert "band, standing in for strip: rows of 32768 do not fit a strip of 16384" in text
+    assert "standing in" not in base32.search.explain()      # n = 8192: a strip fits, no band

@@ -202,6 +202,20 @@ def without_fallbacks(fitting: list, built: list) -> list:
                                  not in tried) for kc in code.spec.calls)]
 
 
+def fallback_lines(ranked: dict, built: dict, misfit) -> list[str]:
+    """Lines of ``explain()`` for lone calls whose best implementation takes a ``fallback`` variant:
+    why no implementation of the variant it stands in for fits (``misfit``: PlanSearch._misfit,
+    the reason of the widest such strip)."""
+    out = []
+    for calls, impls in ranked.items():
+        kc = impls[0][2].spec.calls[0] if len(calls) == 1 and impls else None
+        if kc is None or not kc.variant.fallback:
+            continue
+        stood_in = [(i, c) for i, c in built.get(calls, ()) if c.spec.calls[0].variant.name == kc.variant.fallback]
+        out.append(f"  {kc.call.text()}: {kc.variant.name}, standing in for {kc.variant.fallback}: {misfit(stood_in)}")
+    return out
+
+
 def no_cycle_outside(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
     """No dependency path may leave the fusion and come back (that call would have to run inside)."""
     inside = down = up = 0

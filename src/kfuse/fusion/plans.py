@@ -19,7 +19,8 @@ from ..ir.program import Program
 from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
-from .legality import call_set, fits_at, one_pass_exchanges, why_not_horizontal, without_fallbacks
+from .legality import (call_set, fallback_lines, fits_at, one_pass_exchanges, why_not_horizontal,
+                       without_fallbacks)
 from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
 DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
@@ -486,6 +487,7 @@ class PlanSearch:
                 lines.append(f"    {why}")
             lines.append(f"    {len(impls)} implementation(s)" + (f" (pruned: {pr_text})" if pr_text else "")
                          + f"; best predicted {impls[0][0] * 1e6:.1f} us: {impls[0][1].describe(self.program)}")
+        lines += fallback_lines(self.ranked, self.space.impls, self._misfit)
         if self.space.refused:
             lines.append("refused:")
             for calls, reason in sorted(self.space.refused.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))):
