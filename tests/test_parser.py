@@ -326,3 +326,24 @@ def test_caret_under_a_later_token(lib):
     assert (err.line, err.column) == (4, 19)
     assert str(err).splitlines()[-1] == "    " + " " * 18 + "^"
     assert str(err).splitlines()[-2][4 + 18:].startswith("zz")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda k: k.compile(123), "a script is a path or the text of a script, got int 123"),
+    (lambda k: k.compile(None), "a script is a path or the text of a script, got NoneType"),
+    (lambda k: k.compile("  \n"), "the script is empty"),
+    (lambda k: k.compile("int8"), "no such script file"),
+    (lambda k: k.compile(EXAMPLES[0], dtype="int8"), "dtype must be one of float32, float64"),
+    (lambda k: k.compile(EXAMPLES[0], library=123), "library is a folder, a list of folders or a loaded library"),
+    (lambda k: k.compile(EXAMPLES[0], calibration=3), "calibration is True, False, a calibration file or a model"),
+    (lambda k: k.compile(EXAMPLES[0]).for_sizes({d.id: 0 for d in k.compile(EXAMPLES[0]).program.dims}),
+     "sizes must be positive integers"),
+    (lambda k: k.jit(123), "@kfuse.jit decorates a Python function, got int 123"),
+])
+def test_api_misuse_is_a_kfuse_error(call, match):
+    """Arguments of kfuse.compile, CompiledScript.for_sizes and kfuse.jit of the wrong kind are
+    KfuseErrors saying what is expected (before: TypeError, AttributeError or ZeroDivisionError
+    from inside kfuse; an empty string read as the folder '.')."""
+    import kfuse
+    with pytest.raises(KfuseError, match=match):
+        call(kfuse)

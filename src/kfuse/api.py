@@ -25,6 +25,10 @@ from .runtime.gpu import clusters_available
 def _read_script(script: str | Path) -> tuple[str, str]:
     """(source, file name) for a path or for script text.  A ``Path``, or a string naming an
     existing file, is read as a file; other strings with a newline or ``;`` are script text."""
+    if not isinstance(script, (str, Path)):
+        raise KfuseError(f"a script is a path or the text of a script, got {type(script).__name__} {script!r:.60}")
+    if isinstance(script, str) and not script.strip():
+        raise KfuseError("the script is empty: give a path or the text of a script")
     if isinstance(script, Path) or not ("\n" in str(script) or ";" in str(script)) or _is_file(str(script)):
         return read_script_file(Path(script)), str(script)
     return str(script), "<script>"
@@ -118,6 +122,8 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
+        raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
     folders = [] if library is None or isinstance(library, Library) else (
         [library] if isinstance(library, (str, Path)) else list(library))
     timer = PassTimes()
@@ -212,4 +218,7 @@ def _ranking_model(lib: Library, dtype: str, calibration):
         if found is not None:
             return CalibratedModel(found)
         raise KfuseError(f"{calibration}: no valid calibration for library {lib.digest} ({dtype})")
+    if not callable(getattr(calibration, "kernel_time", None)):
+        raise KfuseError(f"calibration is True, False, a calibration file or a model with kernel_time(), "
+                         f"got {type(calibration).__name__} {calibration!r:.60}")
     return calibration

@@ -7,6 +7,8 @@ source shared with other programs of the same script (``share_source``: one NVRT
 many candidate plans)."""
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,6 +173,10 @@ class CompiledScript:
         two): this one when the class is the one it was planned for (or it was compiled
         unfused, or its plan was given: ``with_plan``), else a plan ranked for that class (a tuned
         winner for it preferred), made once and kept."""
+        bad = [d.name for d in self.program.dims if not isinstance(dims.get(d.id), numbers.Integral)
+               or isinstance(dims[d.id], bool) or dims[d.id] < 1]
+        if bad:
+            raise LaunchError(f"sizes must be positive integers: {', '.join(bad)}")
         if self.search is None or self.pinned:
             short = self.uncovered(dims)
             if short:

@@ -271,6 +271,8 @@ def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=Tru
     ``fuse``, ``tuned``, ``calibration``, ``vector_on_strips`` as for ``kfuse.compile``.  Use as
     ``@kfuse.jit`` or ``@kfuse.jit(library=...)``."""
     def wrap(f):
+        if not callable(f) or not hasattr(f, "__code__"):
+            raise KfuseError(f"@kfuse.jit decorates a Python function, got {type(f).__name__} {f!r:.60}")
         return JitFunction(f, library=library, fuse=fuse, tuned=tuned, calibration=calibration,
                            vector_on_strips=vector_on_strips)
     return wrap if fn is None else wrap(fn)
