@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +26,12 @@ from .runtime.gpu import clusters_available
 def _read_script(script: str | Path) -> tuple[str, str]:
     """(source, file name) for a path or for script text.  A ``Path``, or a string naming an
     existing file, is read as a file; other strings with a newline or ``;`` are script text."""
-    if not isinstance(script, (str, Path)):
+    if not isinstance(script, (str, os.PathLike)):
         raise KfuseError(f"a script is a path or the text of a script, got {type(script).__name__} {script!r:.60}")
     if isinstance(script, str) and not script.strip():
         raise KfuseError("the script is empty: give a path or the text of a script")
-    if isinstance(script, Path) or not ("\n" in str(script) or ";" in str(script)) or _is_file(str(script)):
-        return read_script_file(Path(script)), str(script)
+    if isinstance(script, os.PathLike) or not ("\n" in str(script) or ";" in str(script)) or _is_file(str(script)):
+        return read_script_file(Path(script)), os.fspath(script)
     return str(script), "<script>"
 
 
