@@ -1,7 +1,6 @@
 """Calibration: file format and lookup, prediction arithmetic, ranking, micro-kernels (CPU)."""
 import json
 import math
-import subprocess
 
 import pytest
 
@@ -20,6 +19,7 @@ from kfuse.cost.transfer import DEFAULT_MACHINE, atomic_warps
 
 from calib_util import synthetic
 from test_library import make_library, scal_function
+from test_nvcc import nvcc_compile
 
 GEMV = "matrix A; vector x, y; input A, x; y = gemv(A, x); return y;"
 
@@ -89,11 +89,7 @@ def test_every_micro_kernel_compiles_with_nvcc(nvcc, tmp_path, lib):
     jobs = [(p, e) for p in probes.values() for e in p.environments()]
     jobs += [(p, Env("i", 1, env.ipb, barrier=True)) for _, _, p, env in barrier_probes(probes)]
     for dtype, subset in (("float32", jobs), ("float64", [(p, p.environments()[-2]) for p in probes.values()])):
-        cu = tmp_path / f"probes_{dtype}.cu"
-        cu.write_text(probe_module(lib, dtype, subset, empty=True))
-        proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
-                               "-o", str(tmp_path / f"{dtype}.cubin"), str(cu)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-4000:]
+        nvcc_compile(nvcc, probe_module(lib, dtype, subset, empty=True), tmp_path, f"probes_{dtype}")
         names = {p.kernel_name(e) for p, e in subset}
         assert len(names) == len(subset)
 
@@ -496,11 +492,7 @@ def test_probes_of_a_variant_of_two_routine_files_include_both_keyed_by_their_ow
     _, edited = probes_of(tmp_path / "b", "\n// an edit\n")
     assert all((edited[k].id == p.id) == (not k.endswith("/store_out")) for k, p in band.items())
     subset = [(p, p.environments()[0]) for p in {p.id: p for p in band.values()}.values()]
-    cu = tmp_path / "band_probes.cu"
-    cu.write_text(probe_module(lib, "float64", subset))
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Werror", "all-warnings",
-                           "-o", str(tmp_path / "band.cubin"), str(cu)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    nvcc_compile(nvcc, probe_module(lib, "float64", subset), tmp_path, "band_probes")
 
 
 def test_a_load_declared_to_overlap_is_priced_beside_the_streamed_ones(lib):

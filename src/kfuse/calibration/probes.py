@@ -25,11 +25,9 @@ and a user library's new routines are the only ones measured again.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from itertools import product
 from math import prod
-from pathlib import Path
 from typing import Any
 
 from ..codegen import skeleton as sk
@@ -37,6 +35,7 @@ from ..codegen.layout import MAX_SHARED_BYTES
 from ..codegen.module import DTYPES, PRELUDE
 from ..fusion.choices import PREFERRED_IPB
 from ..fusion.space import UNROLLS
+from ..library.cusource import defining_file
 from ..library.mappings import MAPPINGS
 from ..library.schema import Function, Library, Routine, Variant
 from ..cost.store import function_key, routine_key  # noqa: F401 - function_key: imported from here too
@@ -304,20 +303,10 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
     kind = "compute" if r.kind == "finish" else r.kind      # a finish works on chip, as a compute
     text = repr((kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic)
                 + ((tile,) if tile not in (None, tuple(lib.tile)) else ()))
-    source = _defining_file(var, r.fn)
+    source = defining_file(var.files, r.fn)      # a routine shared by two variants is measured once
     h = hashlib.sha256(text.encode() + b"\0" + source.read_bytes())
     return Probe(h.hexdigest()[:12], kind, fn.nesting, T, (X, Y), r.fn, macros, tuple(args),
                  str(source), ipbs, atomic, tile, tuple(str(f) for f in var.files))
-
-
-def _defining_file(var: Variant, fn: str) -> Path:
-    """The routine file of ``var`` that defines ``fn`` (a probe's id hashes that file: a routine
-    shared by two variants with the same macros is measured once)."""
-    if len(var.files) > 1:
-        for f in var.files:
-            if re.search(rf"\bKF_DEVICE\s+void\s+{re.escape(fn)}\s*\(", f.read_text()):
-                return f
-    return var.files[0]
 
 
 def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:

@@ -190,6 +190,12 @@ def _scan(text: str):
     return defs, _reaching(defs, macros, BARRIERS), _reaching(defs, macros, WARP_WIDE)
 
 
+def defining_file(files: tuple[Path, ...], fn: str) -> Path:
+    """The first of a variant's routine files that defines ``fn`` at namespace scope (scanned as
+    ``check_definitions`` scans them; the loader has checked that one does)."""
+    return next((f for f in files if fn in _scan(f.read_text())[0]), files[0])
+
+
 def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
     """Every routine is defined in the variant's source, as a template whose leading parameters
     are the variant's macros in order (then classes), taking ix plus one parameter per argument,
