@@ -77,8 +77,13 @@ def _sizes(name, n):
 @pytest.mark.parametrize("n", [1, 33, 1000, 4097, 8192])
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_vector_calls_on_strip_rows_match_reference(name, n, dtype):
+    """The fused kernel (every call in one, the vector calls on the strips' rows), its first
+    implementation: whether the model puts it first depends on the GPU's calibration (the H100's
+    does at these sizes, the H200's not at 8192; tests/test_onepass_rows.py checks the H100's)."""
     prog = kfuse.compile(ROWS[name], dtype=dtype, tuned=False, sizes=_sizes(name, n), vector_on_strips=True)
     if n >= 33:
+        full = frozenset(range(len(prog.program.calls)))
+        prog = prog.with_plan(prog.search.plan((full,), (0,)))
         assert fused(prog), prog.describe()
     errors = run_checked(prog, _sizes(name, n))
     assert all(e < TOL[dtype] for e in errors.values()), errors
