@@ -1,4 +1,6 @@
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,17 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - no CuPy, no driver or no device: no GPU
         return False
+
+
+def pytest_configure(config):
+    """The tests neither read nor write the user's kfuse stores (tuning store, calibration in
+    ~/.cache/kfuse): a tuned winner or a calibration made there would change the plans the tests
+    get, and the tuning tests would leave their winners there.  Unless KFUSE_CACHE_DIR is set
+    (the GPU suite's halves run side by side with one each), the session takes a fresh one."""
+    if not os.environ.get("KFUSE_CACHE_DIR"):
+        root = tempfile.mkdtemp(prefix="kfuse-tests-")
+        os.environ["KFUSE_CACHE_DIR"] = root
+        config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items):
