@@ -8,6 +8,9 @@ worst and the count over 0.15 s per set and dtype.
     PYTHONPATH=src python3 docs/experiments/planning_time.py
     PYTHONPATH=src python3 docs/experiments/planning_time.py --against /tmp/old/src --rounds 2
 
+``--size N`` plans every dimension of every script at N (as ``kfuse report --n N --N N`` does;
+default: the compile's default sizes, n = 8192 and N = 2^24).
+
 ``--against SRC`` compares with another kfuse source tree (e.g. ``git archive <commit> src``
 unpacked): the two are timed in turn, in fresh processes, ``--rounds`` times each (old, new,
 old, new, ...), and each script's time is its least over the rounds (the machine is shared:
@@ -27,7 +30,7 @@ SETS = {"5000": range(5000, 5100), "3000": range(3000, 3100)}
 LIMIT = 0.15
 
 
-def _time_sets(sets: list[str], dtypes: list[str], calls: int) -> dict[str, list[float]]:
+def _time_sets(sets: list[str], dtypes: list[str], calls: int, size: int = 0) -> dict[str, list[float]]:
     import kfuse
     from kfuse.frontend.random_scripts import random_script
     from kfuse.library.loader import load_library
@@ -40,8 +43,10 @@ def _time_sets(sets: list[str], dtypes: list[str], calls: int) -> dict[str, list
             times = []
             for seed in SETS[name]:
                 text = random_script(lib, seed, calls=calls).text
+                sizes = ({d.name: size for d in kfuse.compile(text, tuned=False).program.dims}
+                         if size else None)
                 t0 = time.perf_counter()
-                kfuse.compile(text, dtype=dtype, tuned=False)
+                kfuse.compile(text, dtype=dtype, tuned=False, sizes=sizes)
                 times.append(time.perf_counter() - t0)
             out[f"{name}/{dtype}"] = times
     return out
@@ -58,7 +63,7 @@ def _summary(times: list[float]) -> str:
 def _run(src: str, args) -> dict[str, list[float]]:
     env = dict(os.environ, PYTHONPATH=src)
     cmd = [sys.executable, __file__, "--json", "--sets", *args.sets, "--dtypes", *args.dtypes,
-           "--calls", str(args.calls)]
+           "--calls", str(args.calls), "--size", str(args.size)]
     done = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -68,12 +73,13 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", default=["5000", "3000"], choices=sorted(SETS))
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--size", type=int, default=0, help="plan every dimension at this size (default: the compile's)")
     ap.add_argument("--against", metavar="SRC", help="another kfuse source tree to compare with")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="print the times as JSON (one process, no summary)")
     args = ap.parse_args()
     if args.json:
-        print(json.dumps(_time_sets(args.sets, args.dtypes, args.calls)))
+        print(json.dumps(_time_sets(args.sets, args.dtypes, args.calls, args.size)))
         return
     own = os.environ.get("PYTHONPATH", "src")
     trees = ([("before", args.against)] if args.against else []) + [("after" if args.against else "this", own)]
