@@ -303,6 +303,10 @@ class _Emitter:
             for s in steps:
                 if s.phase == "post":
                     self.step_slots(s, "    ", None)
+        if self.fr.wait_phase is None:
+            # launched early after a clear that it does not touch, it still finishes after that
+            # clear: a kernel waiting for this one then finds the clear done (a no-op otherwise)
+            w("    kf_wait_prior();   // before leaving: the launch before this one has finished")
         if self.cluster > 1:
             w("    kf_cluster_sync();   // no block leaves while its cluster may still read its shared memory")
         w("}")

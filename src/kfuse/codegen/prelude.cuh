@@ -189,7 +189,9 @@ KF_DEVICE real kf_lanes_sum(real v) {
 // Programmatic dependent launch (sm_90 and later).  A kernel after a clear (kf_fill) or after
 // another kernel of the plan is launched while that one still runs; it calls kf_wait_prior()
 // before it first touches an output the clear writes or reads what an earlier kernel wrote,
-// which waits for the launch before it to finish and its writes to be visible.  A kernel built
+// which waits for the launch before it to finish and its writes to be visible.  A kernel that
+// touches nothing of the kind, launched early after its clears (the outputs of later kernels),
+// calls it at its end: it runs beside the clears but finishes after them.  A kernel built
 // with bit 2 of its order (runtime/order.py: a grid of at most two waves, and a next kernel that
 // waits for it) and kf_fill call kf_allow_next() at their start: once all their blocks have
 // started, the next one may launch (its blocks then wait on the GPU instead of in the launch
@@ -248,9 +250,12 @@ KF_DEVICE double kf_cluster_get(const double* p, unsigned rank) {
 #endif
 }
 
-// Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).
+// Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).  Launched
+// early after another fill, it finishes after it (the wait at its end), so that whatever waits
+// for the last of a kernel's fills finds them all done.
 extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real value) {
     kf_allow_next();
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
         p[e] = value;
+    kf_wait_prior();
 }

@@ -191,10 +191,11 @@ class Binding:
             return OUT, self.out_names.index(v.name)
         return self.offsets[v.id]
 
-    def _fill(self, fill_fn, source: tuple[int, int], nbytes: int, value: float):
+    def _fill(self, fill_fn, source: tuple[int, int], nbytes: int, value: float, dependent: bool = False):
         n = nbytes // self.dtype.itemsize
         packed = PackedArgs((0, np.int64(n), self.dtype.type(value)))
-        launch = KernelLaunch(fill_fn, min(-(-n // FILL_THREADS), FILL_BLOCKS), FILL_THREADS, packed, "kf_fill")
+        launch = KernelLaunch(fill_fn, min(-(-n // FILL_THREADS), FILL_BLOCKS), FILL_THREADS, packed, "kf_fill",
+                              dependent)
         return launch, [(packed.values[0], *source)]
 
     def _prepare(self) -> None:
@@ -210,16 +211,17 @@ class Binding:
         driver.require()
         self.launches: list[tuple[KernelLaunch, list]] = []
         self.fills_before: list[list[str]] = []      # per kernel: names of what its fills clear
-        pre = []
+        pre = []        # (source, bytes, value) of each fill
         if self.own_cleared:
-            pre.append(self._fill(fill_fn, (OWN, 0), self.own_cleared, 0.0))
+            pre.append(((OWN, 0), self.own_cleared, 0.0))
         if self.tmp_cleared:
-            pre.append(self._fill(fill_fn, (TMP, 0), self.tmp_cleared, 0.0))
+            pre.append(((TMP, 0), self.tmp_cleared, 0.0))
         for k, ((_, iters), code, function) in enumerate(zip(shape, compiled.kernels, functions)):
             L = code.launch
-            fills = list(pre) if k == 0 else []
-            fills += [self._fill(fill_fn, self._source(v), self.nbytes[v.name], float(identity))
-                      for v, identity in L.clears if v.id not in self.prefilled]
+            wanted = (list(pre) if k == 0 else []) + [(self._source(v), self.nbytes[v.name], float(identity))
+                                                      for v, identity in L.clears if v.id not in self.prefilled]
+            # a fill after a fill launches early (PDL): it finishes after the one before it
+            fills = [self._fill(fill_fn, *f, dependent=pdl and n > 0) for n, f in enumerate(wanted)]
             self.launches.extend(fills)
             self.fills_before.append([f[0].name for f in fills])
             if L.cluster > 1:
@@ -229,7 +231,10 @@ class Binding:
             if grid > MAX_GRID:
                 raise LaunchError(f"{L.kernel}: {grid} blocks exceed the grid limit; raise serial iterations")
             packed = PackedArgs(tuple(args))
-            dependent = bool(pdl and (fills or k > 0) and L.waits)
+            # launched early: after its fills (it waits for them before it touches what they clear,
+            # or at its end when it touches none: they clear the outputs of later kernels), and
+            # after the kernel before it where it reads what that one wrote (it waits before)
+            dependent = bool(pdl and (fills or (k > 0 and L.waits)))
             launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
             self.launches.append((launch, [(packed.values[i], src, a) for i, src, a in patches]))
         self.patches = [p for _, ps in self.launches for p in ps]
