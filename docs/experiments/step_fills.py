@@ -64,14 +64,16 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--against", metavar="SRC", help="another kfuse source tree, timed beside")
+    ap.add_argument("--against", metavar="SRC", action="append", default=[],
+                    help="another kfuse source tree, timed beside (repeatable; the first is the baseline)")
     ap.add_argument("--child", nargs=4, metavar=("N", "DTYPE", "ITERS", "NOFILL"))
     a = ap.parse_args()
     if a.child:
         _child(int(a.child[0]), a.child[1], int(a.child[2]), a.child[3] == "1")
         return
     own = os.environ.get("PYTHONPATH", "src")
-    variants = ([("before", a.against, "0")] if a.against else []) + [("as run", own, "0"), ("fills cut", own, "1")]
+    variants = ([(f"tree {k + 1}", src, "0") for k, src in enumerate(a.against)]
+                + [("as run", own, "0"), ("fills cut", own, "1")])
     print("CG step per iteration (us, GPU time of the loop; median of rounds, each the median of 5 loops)", flush=True)
     for dtype in a.dtypes:
         for n in a.sizes:
@@ -83,7 +85,7 @@ def main() -> None:
                                           text=True)
                     got[label].append(json.loads(done.stdout.splitlines()[-1])["us"])
             med = {label: statistics.median(v) for label, v in got.items()}
-            base = med["before" if a.against else "as run"]
+            base = med[variants[0][0]]
             print(f"{dtype} n = {n:5d}: " + ", ".join(f"{label} {m:7.2f} ({m / base:.3f}x)" for label, m in med.items())
                   + "; rounds " + " / ".join(str([round(v, 2) for v in got[label]]) for label in got), flush=True)
 

@@ -250,12 +250,18 @@ KF_DEVICE double kf_cluster_get(const double* p, unsigned rank) {
 #endif
 }
 
-// Set n entries to value; lets the next kernel launch at once (see kf_wait_prior).  Launched
-// early after another fill, it finishes after it (the wait at its end), so that whatever waits
-// for the last of a kernel's fills finds them all done.
-extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real value) {
+// Set n entries at p and n2 at p2 to value (two blocks in one launch: a call's returned outputs
+// and its temporaries); lets the next kernel launch at once (see kf_wait_prior).  Launched early
+// after another fill, it finishes after it (the wait at its end), so that whatever waits for the
+// last of a kernel's fills finds them all done.
+extern "C" __global__ void kf_fill(real* __restrict__ p, long long n, real* __restrict__ p2, long long n2,
+                                   real value) {
     kf_allow_next();
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x)
-        p[e] = value;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n + n2; e += (long long)gridDim.x * blockDim.x) {
+        if (e < n)
+            p[e] = value;
+        else
+            p2[e - n] = value;
+    }
     kf_wait_prior();
 }

@@ -191,12 +191,14 @@ class Binding:
             return OUT, self.out_names.index(v.name)
         return self.offsets[v.id]
 
-    def _fill(self, fill_fn, source: tuple[int, int], nbytes: int, value: float, dependent: bool = False):
-        n = nbytes // self.dtype.itemsize
-        packed = PackedArgs((0, np.int64(n), self.dtype.type(value)))
-        launch = KernelLaunch(fill_fn, min(-(-n // FILL_THREADS), FILL_BLOCKS), FILL_THREADS, packed, "kf_fill",
-                              dependent)
-        return launch, [(packed.values[0], *source)]
+    def _fill(self, fill_fn, blocks: list[tuple[tuple[int, int], int]], value: float, dependent: bool = False):
+        """One kf_fill launch setting one or two blocks [(source, bytes)] to ``value``."""
+        (src1, b1), (src2, b2) = (blocks + [((IN, 0), 0)])[:2]
+        n, n2 = b1 // self.dtype.itemsize, b2 // self.dtype.itemsize
+        packed = PackedArgs((0, np.int64(n), 0, np.int64(n2), self.dtype.type(value)))
+        launch = KernelLaunch(fill_fn, min(-(-(n + n2) // FILL_THREADS), FILL_BLOCKS), FILL_THREADS, packed,
+                              "kf_fill", dependent)
+        return launch, [(packed.values[0], *src1)] + ([(packed.values[2], *src2)] if n2 else [])
 
     def _prepare(self) -> None:
         compiled, dims, device = self.compiled, self.dims, self.device
@@ -220,8 +222,15 @@ class Binding:
             L = code.launch
             wanted = (list(pre) if k == 0 else []) + [(self._source(v), self.nbytes[v.name], float(identity))
                                                       for v, identity in L.clears if v.id not in self.prefilled]
+            groups: list[tuple[list, float]] = []      # two blocks of one value per launch
+            for source, nbytes, value in wanted:
+                if groups and groups[-1][1] == value and len(groups[-1][0]) < 2:
+                    groups[-1][0].append((source, nbytes))
+                else:
+                    groups.append(([(source, nbytes)], value))
             # a fill after a fill launches early (PDL): it finishes after the one before it
-            fills = [self._fill(fill_fn, *f, dependent=pdl and n > 0) for n, f in enumerate(wanted)]
+            fills = [self._fill(fill_fn, blocks, value, dependent=pdl and n > 0)
+                     for n, (blocks, value) in enumerate(groups)]
             self.launches.extend(fills)
             self.fills_before.append([f[0].name for f in fills])
             if L.cluster > 1:
