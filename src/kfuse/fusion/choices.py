@@ -114,3 +114,26 @@ def sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
 
 def middle(choices: list) -> list:
     return [choices[len(choices) // 2]] if choices else choices
+
+
+def strip_widths(program: Program, order, variants, other_choices, dims: dict[int, int]):
+    """Of the widths a strip may take (the tile side, named by a macro, of variants spanning an
+    axis whole: NC), only those that can fit sizes ``dims``: the narrowest covering the axis --
+    ``legality.fits_at`` refuses every wider one, a narrower one covering it -- and the widest
+    (whose reasons ``PlanSearch`` gives when none fits); all of them when none covers.  Kernels of
+    thread-block clusters keep all (a cluster of narrower strips may cover the axis)."""
+    chosen = [program.calls[i].function.variants[v] for i, v in zip(order, variants)]
+    first = next((program.calls[i] for i in order if program.calls[i].function.nesting == 2), None)
+    if first is None or any(v.cluster for v in chosen):
+        return other_choices
+    lengths = {v.tile[k]: dims[first.axes[k]] for v in chosen if v.tile is not None
+               for k, axis in enumerate(AXES[2]) if axis in v.whole and isinstance(v.tile[k], str)}
+    out = []
+    for choices in other_choices:
+        if choices and choices[0][0] in lengths:
+            values = sorted(x for _, x in choices)
+            covering = [x for x in values if x >= lengths[choices[0][0]]]
+            if covering:
+                choices = [(m, x) for m, x in choices if x in (covering[0], values[-1])]
+        out.append(choices)
+    return out

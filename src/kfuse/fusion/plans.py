@@ -146,15 +146,15 @@ class PlanSearch:
         self.vector_on_strips = vector_on_strips
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
-        with timer("space"):
-            self.space: Space = build_space(program, lib, spans, on_strips_rows=vector_on_strips)
-        self.spans = spans
-        self.graph = self.space.graph
         sizes = sizes or {}
         matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
         self.dims = {d.id: sizes.get(d.name, d.literal or (DEFAULT_SIZE if d.id in matrix_dims
                                                            else DEFAULT_VECTOR_SIZE))
                      for d in program.dims}
+        with timer("space"):
+            self.space: Space = build_space(program, lib, spans, on_strips_rows=vector_on_strips, dims=self.dims)
+        self.spans = spans
+        self.graph = self.space.graph
         self.entries = {}
         for v in program.values:
             n = 1

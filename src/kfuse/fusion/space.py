@@ -22,7 +22,7 @@ from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import Library
 from ..ir.program import Program, ScalarArg
-from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, \
+from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
     mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
 from .legality import call_set, why_not
 
@@ -96,6 +96,7 @@ class Space:
     bounded: str | None = None      # what a bounded search left out (None: exhaustive)
     shapes: dict = field(default_factory=dict, repr=False)     # implementations by fusion shape
     memo: ScheduleMemo = field(default_factory=ScheduleMemo, repr=False)    # kernels analysed
+    dims: dict[int, int] | None = None      # the sizes planned for (strip widths that cannot fit are not built)
 
 
 def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
@@ -203,22 +204,25 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
 
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
                     spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None,
-                    memo: ScheduleMemo | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
+                    memo: ScheduleMemo | None = None, dims: dict[int, int] | None = None
+                    ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
     kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
     (bounded search of a large script): one call order, the variant choices of
     ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed).
     ``shapes`` (a dict kept by the caller) remembers the implementations of each fusion shape
     (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt.
-    ``memo`` (one per program) keeps the kernels' analyses (codegen/schedule.py ``ScheduleMemo``)."""
+    ``memo`` (one per program) keeps the kernels' analyses (codegen/schedule.py ``ScheduleMemo``).
+    ``dims`` (the sizes planned for; exhaustive search only): strips only of the widths that can fit
+    them (``choices.strip_widths``)."""
     if shapes is None:
-        return _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo)
+        return _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
     idx = sorted(calls)
     key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
     if variants_of is not None:
         key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
     if key not in shapes:
-        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo)
+        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
     found, pruned = shapes[key]
@@ -227,8 +231,8 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                     spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None
-                     ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
+                     spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None,
+                     dims: dict[int, int] | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
     nesting = max(program.calls[i].function.nesting for i in calls)   # 1-level calls beside 2-level ones: on strips
     stores = stores_of(program, graph, calls)
     pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0, "unrolled with no serial loop": 0}
@@ -247,6 +251,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
+            elif dims is not None and nesting == 2:
+                other_choices = strip_widths(program, order, variants, other_choices, dims)
             copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
             for by, loop, ipb, macros in product(by_choices, _loops(program, order, variants, nesting),
                                                  ipb_choices, product(*other_choices)):
@@ -398,14 +404,15 @@ def _grow(program: Program, graph: DependencyGraph, max_size: int, per_call: int
 
 
 def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, exhaustive: bool | None = None,
-                on_strips_rows: bool = False) -> Space:
+                on_strips_rows: bool = False, dims: dict[int, int] | None = None) -> Space:
     """Every legal fusion of ``program`` and the implementations of each (and of each single call),
     nested kernels with the spans ``spans``.  A script with few calls and few implementations is
     searched exhaustively; a larger one (or ``exhaustive=False``) gets a bounded search: fusions
     grown along the dependency graph, implementations sampled (``Space.bounded`` says what).
-    ``on_strips_rows``: vector calls may share a kernel with matrix calls on strips (legality.py)."""
+    ``on_strips_rows``: vector calls may share a kernel with matrix calls on strips (legality.py).
+    ``dims``: the sizes planned for (``implementations``)."""
     graph = DependencyGraph(program)
-    space = Space(program, graph)
+    space = Space(program, graph, dims=dims)
     n = len(program.calls)
     if exhaustive is not False and n <= EXHAUSTIVE_CALLS:
         found = enumerate_fusions(program, graph, budget=None if exhaustive else BUILD_BUDGET,
@@ -434,7 +441,8 @@ def refine(space: Space, lib: Library, calls: frozenset[int], score, spans: tupl
     far (``score(code)``: predicted seconds) while that helps."""
     program, graph = space.program, space.graph
     if count_builds(program, graph, calls, limit) <= limit:
-        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo)
+        impls, _ = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo,
+                                   dims=space.dims)
         space.impls[calls] = impls or space.impls[calls]
         return
     found = {(i.order, i.variants, i.by, i.loop, i.unroll, i.ipb, i.span, i.macros): (i, c)
@@ -463,9 +471,11 @@ def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
     program, graph = space.program, space.graph
     candidates = [frozenset({i}) for i in range(len(program.calls))] + [f.calls for f in space.fusions]
     for calls in candidates:
-        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes, memo=space.memo)
+        impls, pruned = implementations(program, graph, lib, calls, spans, sampled=sampled, shapes=space.shapes,
+                                        memo=space.memo, dims=space.dims)
         if sampled and not impls and len(calls) == 1:
-            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo)
+            impls, pruned = implementations(program, graph, lib, calls, spans, shapes=space.shapes, memo=space.memo,
+                                            dims=space.dims)
         space.pruned[calls] = pruned
         if impls:
             space.impls[calls] = impls
