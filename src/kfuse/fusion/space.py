@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import combinations, product
+from math import prod
 from typing import Any
 
 from ..ir.kernel import KernelCall, KernelSpec
@@ -252,7 +253,13 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
             elif dims is not None and nesting == 2:
-                other_choices = strip_widths(program, order, variants, other_choices, dims)
+                fitting = strip_widths(program, order, variants, other_choices, dims)
+                skipped = prod(len(o) for o in other_choices) - prod(len(o) for o in fitting)
+                if skipped:
+                    key = "with strip widths that cannot fit these sizes (not built)"
+                    pruned[key] = pruned.get(key, 0) + skipped * len(by_choices) * len(ipb_choices) * len(
+                        _loops(program, order, variants, nesting)) * len(UNROLLS) * len(spans)
+                other_choices = fitting
             copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
             for by, loop, ipb, macros in product(by_choices, _loops(program, order, variants, nesting),
                                                  ipb_choices, product(*other_choices)):
