@@ -248,7 +248,9 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             if not keep(order, variants):
                 continue
             by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
+            loops = _loops(program, order, variants, nesting)
             chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
+            copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
@@ -257,12 +259,10 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 skipped = prod(len(o) for o in other_choices) - prod(len(o) for o in fitting)
                 if skipped:
                     key = "with strip widths that cannot fit these sizes (not built)"
-                    pruned[key] = pruned.get(key, 0) + skipped * len(by_choices) * len(ipb_choices) * len(
-                        _loops(program, order, variants, nesting)) * len(UNROLLS) * len(spans)
+                    pruned[key] = (pruned.get(key, 0)
+                                   + skipped * len(by_choices) * len(loops) * len(ipb_choices) * len(copies))
                 other_choices = fitting
-            copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
-            for by, loop, ipb, macros in product(by_choices, _loops(program, order, variants, nesting),
-                                                 ipb_choices, product(*other_choices)):
+            for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 try:
                     codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
