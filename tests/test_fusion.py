@@ -181,6 +181,18 @@ def test_plan_search_spans_and_plan_by_index():
     assert set(second.implementations) == {s.ranked[b][1][1] for b in blocks}
 
 
+def test_kernels_looping_along_j_stack_at_most_two_tiles():
+    """A span across a loop along j stacks tiles along i; spans of 4 there never measured best and
+    ran up to 1.76x slower (docs/experiments/README.md, "Spans along the rows"): not built.  A
+    loop along i keeps every span."""
+    from kfuse.fusion.space import MAX_SPAN_LOOP_J, SPANS
+    c = best("gemver", tuned=False, calibration=False)
+    built = {(i.loop, i.span) for impls in c.search.space.impls.values() for i, _ in impls}
+    assert {s for lp, s in built if lp == "i"} == set(SPANS)
+    assert {s for lp, s in built if lp == "j"} == {s for s in SPANS if s <= MAX_SPAN_LOOP_J}
+    assert MAX_SPAN_LOOP_J < max(SPANS)
+
+
 def test_a_warp_wide_routine_never_runs_in_part_of_a_warp(lib):
     """quad_dot_store sums over the 32 lanes of a warp: beside a warp-wide axpy (32 threads per
     instance) only 8 lanes of each warp would run it -- a wrong sum (it was chosen, and wrong on

@@ -29,6 +29,9 @@ from .legality import call_set, why_not
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
+# a loop along j stacks its span's tiles along i: spans of 4 there never measured best, ran up to
+# 1.76x slower and are priced as spans of 1 (docs/experiments/README.md, "Spans along the rows")
+MAX_SPAN_LOOP_J = 2
 MAX_ORDERS = 6
 
 
@@ -250,7 +253,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
             loops = _loops(program, order, variants, nesting)
             chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
-            copies = [(u, s) for u in UNROLLS for s in spans]     # (1, 1) first
+            copies_of = {lp: [(u, s) for u in UNROLLS for s in spans if lp != "j" or s <= MAX_SPAN_LOOP_J]
+                         for lp in loops}                  # (1, 1) first
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
@@ -259,11 +263,12 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 skipped = prod(len(o) for o in other_choices) - prod(len(o) for o in fitting)
                 if skipped:
                     key = "with strip widths that cannot fit these sizes (not built)"
-                    pruned[key] = (pruned.get(key, 0)
-                                   + skipped * len(by_choices) * len(loops) * len(ipb_choices) * len(copies))
+                    pruned[key] = (pruned.get(key, 0) + skipped * len(by_choices) * len(ipb_choices)
+                                   * sum(len(c) for c in copies_of.values()))
                 other_choices = fitting
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
+                copies = copies_of[loop]
                 try:
                     codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
                 except FusionError:
