@@ -160,6 +160,13 @@ def test_declared_dims_across_matrix_and_vectors(lib):
     assert prog.shape_names(value(prog, "y")) == ("m",)
 
 
+def test_a_declaration_never_used_adds_no_size(lib):
+    """Nothing can give the size of a value the script never uses: it is not one of the program's
+    sizes (binding would ask for it and fail, "sizes must be positive integers: v.len")."""
+    prog = parse("matrix A;\nvector x, y, v, u[m];\ninput A, x;\ny = gemv(A, x);\nreturn y;\n", lib)
+    assert [d.name for d in prog.dims] == ["A.rows", "A.cols"]
+
+
 def test_literal_sizes(lib):
     src = "vector x[64], y, z[64];\ninput x, y;\nz = vadd(x, y);\nreturn z;\n"
     prog = parse(src, lib)

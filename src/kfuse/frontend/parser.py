@@ -435,10 +435,12 @@ class _Parser:
                                tuple(axes)))
 
     def finish(self) -> Program:
-        roots = sorted({self.find(d) for d in range(len(self.parent))})
+        # the sizes of values and calls; a declaration never used has none (nothing could give it)
+        used = {d for v in self.values for d in v.dims} | {d for c in self.calls for d in c.axes}
+        roots = sorted({self.find(d) for d in used})
         cls = {r: n for n, r in enumerate(roots)}
         dims = tuple(Dim(cls[r], self.dim_info[r][0], self.dim_info[r][1]) for r in roots)
-        dim_of = {d: cls[self.find(d)] for d in range(len(self.parent))}
+        dim_of = {d: cls[self.find(d)] for d in range(len(self.parent)) if self.find(d) in cls}
 
         def canon(v: Value) -> Value:
             return Value(v.id, v.name, v.label, v.type, tuple(dim_of[d] for d in v.dims), v.is_input)
