@@ -58,3 +58,16 @@ def test_scalar_must_be_number():
     prog = kfuse.compile(ROOT / "examples" / "sscal.kf")
     with pytest.raises(LaunchError, match="a: expected a real number"):
         prog(a="2", x=cp.ones(10, dtype=np.float32))
+
+
+def test_a_declaration_never_used_is_no_size_to_give():
+    """A script declaring a vector it never uses runs: nothing asks for that vector's size (before:
+    "sizes must be positive integers: v.len" at the first call).  Output poisoned, fresh data,
+    checked against float64 at a size that is not a multiple of 32."""
+    import cupy as cp
+    prog = kfuse.compile("matrix A; vector x, y, v; input A, x; y = gemv(A, x); return y;", dtype="float64")
+    rng = np.random.default_rng(11)
+    A, x = rng.standard_normal((45, 37)), rng.standard_normal(37)
+    y = cp.full(45, np.nan)
+    prog(A=cp.asarray(A), x=cp.asarray(x), out={"y": y}, sync=True)
+    assert np.linalg.norm(cp.asnumpy(y) - A @ x) / np.linalg.norm(np.abs(A) @ np.abs(x)) < 1e-12
