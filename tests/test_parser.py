@@ -167,6 +167,12 @@ def test_a_declaration_never_used_adds_no_size(lib):
     assert [d.name for d in prog.dims] == ["A.rows", "A.cols"]
 
 
+def test_a_literal_size_beyond_any_memory_is_refused(lib):
+    with pytest.raises(ScriptError, match="the size 99999999999999999999 is too large"):
+        parse("vector x[99999999999999999999], y;\ninput x;\ny = scal(2.0, x);\nreturn y;\n", lib)
+    assert parse("vector x[281474976710656], y;\ninput x;\ny = scal(2.0, x);\nreturn y;\n", lib).dims[0].literal == 2 ** 48
+
+
 def test_literal_sizes(lib):
     src = "vector x[64], y, z[64];\ninput x, y;\nz = vadd(x, y);\nreturn z;\n"
     prog = parse(src, lib)

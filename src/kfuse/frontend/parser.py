@@ -30,6 +30,7 @@ TOKEN = re.compile(r"""
   | (?P<bad>.)
 """, re.VERBOSE)
 KEYWORDS = {"input", "return"}
+MAX_SIZE = 2 ** 48     # a literal size: far beyond any GPU's memory, well inside int64 index arithmetic
 
 
 class Tok(NamedTuple):
@@ -203,6 +204,8 @@ class _Parser:
                     if d.kind == "ident":
                         dims.append(self.new_dim(d.text, declared=True))
                     elif d.kind == "num" and d.text.isdigit() and int(d.text) > 0:
+                        if int(d.text) > MAX_SIZE:
+                            raise self.error(f"the size {d.text} is too large (at most 2^48 entries along an axis)", d)
                         dims.append(self.new_dim(d.text, literal=int(d.text), declared=True))
                     else:
                         raise self.error("a size is a name or a positive integer", d)
