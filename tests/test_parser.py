@@ -173,6 +173,15 @@ def test_a_literal_size_beyond_any_memory_is_refused(lib):
     assert parse("vector x[281474976710656], y;\ninput x;\ny = scal(2.0, x);\nreturn y;\n", lib).dims[0].literal == 2 ** 48
 
 
+def test_a_division_by_a_literal_zero_is_refused(lib):
+    src = "scalar a, b;\nvector x, y;\ninput a, x;\nb = a / {};\ny = scal(b, x);\nreturn y;\n"
+    with pytest.raises(ScriptError, match=r"4:9: error: division by zero"):
+        parse(src.format("0.0"), lib)
+    with pytest.raises(ScriptError, match="division by zero"):
+        parse(src.format("-0"), lib)
+    parse(src.format("(a - a)"), lib)       # known only at run time: IEEE arithmetic, as written
+
+
 def test_literal_sizes(lib):
     src = "vector x[64], y, z[64];\ninput x, y;\nz = vadd(x, y);\nreturn z;\n"
     prog = parse(src, lib)

@@ -355,7 +355,10 @@ class _Parser:
             return ScalarArg(None, op="neg", operands=(inner,))
         if kind == "sqrt":
             return ScalarArg(None, op="sqrt", operands=(self.scalar(node[2]),))
-        return ScalarArg(None, op=kind, operands=(self.scalar(node[2]), self.scalar(node[3])))
+        left, right = self.scalar(node[2]), self.scalar(node[3])
+        if kind == "/" and right.op is None and right.value is None and right.literal == 0:
+            raise self.error("division by zero", node[3][1])
+        return ScalarArg(None, op=kind, operands=(left, right))
 
     def scalar_assignment(self, target: Tok, node: tuple) -> None:
         if target.text in self.inputs:
