@@ -191,6 +191,7 @@ def test_kernels_looping_along_j_stack_at_most_two_tiles():
     assert {s for lp, s in built if lp == "i"} == set(SPANS)
     assert {s for lp, s in built if lp == "j"} == {s for s in SPANS if s <= MAX_SPAN_LOOP_J}
     assert MAX_SPAN_LOOP_J < max(SPANS)
+    assert f"spanning more than {MAX_SPAN_LOOP_J} tiles along i in a loop along j (not built)" in c.search.explain()
 
 
 def test_a_warp_wide_routine_never_runs_in_part_of_a_warp(lib):

@@ -269,6 +269,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 copies = copies_of[loop]
+                key = f"spanning more than {MAX_SPAN_LOOP_J} tiles along i in a loop along j (not built)"
+                pruned[key] = pruned.get(key, 0) + len(UNROLLS) * len(spans) - len(copies)
                 try:
                     codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
                 except FusionError:
@@ -279,9 +281,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                         pruned["refused by the builder"] += 1
                         continue
                     if unroll > 1 and not code.launch.carried and not code.launch.iters:
-                        # nothing to amortise across a serial loop: one instance per slot (ir/kernel.py,
-                        # KernelSpec.iterations), so the unrolled copies never run but hold registers
-                        # (float64 WAXPBY, H100: 35 registers and 712 us unrolled by 4, 20 and 537 us not)
+                        # nothing to amortise across a serial loop (ir/kernel.py, KernelSpec.iterations): unrolled copies
+                        # hold registers (float64 WAXPBY, H100: 35 registers and 712 us unrolled by 4, 20 and 537 us not)
                         pruned["unrolled with no serial loop"] += 1
                         continue
                     impl = base if (unroll, span) == (1, 1) else replace(base, unroll=unroll, span=span)
