@@ -176,6 +176,8 @@ def test_unsupported_operations_name_the_line():
         (lambda A, r: A @ r, (A, r), "the columns of A and the length of x: sizes 31 and 33 differ"),
         (lambda x, y: (x + y, 1.0), (x, y), "returns a float as result 2"),
         (lambda x: x, (x,), "computes nothing on the GPU"),
+        (lambda x: x / 0.0, (x,), "division by zero"),
+        (lambda a, x: (a / 0) * x, (2.0, x), "division by zero"),
     ]
     for fn, args, match in cases:
         e = _raises(kfuse.jit(fn), *args, match=match)
