@@ -176,8 +176,6 @@ def _div(a: Node, b: Node) -> Node:
     if b.rank:
         raise TraceError(f"{RANK_WORDS[a.rank]} / {RANK_WORDS[b.rank]}: only division by a scalar maps onto the "
                          "library", user_site())
-    if b.kind == "lit" and b.data == 0:
-        raise TraceError("division by zero", user_site())
     return Node("bin", 0, (a, b), "/") if not a.rank else _scale(b, a, "/")
 
 
