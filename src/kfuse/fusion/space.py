@@ -32,6 +32,7 @@ SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per
 # a loop along j stacks its span's tiles along i: spans of 4 there never measured best, ran up to
 # 1.76x slower and are priced as spans of 1 (docs/experiments/README.md, "Spans along the rows")
 MAX_SPAN_LOOP_J = 2
+TALL_SPANS = f"spanning more than {MAX_SPAN_LOOP_J} tiles along i in a loop along j (not built)"   # explain()'s count
 MAX_ORDERS = 6
 
 
@@ -269,8 +270,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 copies = copies_of[loop]
-                key = f"spanning more than {MAX_SPAN_LOOP_J} tiles along i in a loop along j (not built)"
-                pruned[key] = pruned.get(key, 0) + len(UNROLLS) * len(spans) - len(copies)
+                pruned[TALL_SPANS] = pruned.get(TALL_SPANS, 0) + len(UNROLLS) * len(spans) - len(copies)
                 try:
                     codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
                 except FusionError:
