@@ -22,8 +22,8 @@ from strip_wide_pricing import CG, GEMV  # noqa: F401  (CG: cluster_plans(CG, ..
 def _rank_with_clusters(self, impls):
     fitting = [(impl, code) for impl, code in impls if self._fits(code) is None]
     scored = [(self._score(code), impl, code) for impl, code in fitting]
-    return planning._sorted_lazily(scored, [lambda t: t[0], lambda t: t[1].unroll > self._iterations(t[2]),
-                                            lambda t: planning._preference(t[1], t[2], self.itemsize)])
+    return planning.sorted_lazily(scored, [lambda t: t[0], lambda t: t[1].unroll > self._iterations(t[2]),
+                                            lambda t: planning.preference(t[1], t[2], self.itemsize)])
 
 
 def sized(text, dt, n):

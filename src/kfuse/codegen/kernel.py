@@ -45,6 +45,14 @@ class KernelCode:
     def barriers(self) -> int:
         return sum(s.barrier for s in self.steps)
 
+    @cached_property
+    def serial_in_loop(self) -> bool:
+        """Does a routine of the serial loop run on fewer threads than its variant's instance,
+        behind a barrier (a variant's own scratch read back by part of its threads every
+        iteration, the others waiting: ``gemv/smem``)?"""
+        return any(s.phase == "loop" and s.barrier and s.routine is not None
+                   and tuple(s.routine.threads) != tuple(s.kc.variant.threads) for s in self.steps)
+
 
 def build_kernel(spec: KernelSpec, lib: Library) -> KernelCode:
     """Generate one kernel (raises FusionError when the choices cannot be realised)."""

@@ -202,6 +202,20 @@ def without_fallbacks(fitting: list, built: list) -> list:
                                  not in tried) for kc in code.spec.calls)]
 
 
+def without_serial_sections(fitting: list, fills_gpu) -> list:
+    """Implementations (impl, code) of a fusion of several calls, less those with a serial section
+    in their loop (``KernelCode.serial_in_loop``) where ``fills_gpu(code)`` (more blocks than run at
+    once) and an implementation without one fits.  Such a section stalls the other calls' streams
+    every iteration, which the calibration (each routine timed alone) does not see; on a full GPU
+    it cost 1.00-1.49x (22 first plans of random scripts, n >= 2048), on grids of one wave or less
+    it did not pay (0.90-1.13x at n = 1024): docs/experiments/README.md, "Serial sections beside
+    streams"."""
+    stalls = [len(code.spec.calls) > 1 and code.serial_in_loop and fills_gpu(code) for _, code in fitting]
+    if any(stalls) and not all(stalls):
+        return [ic for ic, stall in zip(fitting, stalls) if not stall]
+    return fitting
+
+
 def fallback_lines(ranked: dict, built: dict, misfit) -> list[str]:
     """Lines of ``explain()`` for lone calls whose best implementation takes a ``fallback`` variant:
     why no implementation of the variant it stands in for fits (``misfit``: PlanSearch._misfit,

@@ -11,26 +11,27 @@ import heapq
 from typing import Iterable, Iterator
 
 from ..codegen.kernel import KernelCode
+from ..cost.calibrated import resident_fraction
 from ..cost.transfer import DEFAULT_MACHINE, Machine
 from ..ir.graph import DependencyGraph
-from ..ir.kernel import MAX_THREADS_PER_SM, REGISTERS_PER_SM, KernelCall, KernelSpec, target_blocks
+from ..ir.kernel import MAX_THREADS_PER_SM, KernelCall, KernelSpec, target_blocks
 from ..ir.plan import Plan
 from ..ir.program import Program
-from ..library.mappings import MAPPINGS
 from ..library.schema import Library, Variant
 from ..passes import no_timer
 from .legality import (call_set, fallback_lines, fits_at, one_pass_exchanges, why_not_horizontal,
-                       without_fallbacks)
+                       without_fallbacks, without_serial_sections)
+from .ties import DEFAULT_BY, preference, sorted_lazily
 from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
-DEFAULT_BY = 8          # preferred threads in y for nested functions (when the variant allows it)
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
 DEFAULT_ITERS = 0       # serial iterations (0: chosen at launch from the sizes)
 DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the caller does not give
 DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
 HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
-H100_FACTS = {"sms": 132, "max_threads_per_sm": MAX_THREADS_PER_SM}   # the launch policy's GPU when no calibration says
+H100_FACTS = {"sms": 132, "max_threads_per_sm": MAX_THREADS_PER_SM, "max_blocks_per_sm": 32,   # the launch
+              "smem_per_sm": 233472, "smem_reserved": 1024}                 # policy's GPU when no calibration says
 
 
 
@@ -70,66 +71,6 @@ def unfused_plan(program: Program, lib: Library) -> Plan:
                                   stores=frozenset(v.id for v in call.outputs)))
     return Plan(program, tuple(kernels))
 
-
-
-def _load_width(code: KernelCode) -> int:
-    """Entries each thread moves per load routine (the narrowest load of the kernel)."""
-    widths = [code.placement.registers.get(a.element, 1) for s in code.steps
-              if s.routine is not None and s.routine.kind == "load" for a in s.accesses]
-    return min(widths, default=1)
-
-
-def _tile_access_width(code: KernelCode) -> int:
-    """Consecutive entries per access of the kernel's narrowest tile load (4: 16-byte accesses)."""
-    widths = [MAPPINGS[a.mapping].width for s in code.steps
-              if s.routine is not None and s.routine.kind == "load" for a in s.accesses
-              if MAPPINGS[a.mapping].kind == "tile"]
-    return min(widths, default=1)
-
-
-def _strip_residents(code: KernelCode, itemsize: int) -> int:
-    """A strip kernel's resident threads per SM (one wave, by its estimated registers): of strips
-    that the model prices alike (the same bytes), the one with more threads in flight per SM
-    (float32 ATAX, n = 8192, H100: 512 and 1024 threads per block 100 and 101 us, 256: 112;
-    docs/experiments/atax-onepass-H100.txt); 0 for other kernels."""
-    L = code.launch
-    if not L.whole_entries:
-        return 0
-    return L.threads * max(1, REGISTERS_PER_SM // (L.threads * L.strip_registers(itemsize)))
-
-
-def _preference(impl: Implementation, code: KernelCode, itemsize: int = 4) -> tuple:
-    """Tie-break among equally predicted implementations: the smallest thread-block cluster (H100:
-    clusters of 4 and 8 blocks are held fewer at once, their row sums cross more blocks;
-    docs/experiments/README.md, "One pass over thread-block clusters"), fewer barriers, less shared memory,
-    then choices that measured best on the H100 (docs/experiments/README.md, 'Implementation
-    sweeps'): for unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
-    iterations and 32 instances per block; for nested ones 16-byte tile accesses, 4 unrolled
-    iterations, BY = 8 and the smallest span."""
-    if code.spec.nesting == 2:
-        return (code.launch.cluster, -_strip_residents(code, itemsize), code.barriers, code.launch.smem_bytes_per_real,
-                -_tile_access_width(code), abs(impl.unroll - 4),
-                abs((impl.by or DEFAULT_BY) - DEFAULT_BY), impl.span, sum(impl.variants), impl.order)
-    return (code.barriers, code.launch.smem_bytes_per_real, -_load_width(code), abs(impl.unroll - 4),
-            abs(impl.ipb - 32), sum(impl.variants), impl.order)
-
-
-def _sorted_lazily(items: list, keys: list) -> list:
-    """``sorted(items, key=lambda t: tuple(k(t) for k in keys))``, each key after the first found
-    only for the items the keys before it tie (sorts are stable: the same order)."""
-    keyed = sorted(((keys[0](t), t) for t in items), key=lambda kt: kt[0])
-    out = [t for _, t in keyed]
-    if len(keys) == 1:
-        return out
-    n = 0
-    while n < len(keyed):
-        m = n + 1
-        while m < len(keyed) and keyed[m][0] == keyed[n][0]:
-            m += 1
-        if m - n > 1:
-            out[n:m] = _sorted_lazily(out[n:m], keys[1:])
-        n = m
-    return out
 
 
 class PlanSearch:
@@ -251,14 +192,15 @@ class PlanSearch:
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
         fitting = without_fallbacks([(impl, code) for impl, code in impls if self._fits(code) is None], impls)
+        fitting = without_serial_sections(fitting, lambda code: self._waves(code) > 1)
         if not self.clusters or any(code.launch.cluster == 1 for _, code in fitting):
             # a cluster's barriers and its reads of other blocks' shared memory cost more than a
             # block's, and the calibration does not measure them: clusters only where nothing
             # without one fits (rows longer than a block holds), on a GPU that has them
             fitting = [(impl, code) for impl, code in fitting if code.launch.cluster == 1]
         scored = [(self._score(code), impl, code) for impl, code in fitting]
-        return _sorted_lazily(scored, [lambda t: t[0], lambda t: t[1].unroll > self._iterations(t[2]),
-                                       lambda t: _preference(t[1], t[2], self.itemsize)])
+        return sorted_lazily(scored, [lambda t: t[0], lambda t: t[1].unroll > self._iterations(t[2]),
+                                       lambda t: preference(t[1], t[2], self.itemsize)])
 
     def _iterations(self, code: KernelCode) -> int:
         """Serial iterations of a kernel at the search's sizes, as chosen at launch on the model's
@@ -268,6 +210,13 @@ class PlanSearch:
         dev = getattr(getattr(self.model, "cal", None), "device", None) or H100_FACTS
         L = code.launch
         return L.iterations(self.dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
+
+    def _waves(self, code: KernelCode) -> float:
+        """A kernel's grid over the blocks its GPU runs at once (by threads and shared memory)."""
+        dev = getattr(getattr(self.model, "cal", None), "device", None) or H100_FACTS
+        L = code.launch
+        resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * self.itemsize)
+        return L.grid(self.dims, self._iterations(code)) / (resident * dev["max_threads_per_sm"] / L.threads * dev["sms"])
 
     def _refine(self) -> None:
         """Bounded search: the chosen partition's fused kernels searched further (fusion/space.py
