@@ -215,3 +215,32 @@ def test_a_warp_wide_routine_never_runs_in_part_of_a_warp(lib):
     chosen = {tuple(kc.variant.name for kc in code.spec.calls)
               for impls in search.space.impls.values() for _, code in impls}
     assert ("quad", "quad") in chosen and ("warp", "quad") not in chosen
+
+
+def test_serial_sections_beside_other_calls_only_where_the_grid_is_one_wave(lib):
+    """A fused kernel whose loop runs part of a variant's threads behind a barrier (gemv/smem reads
+    its scratch back with 32 threads every iteration) stalls the other calls' streams: where the
+    grid fills the GPU such kernels are dropped when an implementation without one fits (1.00-1.49x
+    on random scripts at n >= 2048); on one wave or less (n = 1024 here) they stay."""
+    from kfuse.ir.kernel import KernelCall, KernelSpec
+    text = ("matrix A, B, M; vector x, u, y; input A, B, x; u = gemtv(A, x); y = gemv(A, x); "
+            "M = madd(A, B); return u, y, M;")
+    prog = parse_script(text, lib)
+    gemv = prog.calls[1]
+    var = {v.name: v for v in gemv.function.variants}
+    smem = build_kernel(KernelSpec("k", (KernelCall(gemv, var["smem"], (("BY", 8),)),), loop="i",
+                                   stores=frozenset({gemv.outputs[0].id})), lib)
+    shfl = build_kernel(KernelSpec("k", (KernelCall(gemv, var["shfl"], (("BY", 8),)),), loop="i",
+                                   stores=frozenset({gemv.outputs[0].id})), lib)
+    assert smem.serial_in_loop and not shfl.serial_in_loop
+    three = frozenset({0, 1, 2})
+    for n in (8192, 2048, 1024):
+        search = kfuse.compile(text, sizes={"A.rows": n, "A.cols": n}, tuned=False).search
+        ranked = [code for _, _, code in search.ranked[three]]
+        built = [code for _, code in search.space.impls[three]]
+        assert any(not c.serial_in_loop for c in ranked)
+        assert not any(c.serial_in_loop and search._waves(c) > 1 for c in ranked), n
+        if n > 1024:
+            assert any(c.serial_in_loop and search._waves(c) > 1 for c in built), n     # built, left out
+        else:       # every grid is one wave or less: kept
+            assert any(c.serial_in_loop for c in ranked) and all(search._waves(c) <= 1 for c in built)
