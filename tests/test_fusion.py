@@ -242,5 +242,7 @@ def test_serial_sections_beside_other_calls_only_where_the_grid_is_one_wave(lib)
         assert not any(c.serial_in_loop and search._waves(c) > 1 for c in ranked), n
         if n > 1024:
             assert any(c.serial_in_loop and search._waves(c) > 1 for c in built), n     # built, left out
+            assert "with a serial section in the loop beside other calls, on a full GPU (left out)" in search.explain()
         else:       # every grid is one wave or less: kept
             assert any(c.serial_in_loop for c in ranked) and all(search._waves(c) <= 1 for c in built)
+            assert "serial section" not in search.explain()

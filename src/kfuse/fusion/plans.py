@@ -192,7 +192,7 @@ class PlanSearch:
     def _rank(self, impls) -> list[tuple[float, Implementation, KernelCode]]:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
         fitting = without_fallbacks([(impl, code) for impl, code in impls if self._fits(code) is None], impls)
-        fitting = without_serial_sections(fitting, lambda code: self._waves(code) > 1)
+        fitting = without_serial_sections(fitting, self._fills_gpu)
         if not self.clusters or any(code.launch.cluster == 1 for _, code in fitting):
             # a cluster's barriers and its reads of other blocks' shared memory cost more than a
             # block's, and the calibration does not measure them: clusters only where nothing
@@ -210,6 +210,13 @@ class PlanSearch:
         dev = getattr(getattr(self.model, "cal", None), "device", None) or H100_FACTS
         L = code.launch
         return L.iterations(self.dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
+
+    def _fills_gpu(self, code: KernelCode) -> bool:
+        return self._waves(code) > 1
+
+    def _stalls(self, calls: frozenset[int], codes: list[KernelCode]) -> int:
+        """How many of a fusion's kernels ``legality.without_serial_sections`` would leave out."""
+        return sum(len(calls) > 1 and code.serial_in_loop and self._fills_gpu(code) for code in codes)
 
     def _waves(self, code: KernelCode) -> float:
         """A kernel's grid over the blocks its GPU runs at once (by threads and shared memory)."""
@@ -430,6 +437,10 @@ class PlanSearch:
             impls = self.ranked[f.calls]
             pr = self.space.pruned.get(f.calls, {})
             pr_text = ", ".join(f"{v} {k}" for k, v in pr.items() if v)
+            stalls = self._stalls(f.calls, [code for _, code in self.space.impls.get(f.calls, ())])
+            if stalls and not self._stalls(f.calls, [code for _, _, code in impls]):
+                pr_text += (", " if pr_text else "") + (f"{stalls} with a serial section in the loop beside "
+                                                        "other calls, on a full GPU (left out)")
             lines.append(f"  fusion {f}: " + "; ".join(self.program.calls[i].text() for i in sorted(f.calls)))
             why = self.one_pass(f.calls)
             if why:
