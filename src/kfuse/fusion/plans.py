@@ -437,7 +437,8 @@ class PlanSearch:
             impls = self.ranked[f.calls]
             pr = self.space.pruned.get(f.calls, {})
             pr_text = ", ".join(f"{v} {k}" for k, v in pr.items() if v)
-            stalls = self._stalls(f.calls, [code for _, code in self.space.impls.get(f.calls, ())])
+            stalls = self._stalls(f.calls, [code for _, code in self.space.impls.get(f.calls, ())
+                                            if self._fits(code) is None])
             if stalls and not self._stalls(f.calls, [code for _, _, code in impls]):
                 pr_text += (", " if pr_text else "") + (f"{stalls} with a serial section in the loop beside "
                                                         "other calls, on a full GPU (left out)")
