@@ -48,35 +48,38 @@ def plan_features(plan, entries: dict[int, int], itemsize: int, l2: float) -> di
     return {"reread": reread, "tail": tail, "stored": stored}
 
 
-def load_cases(files: list[Path], l2: float) -> list[dict]:
+def matched_plans(files: list[str]):
+    """Per script of the reports (files under ``REPORTS``): (report header, report entry, the script's
+    plan search in this tree, [(rank, plan, measured entry)] for the measured plans this tree ranks
+    at the same rank with the same summary).  Shared by ``small_ties.py`` and ``vector_ties.py``."""
     import kfuse
     from kfuse.bench.harness import sequence_dims
     from kfuse.frontend.random_scripts import random_script
     from kfuse.library.loader import load_library
     lib = load_library()
-    cases = []
     for f in files:
-        d = json.loads(f.read_text())
+        d = json.loads((REPORTS / f).read_text())
         h = d["header"]
-        itemsize = 8 if h["dtype"] == "float64" else 4
         for seq in d["sequences"]:
-            seed = int(seq["name"].lower().removeprefix("random"))
-            text = random_script(lib, seed).text
+            text = random_script(lib, int(seq["name"].lower().removeprefix("random"))).text
             probe = kfuse.compile(text, dtype=h["dtype"], tuned=False, name="s")
             dims = sequence_dims(probe.program, h["n"], h["N"])
             sizes = {dd.name: dims[dd.id] for dd in probe.program.dims}
-            c = kfuse.compile(text, dtype=h["dtype"], sizes=sizes, tuned=False, name="s")
-            plans = list(itertools.islice(c.search.plans(), len(seq["measured"])))
+            search = kfuse.compile(text, dtype=h["dtype"], sizes=sizes, tuned=False, name="s").search
             measured = {m["rank"]: m for m in seq["measured"]}
-            rows = []
-            for k, p in enumerate(plans, 1):
-                m = measured.get(k)
-                if m is None or m["plan"] != p.summary():
-                    continue
-                feats = plan_features(p, c.search.entries, itemsize, l2)
-                rows.append({"rank": k, "pred": m["predicted_us"], "meas": m["measured_us"], **feats})
-            if len(rows) >= 0.8 * len(seq["measured"]) and any(r["rank"] == 1 for r in rows):
-                cases.append({"file": f.name, "name": seq["name"], "rows": rows})
+            plans = itertools.islice(search.plans(), len(seq["measured"]))
+            yield h, seq, search, [(k, p, measured[k]) for k, p in enumerate(plans, 1)
+                                   if k in measured and measured[k]["plan"] == p.summary()]
+
+
+def load_cases(files: list[str], l2: float) -> list[dict]:
+    cases = []
+    for h, seq, search, matched in matched_plans(files):
+        itemsize = 8 if h["dtype"] == "float64" else 4
+        rows = [{"rank": k, "pred": m["predicted_us"], "meas": m["measured_us"],
+                 **plan_features(p, search.entries, itemsize, l2)} for k, p, m in matched]
+        if len(rows) >= 0.8 * len(seq["measured"]) and any(r["rank"] == 1 for r in rows):
+            cases.append({"name": seq["name"], "rows": rows})
     return cases
 
 
@@ -128,7 +131,7 @@ def main() -> None:
     }
     ties(groups["fit (seeds 2000, 2100)"] + groups["test (seeds 2700, 2800)"])
     print()
-    loaded = {g: load_cases([REPORTS / f for f in fs], args.l2) for g, fs in groups.items()}
+    loaded = {g: load_cases(fs, args.l2) for g, fs in groups.items()}
     for g, cases in loaded.items():
         print(f"## {g}: {len(cases)} scripts matched")
         moving = sum(len({r['reread'] for r in c['rows']}) > 1 for c in cases)

@@ -11,18 +11,13 @@ leaves the unroll out).  Weights are tried on seeds 2000 and 2100 (fit) and read
 """
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
-import kfuse
-from kfuse.bench.harness import sequence_dims
-from kfuse.frontend.random_scripts import random_script
-from kfuse.library.loader import load_library
-
-REPORTS = Path(__file__).resolve().parent.parent / "results" / "random-report"
+sys.path.insert(0, str(Path(__file__).parent))
+from l2_reuse import matched_plans  # noqa: E402
 GROUPS = {
     "fit": ["H100-float32-n1024.json", "H100-float32-n1024-seed2100.json", "H100-float64-n1024-paired.json"],
     "test": ["H100-float32-n1024-seed2700.json", "H100-float64-n1024-seed2700.json",
@@ -44,28 +39,14 @@ def kernel_facts(search, code, t: float) -> dict:
 def cases(files: list[str]) -> list[dict]:
     """Per script of the reports: its measured plans (rank, predicted and measured us, kernel facts),
     those whose summaries this tree's ranking reproduces at the same rank."""
-    lib = load_library()
     out = []
-    for f in files:
-        d = json.loads((REPORTS / f).read_text())
-        h = d["header"]
-        for seq in d["sequences"]:
-            text = random_script(lib, int(seq["name"].lower().removeprefix("random"))).text
-            probe = kfuse.compile(text, dtype=h["dtype"], tuned=False, name="s")
-            dims = sequence_dims(probe.program, h["n"], h["N"])
-            sizes = {dd.name: dims[dd.id] for dd in probe.program.dims}
-            search = kfuse.compile(text, dtype=h["dtype"], sizes=sizes, tuned=False, name="s").search
-            code_of = {id(impl): (t, code) for ranked in search.ranked.values() for t, impl, code in ranked}
-            measured = {m["rank"]: m for m in seq["measured"]}
-            rows = []
-            for k, plan in enumerate(itertools.islice(search.plans(), len(seq["measured"])), 1):
-                m = measured.get(k)
-                if m is None or m["plan"] != plan.summary():
-                    continue
-                kernels = [kernel_facts(search, code_of[id(im)][1], code_of[id(im)][0]) for im in plan.implementations]
-                rows.append({"rank": k, "pred": m["predicted_us"], "meas": m["measured_us"], "kernels": kernels})
-            if rows and rows[0]["rank"] == 1:
-                out.append({"file": f, "name": seq["name"], "rows": rows})
+    for _, seq, search, matched in matched_plans(files):
+        code_of = {id(impl): (t, code) for ranked in search.ranked.values() for t, impl, code in ranked}
+        rows = [{"rank": k, "pred": m["predicted_us"], "meas": m["measured_us"],
+                 "kernels": [kernel_facts(search, code_of[id(im)][1], code_of[id(im)][0]) for im in p.implementations]}
+                for k, p, m in matched]
+        if rows and rows[0]["rank"] == 1:
+            out.append({"name": seq["name"], "rows": rows})
     return out
 
 

@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import statistics
 import sys
 from pathlib import Path
 
-import kfuse
-from kfuse.bench.harness import sequence_dims
-from kfuse.frontend.random_scripts import random_script
-from kfuse.library.loader import load_library
-
-REPORTS = Path(__file__).resolve().parent.parent / "results" / "random-report"
+sys.path.insert(0, str(Path(__file__).parent))
+from l2_reuse import matched_plans  # noqa: E402
 
 
 def kernel_key(impl, code) -> tuple:
@@ -31,36 +26,22 @@ def kernel_key(impl, code) -> tuple:
 
 
 def pairs(files: list[str]) -> dict:
-    lib = load_library()
     out: dict = collections.defaultdict(list)
-    for f in files:
-        d = json.loads((REPORTS / f).read_text())
-        h = d["header"]
-        for seq in d["sequences"]:
-            text = random_script(lib, int(seq["name"].lower().removeprefix("random"))).text
-            probe = kfuse.compile(text, dtype=h["dtype"], tuned=False, name="s")
-            dims = sequence_dims(probe.program, h["n"], h["N"])
-            sizes = {dd.name: dims[dd.id] for dd in probe.program.dims}
-            search = kfuse.compile(text, dtype=h["dtype"], sizes=sizes, tuned=False, name="s").search
-            code_of = {id(impl): code for ranked in search.ranked.values() for _, impl, code in ranked}
-            measured = {m["rank"]: m for m in seq["measured"]}
-            rows = []
-            for k, plan in enumerate(itertools.islice(search.plans(), len(seq["measured"])), 1):
-                m = measured.get(k)
-                if m is not None and m["plan"] == plan.summary():
-                    rows.append((m["measured_us"], [kernel_key(im, code_of[id(im)]) for im in plan.implementations]))
-            for (ta, ka), (tb, kb) in itertools.combinations(rows, 2):
-                diff = [(a, b) for a, b in zip(ka, kb) if a != b] if len(ka) == len(kb) else []
-                if len(diff) != 1:
-                    continue
-                a, b = diff[0]
-                if a[:3] != b[:3] or a[2] != 1 or a[5:] != b[5:]:
-                    continue
-                family = a[1][0] if len(set(a[1])) == 1 else "mixed"
-                ca, cb, r = (a[3], a[4]), (b[3], b[4]), ta / tb
-                if ca > cb:
-                    ca, cb, r = cb, ca, 1 / r
-                out[(family, ca, cb)].append(r)
+    for _, _, search, matched in matched_plans(files):
+        code_of = {id(impl): code for ranked in search.ranked.values() for _, impl, code in ranked}
+        rows = [(m["measured_us"], [kernel_key(im, code_of[id(im)]) for im in p.implementations]) for _, p, m in matched]
+        for (ta, ka), (tb, kb) in itertools.combinations(rows, 2):
+            diff = [(a, b) for a, b in zip(ka, kb) if a != b] if len(ka) == len(kb) else []
+            if len(diff) != 1:
+                continue
+            a, b = diff[0]
+            if a[:3] != b[:3] or a[2] != 1 or a[5:] != b[5:]:
+                continue
+            family = a[1][0] if len(set(a[1])) == 1 else "mixed"
+            ca, cb, r = (a[3], a[4]), (b[3], b[4]), ta / tb
+            if ca > cb:
+                ca, cb, r = cb, ca, 1 / r
+            out[(family, ca, cb)].append(r)
     return out
 
 
