@@ -202,6 +202,12 @@ def without_fallbacks(fitting: list, built: list) -> list:
                                  not in tried) for kc in code.spec.calls)]
 
 
+def stalls_streams(code, fills_gpu) -> bool:
+    """A kernel of several calls with a serial section in its loop (``KernelCode.serial_in_loop``)
+    whose grid fills the GPU (``fills_gpu(code)``): what ``without_serial_sections`` leaves out."""
+    return len(code.spec.calls) > 1 and code.serial_in_loop and fills_gpu(code)
+
+
 def without_serial_sections(fitting: list, fills_gpu) -> list:
     """Implementations (impl, code) of a fusion of several calls, less those with a serial section
     in their loop (``KernelCode.serial_in_loop``) where ``fills_gpu(code)`` (more blocks than run at
@@ -210,7 +216,7 @@ def without_serial_sections(fitting: list, fills_gpu) -> list:
     it cost 1.00-1.49x (22 first plans of random scripts, n >= 2048), on grids of one wave or less
     it did not pay (0.90-1.13x at n = 1024): docs/experiments/README.md, "Serial sections beside
     streams"."""
-    stalls = [len(code.spec.calls) > 1 and code.serial_in_loop and fills_gpu(code) for _, code in fitting]
+    stalls = [stalls_streams(code, fills_gpu) for _, code in fitting]
     if any(stalls) and not all(stalls):
         return [ic for ic, stall in zip(fitting, stalls) if not stall]
     return fitting

@@ -20,7 +20,7 @@ from ..ir.program import Program
 from ..library.schema import Library, Variant
 from ..passes import no_timer
 from .legality import (call_set, fallback_lines, fits_at, one_pass_exchanges, why_not_horizontal,
-                       without_fallbacks, without_serial_sections)
+                       stalls_streams, without_fallbacks, without_serial_sections)
 from .ties import DEFAULT_BY, preference, sorted_lazily
 from .space import REFINE_BUILDS, REFINE_TOTAL, SPANS, Implementation, Space, build_space, implementations, refine, stores_of
 
@@ -214,9 +214,9 @@ class PlanSearch:
     def _fills_gpu(self, code: KernelCode) -> bool:
         return self._waves(code) > 1
 
-    def _stalls(self, calls: frozenset[int], codes: list[KernelCode]) -> int:
+    def _stalls(self, codes: list[KernelCode]) -> int:
         """How many of a fusion's kernels ``legality.without_serial_sections`` would leave out."""
-        return sum(len(calls) > 1 and code.serial_in_loop and self._fills_gpu(code) for code in codes)
+        return sum(stalls_streams(code, self._fills_gpu) for code in codes)
 
     def _waves(self, code: KernelCode) -> float:
         """A kernel's grid over the blocks its GPU runs at once (by threads and shared memory)."""
@@ -437,9 +437,8 @@ class PlanSearch:
             impls = self.ranked[f.calls]
             pr = self.space.pruned.get(f.calls, {})
             pr_text = ", ".join(f"{v} {k}" for k, v in pr.items() if v)
-            stalls = self._stalls(f.calls, [code for _, code in self.space.impls.get(f.calls, ())
-                                            if self._fits(code) is None])
-            if stalls and not self._stalls(f.calls, [code for _, _, code in impls]):
+            stalls = self._stalls([code for _, code in self.space.impls.get(f.calls, ()) if self._fits(code) is None])
+            if stalls and not self._stalls([code for _, _, code in impls]):
                 pr_text += (", " if pr_text else "") + (f"{stalls} with a serial section in the loop beside "
                                                         "other calls, on a full GPU (left out)")
             lines.append(f"  fusion {f}: " + "; ".join(self.program.calls[i].text() for i in sorted(f.calls)))
