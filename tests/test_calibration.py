@@ -175,6 +175,40 @@ def test_shipped_calibration_is_used_with_a_notice(tmp_path, lib):
     assert choose_model(lib, "float64", warn=msgs.append) is DEFAULT_MACHINE and "transfer model" in msgs[0]
 
 
+A100 = {"sms": 108, "max_threads_per_sm": 2048, "smem_per_sm": 167936, "smem_optin": 166912,
+        "max_blocks_per_sm": 32, "smem_reserved": 1024}
+
+
+def test_another_gpus_calibration_takes_this_gpus_multiprocessor_facts(tmp_path, lib, monkeypatch):
+    """A borrowed calibration keeps its measured times but plans with the SMs, threads and shared
+    memory of the GPU at hand: the runtime's grids and serial iterations follow them."""
+    from kfuse.runtime import gpu
+    h100 = synthetic(lib, flat(), gpu="NVIDIA H100 80GB HBM3")
+    write_entry(tmp_path / "shipped" / "H100.json", h100)
+    monkeypatch.setattr(gpu, "gpu_name", lambda: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(gpu, "current_device_info", lambda: dict(A100))
+    msgs = []
+    model = choose_model(lib, "float32", warn=msgs.append)
+    assert "using the shipped NVIDIA H100 80GB HBM3 calibration with this GPU's 108 multiprocessors" in msgs[0]
+    assert model.cal.gpu == h100.gpu and model.cal.probes == h100.probes
+    assert {k: model.cal.device[k] for k in A100} == A100
+    assert h100.device["sms"] == 132        # the calibration read from disk is not changed
+    # the search's serial iterations are the A100's launch: two waves of its 108 SMs
+    prog = kfuse.compile(GEMV, dtype="float32", sizes={"A.rows": 8192, "A.cols": 8192}, tuned=False,
+                        calibration=True)
+    code = prog.search.ranked[next(iter(prog.search.ranked))][0][2]
+    got = prog.search._iterations(code)
+    assert got == code.launch.iterations(prog.search.dims, target_blocks(108, 2048, code.launch.threads))
+    assert got != code.launch.iterations(prog.search.dims, target_blocks(132, 2048, code.launch.threads))
+    # the calibration's own GPU, or no GPU: its facts as measured
+    monkeypatch.setattr(gpu, "current_device_info", lambda: None)
+    calibrated._noticed.clear()
+    assert choose_model(lib, "float32", warn=[].append).cal.device == h100.device
+    monkeypatch.setattr(gpu, "gpu_name", lambda: h100.gpu)
+    monkeypatch.setattr(gpu, "current_device_info", lambda: dict(A100))
+    assert choose_model(lib, "float32", warn=[].append).cal.device == h100.device
+
+
 def test_user_library_is_not_covered_by_the_shipped_calibration(tmp_path, lib):
     write_entry(tmp_path / "shipped" / "H100.json", synthetic(lib, flat(), gpu="NVIDIA H100 80GB HBM3"))
     f = scal_function()
@@ -341,7 +375,7 @@ def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_pat
     import kfuse.runtime.timing as timing
     import kfuse.runtime.gpu as gpu
     cp = CuPyStandIn(dtype)
-    for mod in (measure, compiler, timing):
+    for mod in (measure, compiler, timing, gpu):
         monkeypatch.setattr(mod, "cupy", lambda: cp)
     monkeypatch.setattr(gpu, "gpu_name", lambda: "Stand-in GPU")
     monkeypatch.setattr(compiler, "_modules", {})

@@ -205,7 +205,7 @@ def _collector_paused():
 
 
 def _ranking_model(lib: Library, dtype: str, calibration):
-    from .cost.calibrated import CalibratedModel, choose_model
+    from .cost.calibrated import CalibratedModel, choose_model, on_this_gpu
     from .cost.transfer import DEFAULT_MACHINE
     if calibration is False:
         return DEFAULT_MACHINE
@@ -215,7 +215,7 @@ def _ranking_model(lib: Library, dtype: str, calibration):
         from .cost.store import find
         from .runtime.gpu import gpu_name
         exact, other = find(gpu_name(), lib.digest, dtype, paths=[Path(calibration)])
-        found = exact or other
+        found = exact or (other and on_this_gpu(other))
         if found is not None:
             return CalibratedModel(found)
         raise KfuseError(f"{calibration}: no valid calibration for library {lib.digest} ({dtype})")

@@ -25,7 +25,7 @@ from ..errors import CompileError
 from ..library.schema import Library
 from ..runtime.compiler import load_module
 from ..progress import Progress
-from ..runtime.gpu import cupy
+from ..runtime.gpu import cupy, device_info
 from ..runtime.timing import median_us
 from ..cost.calibrated import resident_fraction
 from ..cost.store import Calibration
@@ -34,22 +34,6 @@ from .probes import Env, Probe, barrier_probes, library_probes, probe_module
 CHUNK = 96                  # micro-kernels per NVRTC module
 SIZES = {False: {"n": 8192, "N": 2**25}, True: {"n": 4096, "N": 2**23}}
 REPS = {False: 15, True: 5}
-
-# CUDA device attributes (cudaDeviceAttr values), with H100 values if a query fails
-_ATTRS = {"sms": (16, 132), "max_threads_per_sm": (39, 2048), "smem_per_sm": (81, 233472),
-          "smem_optin": (97, 232448), "max_blocks_per_sm": (106, 32), "smem_reserved": (111, 1024)}
-
-
-def device_info(device: int) -> dict:
-    rt = cupy().cuda.runtime
-    out = {}
-    for key, (attr, default) in _ATTRS.items():
-        try:
-            out[key] = int(rt.deviceGetAttribute(attr, device))
-        except Exception:   # noqa: BLE001 - an old driver without the attribute: the H100 value
-            out[key] = default
-    return out
-
 
 class _Arrays:
     """Global arrays the micro-kernels read and write, shared by all of them."""

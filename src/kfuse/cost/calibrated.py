@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from ..codegen.kernel import KernelCode
@@ -353,6 +354,18 @@ def notice_once(key: tuple, msg: str, warn=None) -> None:
         logging.getLogger("kfuse").warning(msg)
 
 
+def on_this_gpu(cal: Calibration) -> Calibration:
+    """A calibration measured on another GPU, given the multiprocessor facts of the GPU at hand
+    (SMs, threads, blocks and shared memory per SM): the runtime picks grids and serial iterations
+    by them (``gpu.target_blocks``), so the model's occupancy, waves and iterations must be those
+    the kernels will get.  The measured times stay the other GPU's.  Unchanged without a GPU."""
+    from ..runtime.gpu import current_device_info
+    facts = current_device_info()
+    if facts is None or all(cal.device.get(k) == v for k, v in facts.items()):
+        return cal
+    return replace(cal, device={**cal.device, **facts})
+
+
 def choose_model(lib: Library, dtype: str, warn=None):
     """The model that ranks plans: this GPU's calibration for this library and dtype; else a
     shipped (or other) calibration of the library, with a notice; else the transfer model, with a
@@ -365,11 +378,14 @@ def choose_model(lib: Library, dtype: str, warn=None):
         return CalibratedModel(exact)
     where = f"{gpu or 'this machine (no GPU)'}/{lib.digest} ({dtype})"
     if other is not None:
+        here = on_this_gpu(other)
+        facts = (f" with this GPU's {here.device['sms']} multiprocessors (`kfuse calibrate` measures this GPU)"
+                 if here is not other else "")
         notice_once(("other", gpu, lib.digest, dtype, other.key),
-                    f"no calibration for {where}; using the shipped {other.gpu} calibration"
+                    f"no calibration for {where}; using the shipped {other.gpu} calibration{facts}"
                     if Path(other.source).parent == SHIPPED else
-                    f"no calibration for {where}; using the {other.gpu} calibration in {other.source}", warn)
-        return CalibratedModel(other)
+                    f"no calibration for {where}; using the {other.gpu} calibration in {other.source}{facts}", warn)
+        return CalibratedModel(here)
     hint = "run `kfuse calibrate` on a GPU, with --library DIR for your own library"
     notice_once(("transfer", gpu, lib.digest, dtype),
                 f"no calibration for {where}; using the transfer model ({hint})", warn)

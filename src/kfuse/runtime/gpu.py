@@ -50,6 +50,34 @@ def clusters_available() -> bool:
     return _clusters[0]
 
 
+# CUDA device attributes (cudaDeviceAttr values), with H100 values if a query fails
+_ATTRS = {"sms": (16, 132), "max_threads_per_sm": (39, 2048), "smem_per_sm": (81, 233472),
+          "smem_optin": (97, 232448), "max_blocks_per_sm": (106, 32), "smem_reserved": (111, 1024)}
+
+
+def device_info(device: int) -> dict:
+    """A device's multiprocessor facts (the keys of a calibration's ``device``)."""
+    rt = cupy().cuda.runtime
+    out = {}
+    for key, (attr, default) in _ATTRS.items():
+        try:
+            out[key] = int(rt.deviceGetAttribute(attr, device))
+        except Exception:   # noqa: BLE001 - an old driver without the attribute: the H100 value
+            out[key] = default
+    return out
+
+
+def current_device_info() -> dict | None:
+    """The current GPU's multiprocessor facts, or None without CuPy or a GPU."""
+    try:
+        import cupy as cp
+        device = cp.cuda.Device().id
+        cp.cuda.runtime.getDeviceProperties(device)
+    except Exception:   # noqa: BLE001 - no CuPy, no driver or no device
+        return None
+    return device_info(device)
+
+
 _device_limits: dict[int, tuple[int, int]] = {}
 
 
