@@ -181,7 +181,8 @@ A100 = {"sms": 108, "max_threads_per_sm": 2048, "smem_per_sm": 167936, "smem_opt
 
 def test_another_gpus_calibration_takes_this_gpus_multiprocessor_facts(tmp_path, lib, monkeypatch):
     """A borrowed calibration keeps its measured times but plans with the SMs, threads and shared
-    memory of the GPU at hand: the runtime's grids and serial iterations follow them."""
+    memory of the GPU at hand: the runtime's grids and serial iterations follow them.  So does the
+    transfer model."""
     from kfuse.runtime import gpu
     h100 = synthetic(lib, flat(), gpu="NVIDIA H100 80GB HBM3")
     write_entry(tmp_path / "shipped" / "H100.json", h100)
@@ -200,8 +201,22 @@ def test_another_gpus_calibration_takes_this_gpus_multiprocessor_facts(tmp_path,
     got = prog.search._iterations(code)
     assert got == code.launch.iterations(prog.search.dims, target_blocks(108, 2048, code.launch.threads))
     assert got != code.launch.iterations(prog.search.dims, target_blocks(132, 2048, code.launch.threads))
+    # the transfer model (no calibration of the library, or calibration=False): the same facts
+    plain = kfuse.compile(GEMV, dtype="float32", sizes={"A.rows": 8192, "A.cols": 8192}, tuned=False,
+                          calibration=False)
+    assert plain.search.model.sms == 108 and plain.search.model.device["sms"] == 108
+    assert "108 multiprocessors" in plain.search.model.name
+    code = plain.search.ranked[next(iter(plain.search.ranked))][0][2]
+    assert plain.search._iterations(code) == code.launch.iterations(
+        plain.search.dims, target_blocks(108, 2048, code.launch.threads))
+    assert choose_model(lib, "float64", warn=[].append).sms == 108
     # the calibration's own GPU, or no GPU: its facts as measured
     monkeypatch.setattr(gpu, "current_device_info", lambda: None)
+    assert kfuse.compile(GEMV, dtype="float32", sizes={"A.rows": 8192, "A.cols": 8192}, tuned=False,
+                         calibration=False).search.model is DEFAULT_MACHINE
+    from kfuse.cost.transfer import H100_FACTS
+    monkeypatch.setattr(gpu, "current_device_info", lambda: dict(H100_FACTS))
+    assert calibrated.transfer_on_this_gpu() is DEFAULT_MACHINE
     calibrated._noticed.clear()
     assert choose_model(lib, "float32", warn=[].append).cal.device == h100.device
     monkeypatch.setattr(gpu, "gpu_name", lambda: h100.gpu)

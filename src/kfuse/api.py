@@ -205,10 +205,9 @@ def _collector_paused():
 
 
 def _ranking_model(lib: Library, dtype: str, calibration):
-    from .cost.calibrated import CalibratedModel, choose_model, on_this_gpu
-    from .cost.transfer import DEFAULT_MACHINE
+    from .cost.calibrated import CalibratedModel, choose_model, on_this_gpu, transfer_on_this_gpu
     if calibration is False:
-        return DEFAULT_MACHINE
+        return transfer_on_this_gpu()
     if calibration is True or calibration is None:
         return choose_model(lib, dtype)
     if isinstance(calibration, (str, Path)):

@@ -354,16 +354,33 @@ def notice_once(key: tuple, msg: str, warn=None) -> None:
         logging.getLogger("kfuse").warning(msg)
 
 
+def _facts_here(device: dict) -> dict | None:
+    """``device`` with the multiprocessor facts of the GPU at hand, or None without a GPU or where
+    they agree."""
+    from ..runtime.gpu import current_device_info
+    facts = current_device_info()
+    if facts is None or all(device.get(k) == v for k, v in facts.items()):
+        return None
+    return {**device, **facts}
+
+
 def on_this_gpu(cal: Calibration) -> Calibration:
     """A calibration measured on another GPU, given the multiprocessor facts of the GPU at hand
     (SMs, threads, blocks and shared memory per SM): the runtime picks grids and serial iterations
     by them (``gpu.target_blocks``), so the model's occupancy, waves and iterations must be those
     the kernels will get.  The measured times stay the other GPU's.  Unchanged without a GPU."""
-    from ..runtime.gpu import current_device_info
-    facts = current_device_info()
-    if facts is None or all(cal.device.get(k) == v for k, v in facts.items()):
-        return cal
-    return replace(cal, device={**cal.device, **facts})
+    device = _facts_here(cal.device)
+    return cal if device is None else replace(cal, device=device)
+
+
+def transfer_on_this_gpu():
+    """The transfer model with the multiprocessor facts of the GPU at hand (``DEFAULT_MACHINE``,
+    the H100's, without a GPU or on an H100)."""
+    device = _facts_here(DEFAULT_MACHINE.device)
+    if device is None:
+        return DEFAULT_MACHINE
+    return replace(DEFAULT_MACHINE, sms=device["sms"], device=device,
+                   name=f"transfer model (H100 defaults, this GPU's {device['sms']} multiprocessors)")
 
 
 def choose_model(lib: Library, dtype: str, warn=None):
@@ -389,4 +406,4 @@ def choose_model(lib: Library, dtype: str, warn=None):
     hint = "run `kfuse calibrate` on a GPU, with --library DIR for your own library"
     notice_once(("transfer", gpu, lib.digest, dtype),
                 f"no calibration for {where}; using the transfer model ({hint})", warn)
-    return DEFAULT_MACHINE
+    return transfer_on_this_gpu()

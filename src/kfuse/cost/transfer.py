@@ -15,10 +15,14 @@ loop per instance, both fitted to H100 sweeps of BiCGK and GEMVER implementation
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..codegen.kernel import KernelCode, Step
 from ..ir.kernel import MAX_THREADS_PER_SM, target_blocks
+
+
+H100_FACTS = {"sms": 132, "max_threads_per_sm": MAX_THREADS_PER_SM, "max_blocks_per_sm": 32,
+              "smem_per_sm": 233472, "smem_optin": 232448, "smem_reserved": 1024}   # its GPU
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class Machine:
     # docs/experiments/README.md, "One pass over thread-block clusters")
     cluster_strip: float = 2.2e-6
     sms: int = 132                  # multiprocessors (a cluster kernel's resident blocks)
+    # the GPU's multiprocessor facts, as a calibration's ``device`` (the planner's waves and serial
+    # iterations); ``sms`` above is its "sms"
+    device: dict = field(default_factory=lambda: dict(H100_FACTS), compare=False, hash=False)
 
     @property
     def launch_seconds(self) -> float:
@@ -102,7 +109,7 @@ def cluster_stream(code: KernelCode, dims: dict[int, int], seconds: float, machi
         return seconds
     ax = L.cluster_axis
     imbalance = max(1.0, L.cluster * L.axis_extent[ax] / max(1, dims[L.axis_dims[ax]]))
-    strips = L.iterations(dims, target_blocks(machine.sms, MAX_THREADS_PER_SM, L.threads))
+    strips = L.iterations(dims, target_blocks(machine.sms, machine.device["max_threads_per_sm"], L.threads))
     return max(seconds * imbalance, strips * machine.cluster_strip)
 
 

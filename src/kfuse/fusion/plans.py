@@ -12,9 +12,9 @@ from typing import Iterable, Iterator
 
 from ..codegen.kernel import KernelCode
 from ..cost.calibrated import resident_fraction
-from ..cost.transfer import DEFAULT_MACHINE, Machine
+from ..cost.transfer import DEFAULT_MACHINE, H100_FACTS, Machine
 from ..ir.graph import DependencyGraph
-from ..ir.kernel import MAX_THREADS_PER_SM, KernelCall, KernelSpec, target_blocks
+from ..ir.kernel import KernelCall, KernelSpec, target_blocks
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..library.schema import Library, Variant
@@ -30,8 +30,6 @@ DEFAULT_SIZE = 8192     # size the model assumes for a matrix dimension the call
 DEFAULT_VECTOR_SIZE = 2**24   # ... and for a dimension only vectors have
 HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
-H100_FACTS = {"sms": 132, "max_threads_per_sm": MAX_THREADS_PER_SM, "max_blocks_per_sm": 32,   # the launch
-              "smem_per_sm": 233472, "smem_reserved": 1024}                 # policy's GPU when no calibration says
 
 
 
@@ -207,9 +205,15 @@ class PlanSearch:
         GPU (H100 facts for the transfer model).  An unroll beyond them buys nothing and costs
         registers (docs/results/random-report/README.md: at n = 1024, where most kernels run
         one iteration, unroll 1 or 2 measured faster than 4), so ties prefer an unroll that fits."""
-        dev = getattr(getattr(self.model, "cal", None), "device", None) or H100_FACTS
+        dev = self._device()
         L = code.launch
         return L.iterations(self.dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
+
+    def _device(self) -> dict:
+        """The multiprocessor facts of the GPU the plan is for: the calibration's (this GPU's, see
+        ``calibrated.on_this_gpu``) or the transfer model's (H100 without a GPU)."""
+        cal = getattr(self.model, "cal", None)
+        return cal.device if cal is not None else getattr(self.model, "device", None) or H100_FACTS
 
     def _fills_gpu(self, code: KernelCode) -> bool:
         return self._waves(code) > 1
@@ -220,7 +224,7 @@ class PlanSearch:
 
     def _waves(self, code: KernelCode) -> float:
         """A kernel's grid over the blocks its GPU runs at once (by threads and shared memory)."""
-        dev = getattr(getattr(self.model, "cal", None), "device", None) or H100_FACTS
+        dev = self._device()
         L = code.launch
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * self.itemsize)
         return L.grid(self.dims, self._iterations(code)) / (resident * dev["max_threads_per_sm"] / L.threads * dev["sms"])
