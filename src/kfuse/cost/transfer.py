@@ -18,11 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..codegen.kernel import KernelCode, Step
-from ..ir.kernel import MAX_THREADS_PER_SM, target_blocks
-
-
-H100_FACTS = {"sms": 132, "max_threads_per_sm": MAX_THREADS_PER_SM, "max_blocks_per_sm": 32,
-              "smem_per_sm": 233472, "smem_optin": 232448, "smem_reserved": 1024}   # its GPU
+from ..ir.kernel import target_blocks
+from ..runtime.gpu import H100_DEVICE as H100_FACTS
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ def clusters_available() -> bool:
 # CUDA device attributes (cudaDeviceAttr values), with H100 values if a query fails
 _ATTRS = {"sms": (16, 132), "max_threads_per_sm": (39, 2048), "smem_per_sm": (81, 233472),
           "smem_optin": (97, 232448), "max_blocks_per_sm": (106, 32), "smem_reserved": (111, 1024)}
+H100_DEVICE = {key: default for key, (_, default) in _ATTRS.items()}    # the facts of an H100
 
 
 def device_info(device: int) -> dict:
