@@ -105,6 +105,7 @@ class CalibratedModel:
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
+        self.device = cal.device                            # the GPU's multiprocessor facts
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -206,7 +207,7 @@ class CalibratedModel:
         kernels of one frame (their launches share its ``args`` tuple, kept alive with the facts)
         that agree in everything else these read of the launch, at the same ``dims`` (a search's
         sizes, which it does not change) and itemsize: a kernel's unrolled copies."""
-        L, spec, dev = code.launch, code.spec, self.cal.device
+        L, spec, dev = code.launch, code.spec, self.device
         key = (id(L.args), L.threads, L.smem_bytes_per_real, L.ipb, L.span, L.iters, L.loop, id(dims), itemsize)
         got = self._launches.get(key)
         if got is not None and got[0] is L.args and got[1] is dims:
@@ -379,7 +380,7 @@ def transfer_on_this_gpu():
     device = _facts_here(DEFAULT_MACHINE.device)
     if device is None:
         return DEFAULT_MACHINE
-    return replace(DEFAULT_MACHINE, sms=device["sms"], device=device,
+    return replace(DEFAULT_MACHINE, device=device,
                    name=f"transfer model (H100 defaults, this GPU's {device['sms']} multiprocessors)")
 
 

@@ -34,10 +34,14 @@ class Machine:
     # sums through the cluster's shared memories, the cluster barrier; H100: 2.0-2.5 us per strip,
     # docs/experiments/README.md, "One pass over thread-block clusters")
     cluster_strip: float = 2.2e-6
-    sms: int = 132                  # multiprocessors (a cluster kernel's resident blocks)
     # the GPU's multiprocessor facts, as a calibration's ``device`` (the planner's waves and serial
-    # iterations); ``sms`` above is its "sms"
+    # iterations, a cluster kernel's resident blocks)
     device: dict = field(default_factory=lambda: dict(H100_FACTS), compare=False, hash=False)
+
+    @property
+    def sms(self) -> int:
+        """Multiprocessors."""
+        return self.device["sms"]
 
     @property
     def launch_seconds(self) -> float:

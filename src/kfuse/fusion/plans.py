@@ -210,10 +210,9 @@ class PlanSearch:
         return L.iterations(self.dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
 
     def _device(self) -> dict:
-        """The multiprocessor facts of the GPU the plan is for: the calibration's (this GPU's, see
-        ``calibrated.on_this_gpu``) or the transfer model's (H100 without a GPU)."""
-        cal = getattr(self.model, "cal", None)
-        return cal.device if cal is not None else getattr(self.model, "device", None) or H100_FACTS
+        """The multiprocessor facts of the GPU the plan is for, as the model has them (this GPU's:
+        ``calibrated.on_this_gpu``, ``transfer_on_this_gpu``); H100 facts for a model without."""
+        return getattr(self.model, "device", None) or H100_FACTS
 
     def _fills_gpu(self, code: KernelCode) -> bool:
         return self._waves(code) > 1

@@ -70,13 +70,9 @@ def device_info(device: int) -> dict:
 
 def current_device_info() -> dict | None:
     """The current GPU's multiprocessor facts, or None without CuPy or a GPU."""
-    try:
-        import cupy as cp
-        device = cp.cuda.Device().id
-        cp.cuda.runtime.getDeviceProperties(device)
-    except Exception:   # noqa: BLE001 - no CuPy, no driver or no device
+    if not have_gpu():
         return None
-    return device_info(device)
+    return device_info(cupy().cuda.Device().id)
 
 
 _device_limits: dict[int, tuple[int, int]] = {}
