@@ -180,8 +180,7 @@ def test_cg_and_bicg_converge_to_the_solution(n, dtype):
         Ah = A.astype(dtype).astype(np.float64)
         bh = b.astype(dtype).astype(np.float64)
         exact = np.linalg.solve(Ah, bh)
-        x, _, steps = solve(cp.asarray(A, dtype=dtype), cp.asarray(b, dtype=dtype), iterations=300,
-                            tol=tol, check_every=5)
+        x, _, steps = solve(cp.asarray(A, dtype=dtype), cp.asarray(b, dtype=dtype), tol=tol, max_iterations=300)
         x = cp.asnumpy(x).astype(np.float64)
         assert steps < 300, (solve.__name__, "did not converge")
         residual = np.linalg.norm(bh - Ah @ x) / np.linalg.norm(bh)

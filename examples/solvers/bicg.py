@@ -1,7 +1,9 @@
-"""BiCG (biconjugate gradients) for a general square A, written once with @kfuse.jit steps.
+"""BiCG (biconjugate gradients) for a general square A, written once as a Python function.
 
 Each iteration multiplies by A and by A^T: kfuse reads A once for both (the BiCGK kernel) and
-fuses the vector updates; scalars stay on the GPU as 0-d arrays, so the loop never waits for it.
+fuses the vector updates; scalars stay on the GPU as 0-d arrays.  ``bicg`` runs the whole solve
+as one ``kfuse.while_loop`` (one graph launch, one wait at the end); ``bicg_step`` is the
+iteration as a jitted function, for loops written in Python.
 
     PYTHONPATH=src python3 examples/solvers/bicg.py        # a demo on a random system (GPU)
 """
@@ -10,13 +12,12 @@ import kfuse
 
 @kfuse.jit
 def bicg_start(A, b, x):
-    """r = b - A x (the shadow residual starts equal), and r . r."""
+    """r = b - A x (the shadow residual starts equal), r . r and b . b."""
     r = b - A @ x
-    return r, r @ r
+    return r, r @ r, b @ b
 
 
-@kfuse.jit
-def bicg_step(A, x, r, rt, p, pt, rho):
+def bicg_update(A, x, r, rt, p, pt, rho):
     """One BiCG iteration; rho = rt . r from the step before (a 0-d device array)."""
     q = A @ p
     qt = A.T @ pt
@@ -31,19 +32,24 @@ def bicg_step(A, x, r, rt, p, pt, rho):
     return x, r, rt, p, pt, rho_new
 
 
-def bicg(A, b, x=None, iterations=100, tol=None, check_every=10):
-    """Solve A x = b.  Runs ``iterations`` steps; with ``tol``, stops early once ||r|| <= tol ||b||,
-    looked at every ``check_every`` steps (the only host synchronisation).  Returns (x, r,
-    steps taken)."""
+bicg_step = kfuse.jit(bicg_update)
+
+
+def bicg_body(state):
+    """The while loop's step: the state is (A, b . b, x, r, rt, p, pt, rho, r . r)."""
+    A, bb, x, r, rt, p, pt, rho, _ = state
+    x, r, rt, p, pt, rho = bicg_update(A, x, r, rt, p, pt, rho)
+    return A, bb, x, r, rt, p, pt, rho, r @ r
+
+
+def bicg(A, b, x=None, tol=1e-8, max_iterations=1000):
+    """Solve A x = b until ||r|| <= tol ||b|| (or ``max_iterations`` steps, with a
+    ``kfuse.LoopWarning``).  Returns (x, r, steps taken)."""
     x = b * 0 if x is None else x
-    r, rho = bicg_start(A, b, x)
-    rt, p, pt = r, r, r
-    bb = float((b * b).sum()) if tol is not None else 0.0
-    for k in range(1, iterations + 1):
-        x, r, rt, p, pt, rho = bicg_step(A, x, r, rt, p, pt, rho)
-        if tol is not None and k % check_every == 0 and float((r * r).sum()) <= tol * tol * bb:
-            return x, r, k
-    return x, r, iterations
+    r, rr, bb = bicg_start(A, b, x)
+    s = kfuse.while_loop(lambda s: s[8] > tol * tol * s[1], bicg_body, (A, bb, x, r, r, r, r, rr, rr),
+                         max_iterations=max_iterations)
+    return s[2], s[3], s.iterations
 
 
 if __name__ == "__main__":
@@ -53,6 +59,5 @@ if __name__ == "__main__":
     rng = np.random.default_rng(0)
     A = np.eye(n) * 4 + rng.standard_normal((n, n)) / np.sqrt(n)
     b = rng.standard_normal(n)
-    x, r, k = bicg(cp.asarray(A), cp.asarray(b), iterations=200, tol=1e-10)
+    x, r, k = bicg(cp.asarray(A), cp.asarray(b), tol=1e-10)
     print(f"{k} iterations, error {np.linalg.norm(cp.asnumpy(x) - np.linalg.solve(A, b)):.2e}")
-    print(bicg_step.explain())

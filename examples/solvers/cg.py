@@ -1,8 +1,11 @@
-"""Conjugate gradients for a symmetric positive definite A, written once with @kfuse.jit steps.
+"""Conjugate gradients for a symmetric positive definite A, written once as a Python function.
 
-Each iteration is one call: kfuse fuses the step (A p, two dot products, three vector updates)
-into a few kernels, and the scalars (alpha, beta, the residual norm) stay on the GPU as 0-d
-arrays: the loop never waits for the device.  Works on CuPy arrays and torch CUDA tensors alike.
+``cg_update`` is one iteration (A p, two dot products, three vector updates).  kfuse fuses it into
+a few kernels, and the scalars (alpha, beta, r . r) stay on the GPU as 0-d arrays.  ``cg`` runs the
+whole solve on the device: ``kfuse.while_loop`` checks ``r . r > tol^2 b . b`` on the GPU after
+every step, so a solve is one graph launch and one wait, at the end.  ``cg_step`` is the same
+iteration as a jitted function, for loops written in Python.  Works on CuPy arrays and torch CUDA
+tensors alike.
 
     PYTHONPATH=src python3 examples/solvers/cg.py          # a demo on a random SPD system (GPU)
 """
@@ -11,13 +14,12 @@ import kfuse
 
 @kfuse.jit
 def cg_start(A, b, x):
-    """r = b - A x, and r . r."""
+    """r = b - A x, r . r and b . b."""
     r = b - A @ x
-    return r, r @ r
+    return r, r @ r, b @ b
 
 
-@kfuse.jit
-def cg_step(A, x, r, p, rr):
+def cg_update(A, x, r, p, rr):
     """One CG iteration; rr = r . r from the step before (a 0-d device array)."""
     q = A @ p
     alpha = rr / (p @ q)
@@ -28,19 +30,23 @@ def cg_step(A, x, r, p, rr):
     return x, r, p, rr_new
 
 
-def cg(A, b, x=None, iterations=100, tol=None, check_every=10):
-    """Solve A x = b.  Runs ``iterations`` steps; with ``tol``, stops early once ||r|| <= tol ||b||,
-    looked at every ``check_every`` steps (the only host synchronisation).  Returns (x, r . r,
-    steps taken)."""
+cg_step = kfuse.jit(cg_update)
+
+
+def cg_body(state):
+    """The while loop's step: the state is (A, b . b, x, r, p, r . r)."""
+    A, bb, x, r, p, rr = state
+    return (A, bb) + cg_update(A, x, r, p, rr)
+
+
+def cg(A, b, x=None, tol=1e-8, max_iterations=1000):
+    """Solve A x = b until ||r|| <= tol ||b|| (or ``max_iterations`` steps, with a
+    ``kfuse.LoopWarning``).  Returns (x, r . r, steps taken)."""
     x = b * 0 if x is None else x
-    r, rr = cg_start(A, b, x)
-    p = r
-    bb = float((b * b).sum()) if tol is not None else 0.0
-    for k in range(1, iterations + 1):
-        x, r, p, rr = cg_step(A, x, r, p, rr)
-        if tol is not None and k % check_every == 0 and float(rr) <= tol * tol * bb:
-            return x, rr, k
-    return x, rr, iterations
+    r, rr, bb = cg_start(A, b, x)
+    s = kfuse.while_loop(lambda s: s[5] > tol * tol * s[1], cg_body, (A, bb, x, r, r, rr),
+                         max_iterations=max_iterations)
+    return s[2], s[5], s.iterations
 
 
 if __name__ == "__main__":
@@ -51,6 +57,6 @@ if __name__ == "__main__":
     R = rng.standard_normal((n, n))
     A = np.eye(n) * 4 + (R + R.T) / np.sqrt(8 * n)
     b = rng.standard_normal(n)
-    x, rr, k = cg(cp.asarray(A), cp.asarray(b), iterations=200, tol=1e-10)
+    x, rr, k = cg(cp.asarray(A), cp.asarray(b), tol=1e-10)
     print(f"{k} iterations, error {np.linalg.norm(cp.asnumpy(x) - np.linalg.solve(A, b)):.2e}")
-    print(cg_step.explain())
+    print(cg_step.explain() if cg_step.last else "")

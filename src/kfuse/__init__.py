@@ -5,8 +5,10 @@ from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryE
 from .frontend.trace import lib, outer, sqrt
 from .decorator import JitFunction, jit
 from .library.loader import load_library
+from .loops import LoopState, LoopWarning, fori_loop, while_loop
 
 __version__ = "0.1.0"
 __all__ = ["compile", "CompiledScript", "jit", "JitFunction", "lib", "outer", "sqrt", "load_library",
+           "fori_loop", "while_loop", "LoopState", "LoopWarning",
            "KfuseError", "ScriptError", "TraceError", "LibraryError", "FusionError", "CompileError", "LaunchError",
            "__version__"]

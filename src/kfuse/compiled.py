@@ -168,6 +168,12 @@ class CompiledScript:
             total += int(library_expr.evaluate(c.function.flops, scope, "flops"))   # checked, never eval
         return total
 
+    def resolve(self, device_scalars, dims: dict[int, int]) -> "CompiledScript":
+        """The program a call runs: this one with the scalar inputs ``device_scalars`` read by
+        address, planned for the size class of ``dims`` (dimension id -> size).  The runtime's one
+        question to the compiler (``runtime/executor.py``)."""
+        return self.for_device_scalars(device_scalars).for_sizes(dims)
+
     def for_sizes(self, dims: dict[int, int]) -> "CompiledScript":
         """The program planned for the size class of ``dims`` (every size rounded to a power of
         two): this one when the class is the one it was planned for (or it was compiled

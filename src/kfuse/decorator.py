@@ -217,20 +217,7 @@ class JitFunction:
             return entry
         tr = trace(self.fn, specs, self.library)
         lowered = lower(tr)
-        fuse, tuned, calibration, on_strips = self._options
-        try:
-            compiled = compile_script(lowered.script, dtype=dtype.name, library=self.library, fuse=fuse,
-                                      sizes=lowered.sizes, tuned=tuned, calibration=calibration,
-                                      device_scalars=lowered.device_scalars, name=self.fn.__name__,
-                                      vector_on_strips=on_strips)
-        except TraceError:
-            raise
-        except ScriptError as e:
-            site = lowered.sites.get(e.line)
-            if site is None:
-                raise KfuseError(f"{self.fn.__name__}: the traced script is refused ({e}); the script:\n"
-                                 f"{lowered.script}") from None
-            raise TraceError(e.bare, site) from None
+        compiled = compile_lowered(lowered, dtype, self.library, self._options, self.fn.__name__)
         entry = _SHARED[key] = _Entry(compiled, lowered, tr.single, dtype, key)
         return entry
 
@@ -264,6 +251,22 @@ class JitFunction:
         return f"<kfuse.jit {self.fn.__qualname__}: {len(self._entries)} signature(s)>"
 
 
+def compile_lowered(lowered: Lowered, dtype: np.dtype, library: Library, options: tuple, name: str):
+    """The traced script compiled like any script; an error in it names the user's line."""
+    fuse, tuned, calibration, on_strips = options
+    try:
+        return compile_script(lowered.script, dtype=dtype.name, library=library, fuse=fuse,
+                              sizes=lowered.sizes, tuned=tuned, calibration=calibration,
+                              device_scalars=lowered.device_scalars, name=name, vector_on_strips=on_strips)
+    except TraceError:
+        raise
+    except ScriptError as e:
+        site = lowered.sites.get(e.line)
+        if site is None:
+            raise KfuseError(f"{name}: the traced script is refused ({e}); the script:\n{lowered.script}") from None
+        raise TraceError(e.bare, site) from None
+
+
 def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=True, vector_on_strips: bool = False):
     """Decorate a function over CuPy arrays / torch CUDA tensors (vectors, matrices, scalars as
     numbers or 0-d device arrays) to run it as one fused kfuse program.  ``library``: user
@@ -290,12 +293,20 @@ def _code_digest(code) -> str:
     return hashlib.sha256(marshal.dumps(code)).hexdigest()[:16]
 
 
-def _code_key(fn) -> tuple:
-    """The function's bytecode and constants (nested functions included), and the numbers it
-    closes over (constants of the compiled program)."""
-    cells = tuple(_cell(c) for c in (fn.__closure__ or ())
-                  if isinstance(_cell(c), (int, float, str, bool, type(None))))
-    return (_code_digest(fn.__code__), cells)
+def _code_key(fn, depth: int = 0) -> tuple:
+    """The function's bytecode and constants (nested functions included), the numbers it
+    closes over (constants of the compiled program), and the keys of the functions it closes
+    over (a wrapper ``lambda i, s: body(s)`` is a new program for each ``body``)."""
+    cells: list = []
+    for c in fn.__closure__ or ():
+        v = _cell(c)
+        if isinstance(v, (int, float, str, bool, type(None))):
+            cells.append(v)
+        elif isinstance(v, JitFunction):
+            cells.append(_code_key(v.fn, depth + 1) if depth < 8 else id(v))
+        elif callable(v) and hasattr(v, "__code__"):
+            cells.append(_code_key(v, depth + 1) if depth < 8 else id(v))
+    return (_code_digest(fn.__code__), tuple(cells))
 
 
 def _cell(c):

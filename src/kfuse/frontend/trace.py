@@ -429,11 +429,14 @@ def _reference_call(name: str, args: tuple):
     return expr.evaluate(fn.reference, {p.name: a for p, a in zip(fn.inputs, args)}, "reference")
 
 
-def trace(fn, specs: list[ArgSpec], library: Library) -> Trace:
-    """Call ``fn`` on proxies of ``specs`` and collect what it returns."""
+def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
+    """Call ``fn`` on proxies of ``specs`` and collect what it returns.  ``site_of``: the
+    function whose definition errors about the whole function name (default ``fn``; a loop's
+    body when ``fn`` is kfuse's wrapper of it)."""
     tracer = Tracer(library)
-    here = Site(getattr(fn.__code__, "co_filename", "<function>"), fn.__code__.co_firstlineno, 0,
-                linecache.getline(fn.__code__.co_filename, fn.__code__.co_firstlineno).rstrip("\n"))
+    code = (site_of or fn).__code__
+    here = Site(getattr(code, "co_filename", "<function>"), code.co_firstlineno, 0,
+                linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
     args = [Node("arg", {"array": len(s.shape), "dscalar": 0, "scalar": 0}[s.kind], data=s, site=here,
                  shape=s.shape) for s in specs]
     prev = getattr(_state, "tracer", None)

@@ -111,8 +111,9 @@ class Binding:
     """See the module docstring.  ``inputs`` and ``out`` hold adapted arrays (CuPy or torch)
     and numbers."""
 
-    def __init__(self, compiled, inputs: dict, out: dict):
+    def __init__(self, compiled, inputs: dict, out: dict, pdl: bool | None = None):
         prog: Program = compiled.program
+        self._pdl = pdl             # None: where the device has it (launch.pdl_available)
         self.compiled, self.prog = compiled, prog
         self.dtype = dtype = np.dtype(compiled.dtype)
         check_names(prog, inputs, out)
@@ -204,7 +205,7 @@ class Binding:
         compiled, dims, device = self.compiled, self.dims, self.device
         cp = cupy()
         with cp.cuda.Device(device):
-            pdl = pdl_available(device)
+            pdl = pdl_available(device) if self._pdl is None else self._pdl and pdl_available(device)
             orders = launch_orders(compiled, dims, device, pdl)
             functions = compiled.functions(device, orders)
             fill_fn = compiled.fill_function(device, orders) if (self.own_cleared or self.tmp_cleared or any(

@@ -65,11 +65,13 @@ def compile_error(tool: str, log: str, source: str) -> CompileError:
                         + (f"--- around the error ---\n{shown}\n" if shown else "") + f"--- {where}")
 
 
-def load_module(source: str):
-    """Compile (or fetch from the caches) a CUDA module; raises CompileError with the log."""
+def load_module(source: str, relocatable: bool = False):
+    """Compile (or fetch from the caches) a CUDA module; raises CompileError with the log.
+    ``relocatable``: compiled with ``-rdc=true`` and linked with the device runtime library
+    (``libcudadevrt``, for ``cudaGraphSetConditional``)."""
     cp = cupy()
     device = cp.cuda.Device().id
-    opts = options()
+    opts = options() + (("-rdc=true",) if relocatable else ())
     key = (hashlib.sha256(source.encode()).hexdigest(), opts, device)
     mod = _modules.get(key)
     if mod is None:
@@ -78,5 +80,7 @@ def load_module(source: str):
             mod.compile()
         except cp.cuda.compiler.CompileException as e:
             raise compile_error(f"NVRTC (options {' '.join(opts)})", e.get_message(), source) from None
+        except (RuntimeError, OSError) as e:      # e.g. libcudadevrt.a not found for -rdc=true
+            raise CompileError(f"linking the device runtime for {' '.join(opts)} failed: {e}") from None
         _modules[key] = mod
     return mod

@@ -1,7 +1,9 @@
 """The CUDA driver calls kfuse makes itself, through ``ctypes`` (CuPy exposes neither launch
 attributes nor a cheap way to launch with prepared arguments): ``cuLaunchKernelEx`` with the
-programmatic-dependent-launch attribute, stream capture into graphs and graph launches.  Every
-call's result is checked; a failure is a ``LaunchError`` naming the call and the CUDA error."""
+programmatic-dependent-launch attribute, stream capture into graphs, graph launches, and the
+conditional graph nodes (IF, WHILE; drivers of CUDA 12.4 and later) that device loops are built
+of (``runtime/loopgraph.py``).  Every call's result is checked; a failure is a ``LaunchError``
+naming the call and the CUDA error."""
 from __future__ import annotations
 
 import ctypes
@@ -12,6 +14,11 @@ PROGRAMMATIC_STREAM_SERIALIZATION = 6     # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STR
 CAPTURE_MODE_THREAD_LOCAL = 1             # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 STREAM_NON_BLOCKING = 1                   # CU_STREAM_NON_BLOCKING
 CAPTURE_STATUS_NONE = 0                   # CU_STREAM_CAPTURE_STATUS_NONE
+NODE_CONDITIONAL = 13                     # CU_GRAPH_NODE_TYPE_CONDITIONAL
+COND_IF, COND_WHILE = 0, 1                # CU_GRAPH_COND_TYPE_IF / _WHILE
+COND_ASSIGN_DEFAULT = 1                   # CU_GRAPH_COND_ASSIGN_DEFAULT: the default value at every launch
+SET_CAPTURE_DEPENDENCIES = 1              # CU_STREAM_SET_CAPTURE_DEPENDENCIES
+CONDITIONAL_DRIVER = 12040                # the first driver with conditional nodes set from kernels
 
 
 class AttrValue(ctypes.Union):           # CUlaunchAttributeValue: a 64-byte union
@@ -29,6 +36,20 @@ class Config(ctypes.Structure):          # CUlaunchConfig
                 ("attrs", ctypes.POINTER(Attr)), ("numAttrs", ctypes.c_uint)]
 
 
+class CondParams(ctypes.Structure):      # CUDA_CONDITIONAL_NODE_PARAMS
+    _fields_ = [("handle", ctypes.c_ulonglong), ("type", ctypes.c_int), ("size", ctypes.c_uint),
+                ("phGraph_out", ctypes.POINTER(ctypes.c_void_p)), ("ctx", ctypes.c_void_p)]
+
+
+class _NodeUnion(ctypes.Union):
+    _fields_ = [("reserved1", ctypes.c_longlong * 29), ("conditional", CondParams)]
+
+
+class NodeParams(ctypes.Structure):      # CUgraphNodeParams: 256 bytes
+    _fields_ = [("type", ctypes.c_int), ("reserved0", ctypes.c_int * 3), ("u", _NodeUnion),
+                ("reserved2", ctypes.c_longlong)]
+
+
 _P = ctypes.c_void_p
 _SIGNATURES = {
     "cuLaunchKernelEx": [ctypes.POINTER(Config), _P, ctypes.POINTER(_P), _P],
@@ -43,6 +64,19 @@ _SIGNATURES = {
     "cuGraphExecDestroy": [_P],
     "cuStreamSynchronize": [_P],
     "cuOccupancyMaxActiveClusters": [ctypes.POINTER(ctypes.c_int), _P, ctypes.POINTER(Config)],
+    "cuDriverGetVersion": [ctypes.POINTER(ctypes.c_int)],
+    "cuCtxGetCurrent": [ctypes.POINTER(_P)],
+    "cuGraphCreate": [ctypes.POINTER(_P), ctypes.c_uint],
+}
+# calls of newer drivers (CUDA 12.3-12.4): device loops need them, nothing else does
+_OPTIONAL = {
+    "cuStreamBeginCaptureToGraph": [_P, _P, _P, _P, ctypes.c_size_t, ctypes.c_int],
+    "cuStreamGetCaptureInfo_v3": [_P, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_ulonglong),
+                                  ctypes.POINTER(_P), ctypes.POINTER(ctypes.POINTER(_P)), ctypes.POINTER(_P),
+                                  ctypes.POINTER(ctypes.c_size_t)],
+    "cuStreamUpdateCaptureDependencies_v2": [_P, ctypes.POINTER(_P), _P, ctypes.c_size_t, ctypes.c_uint],
+    "cuGraphAddNode_v2": [ctypes.POINTER(_P), _P, _P, _P, ctypes.c_size_t, ctypes.POINTER(NodeParams)],
+    "cuGraphConditionalHandleCreate": [ctypes.POINTER(ctypes.c_ulonglong), _P, _P, ctypes.c_uint, ctypes.c_uint],
 }
 
 _driver: list = []      # [libcuda or None], loaded on first use
@@ -58,6 +92,11 @@ def libcuda():
                 fn = getattr(lib, name)
                 fn.argtypes = argtypes
                 fn.restype = ctypes.c_int
+            for name, argtypes in _OPTIONAL.items():
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.argtypes = argtypes
+                    fn.restype = ctypes.c_int
         except (OSError, AttributeError):
             lib = None
         _driver.append(lib)
@@ -117,24 +156,34 @@ def is_capturing(stream: int) -> bool:
 
 
 class GraphExec:
-    """An instantiated CUDA graph captured from the launches ``record(stream)`` makes."""
+    """An instantiated CUDA graph: captured from the launches ``record(stream)`` makes, or
+    (``GraphExec.of(graph)``) a graph built by hand.  ``captures`` counts the graphs instantiated
+    in this process (the tests check that a loop replays rather than captures)."""
+    captures = 0
 
-    def __init__(self, stream: int, record):
+    def __init__(self, stream: int | None, record=None, graph: _P | None = None):
         lib = libcuda()
         self._lib, self.handle = lib, None
-        check(lib.cuStreamBeginCapture_v2(_P(stream), CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
-        graph = _P()
-        try:
-            record(stream)
-        finally:
-            rc = lib.cuStreamEndCapture(_P(stream), ctypes.byref(graph))
-        check(rc, "cuStreamEndCapture")
+        if graph is None:
+            check(lib.cuStreamBeginCapture_v2(_P(stream), CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture")
+            graph = _P()
+            try:
+                record(stream)
+            finally:
+                rc = lib.cuStreamEndCapture(_P(stream), ctypes.byref(graph))
+            check(rc, "cuStreamEndCapture")
         exec_ = _P()
         try:
             check(lib.cuGraphInstantiateWithFlags(ctypes.byref(exec_), graph, 0), "cuGraphInstantiate")
         finally:
             lib.cuGraphDestroy(graph)
         self.handle = exec_
+        GraphExec.captures += 1
+
+    @classmethod
+    def of(cls, graph: _P) -> "GraphExec":
+        """Instantiate a graph built by hand (the graph itself is destroyed)."""
+        return cls(None, graph=graph)
 
     def launch(self, stream: int) -> None:
         rc = self._lib.cuGraphLaunch(self.handle, stream)
@@ -145,3 +194,71 @@ class GraphExec:
         if self.handle is not None and self.handle.value:
             self._lib.cuGraphExecDestroy(self.handle)
             self.handle = None
+
+
+# -- graphs built by hand: device loops ---------------------------------------------------------------
+def has_conditional_nodes() -> bool:
+    """Whether the driver has conditional graph nodes that kernels set (CUDA 12.4 and later), and
+    every call that builds them."""
+    lib = libcuda()
+    if lib is None:
+        return False
+    version = ctypes.c_int()
+    if lib.cuDriverGetVersion(ctypes.byref(version)) != 0 or version.value < CONDITIONAL_DRIVER:
+        return False
+    return all(hasattr(lib, name) for name in _OPTIONAL)
+
+
+def graph_create() -> _P:
+    g = _P()
+    check(libcuda().cuGraphCreate(ctypes.byref(g), 0), "cuGraphCreate")
+    return g
+
+
+def conditional_handle(graph: _P) -> int:
+    """A conditional handle of ``graph`` whose value is 0 at every launch until a kernel sets it
+    (``cudaGraphSetConditional``)."""
+    lib = libcuda()
+    ctx = _P()
+    check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    h = ctypes.c_ulonglong()
+    check(lib.cuGraphConditionalHandleCreate(ctypes.byref(h), graph, ctx, 0, COND_ASSIGN_DEFAULT),
+          "cuGraphConditionalHandleCreate")
+    return h.value
+
+
+def capture_into(graph: _P, stream: int, record) -> None:
+    """Append the launches ``record(stream)`` makes to ``graph`` (stream capture into an existing
+    graph: the body of a conditional node)."""
+    lib = libcuda()
+    check(lib.cuStreamBeginCaptureToGraph(_P(stream), graph, None, None, 0, CAPTURE_MODE_THREAD_LOCAL),
+          "cuStreamBeginCaptureToGraph")
+    out = _P()
+    try:
+        record(stream)
+    finally:
+        rc = lib.cuStreamEndCapture(_P(stream), ctypes.byref(out))
+    check(rc, "cuStreamEndCapture")
+
+
+def add_conditional(stream: int, handle: int, kind: int) -> _P:
+    """In a stream being captured: a conditional node (``COND_IF`` / ``COND_WHILE``) after what was
+    captured so far, before what is captured next; returns its (empty) body graph."""
+    lib = libcuda()
+    status, ident, graph = ctypes.c_int(), ctypes.c_ulonglong(), _P()
+    deps, edges, n = ctypes.POINTER(_P)(), _P(), ctypes.c_size_t()
+    check(lib.cuStreamGetCaptureInfo_v3(_P(stream), ctypes.byref(status), ctypes.byref(ident), ctypes.byref(graph),
+                                        ctypes.byref(deps), ctypes.byref(edges), ctypes.byref(n)),
+          "cuStreamGetCaptureInfo")
+    ctx = _P()
+    check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    params = NodeParams()
+    params.type = NODE_CONDITIONAL
+    cond = params.u.conditional
+    cond.handle, cond.type, cond.size, cond.ctx = handle, kind, 1, ctx
+    node = _P()
+    check(lib.cuGraphAddNode_v2(ctypes.byref(node), graph, ctypes.cast(deps, _P) if n.value else None, None,
+                                n.value, ctypes.byref(params)), "cuGraphAddNode (conditional)")
+    check(lib.cuStreamUpdateCaptureDependencies_v2(_P(stream), ctypes.byref(node), None, 1,
+                                                   SET_CAPTURE_DEPENDENCIES), "cuStreamUpdateCaptureDependencies")
+    return _P(params.u.conditional.phGraph_out[0])

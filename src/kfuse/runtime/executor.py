@@ -155,9 +155,10 @@ class Executor:
             return None, None, None, False
         return tuple(keys), ptrs, scalars, torch_in
 
-    def _bind(self, inputs: dict, out, key):
+    def _bind(self, inputs: dict, out, key, pdl: bool | None = None):
         """The slow path: every argument adapted and checked, a binding built (and kept when the
-        call had a signature)."""
+        call had a signature).  ``pdl=False``: launches without programmatic dependence (for
+        graphs whose nodes cannot take it)."""
         check_names(self.compiled.program, inputs, out or {})
         adapted, device_scalars = {}, []
         cp = cupy()
@@ -169,11 +170,13 @@ class Executor:
             else:
                 adapted[name] = x if is_scalar else adapt(x, name)
         out_adapted = {n: adapt(x, f"out[{n!r}]") for n, x in (out or {}).items()}
+        # the program for these device scalars checks the arguments and gives the sizes; the
+        # plan for their size class may be another one
         compiled = self.compiled.for_device_scalars(device_scalars)
-        binding = Binding(compiled, adapted, out_adapted)
-        planned = compiled.for_sizes(binding.dims)
-        if planned is not compiled:         # another size class: its own plan
-            binding = Binding(planned, adapted, out_adapted)
+        binding = Binding(compiled, adapted, out_adapted, pdl)
+        planned = self.compiled.resolve(device_scalars, binding.dims)
+        if planned is not compiled:
+            binding = Binding(planned, adapted, out_adapted, pdl)
         binding.graphs = Graphs()
         if key is not None:
             self.bindings[key] = binding

@@ -22,6 +22,7 @@ no-ops then).
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import os
 
@@ -32,7 +33,8 @@ from . import driver
 from .gpu import cupy
 
 _CTYPES = {np.dtype(np.int32): ctypes.c_int, np.dtype(np.int64): ctypes.c_longlong,
-           np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double}
+           np.dtype(np.float32): ctypes.c_float, np.dtype(np.float64): ctypes.c_double,
+           np.dtype(np.uint64): ctypes.c_ulonglong}     # uint64: a conditional graph handle
 
 
 def pdl_available(device: int) -> bool:
@@ -82,6 +84,18 @@ class KernelLaunch:
         self._cfg_ref = ctypes.byref(self._cfg)
         self._handle = driver.handle(function)
         self._call = driver.libcuda().cuLaunchKernelEx
+
+    def independent(self) -> "KernelLaunch":
+        """This launch made the ordinary way, after everything before it in the stream has
+        finished (the same argument block): the first launch of a loop step whose fills moved to
+        the step before (``runtime/loop.py``)."""
+        other = copy.copy(self)
+        c = self._cfg
+        other._cfg = driver.Config(c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ,
+                                   c.sharedMemBytes, None, None, 0)
+        other._cfg_ref = ctypes.byref(other._cfg)
+        other.dependent = False
+        return other
 
     def launch(self, stream: int) -> None:
         self._cfg.hStream = stream

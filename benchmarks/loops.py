@@ -1,0 +1,359 @@
+"""Iterative methods, microseconds per iteration: kfuse's device loops (``kfuse.fori_loop``, and
+``kfuse.while_loop`` for the solvers), kfuse's plain loop (a jitted step fed back from Python), torch
+eager, torch.compile (default, the step fed back), torch.compile mode="reduce-overhead" over
+``--unroll`` steps unrolled into one CUDA graph, and CuPy's ``cupyx.scipy.sparse.linalg.cg``, side
+by side in one run.
+
+Each method is one Python function over operators, run unchanged by every contender and by NumPy
+in float64 (the reference: each contender's final iterate is compared with it after the same
+steps).  Times are CUDA-event medians of ``--reps`` runs of ``--steps`` steps after a warm-up run
+(which also compiles); the device-to-device copy bandwidth is measured in the same run, and
+"A limit" is the matrix traffic of one iteration (the passes over A that a step needs) over it.
+
+    PYTHONPATH=src python3 benchmarks/loops.py out.md
+    PYTHONPATH=src python3 benchmarks/loops.py out.md --sizes 1024 --dtypes float32 --methods cg power
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import kfuse
+
+
+# -- the methods: one step each, over operators ---------------------------------------------------------
+def cg(A, x, r, p, rr):
+    q = A @ p
+    alpha = rr / (p @ q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rr_new = r @ r
+    return A, x, r, r + (rr_new / rr) * p, rr_new
+
+
+def bicg(A, x, r, rt, p, pt, rho):
+    q = A @ p
+    qt = A.T @ pt
+    alpha = rho / (pt @ q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rt = rt - alpha * qt
+    rho_new = rt @ r
+    beta = rho_new / rho
+    return A, x, r, rt, r + beta * p, rt + beta * pt, rho_new
+
+
+def bicgstab(A, x, r, r0, p, rho):
+    v = A @ p
+    alpha = rho / (r0 @ v)
+    s = r - alpha * v
+    t = A @ s
+    omega = (t @ s) / (t @ t)
+    x = x + alpha * p + omega * s
+    r = s - omega * t
+    rho_new = r0 @ r
+    beta = (rho_new / rho) * (alpha / omega)
+    return A, x, r, r0, r + beta * (p - omega * v), rho_new
+
+
+def power(A, x, lam):
+    """Power iteration, normalised; lam is the Rayleigh quotient of the iterate before."""
+    y = A @ x
+    return A, y / kfuse.sqrt(y @ y), x @ y
+
+
+def lsq(A, b, x, eta):
+    """Gradient descent on ||A x - b||^2 / 2."""
+    return A, b, x - eta * (A.T @ (A @ x - b)), eta
+
+
+# (step, passes over A, symmetric A, eigenvalue spread: none reaches rounding in the 30 steps timed)
+METHODS = {"cg": (cg, 1, True, 1e2), "bicg": (bicg, 1, False, 1e2), "bicgstab": (bicgstab, 2, False, 1e4),
+           "power": (power, 1, True, 1e2), "lsq": (lsq, 2, False, 1e2)}
+SOLVERS = {"cg": 4, "bicg": 6, "bicgstab": 5}       # the state entry the while loop's condition reads
+
+
+def problem(method: str, n: int, dtype: str, xp, seed: int = 0):
+    """The matrix and initial state of a method, as ``xp`` arrays (float64 NumPy for the reference)."""
+    spread = METHODS[method][3]
+    rng = np.random.default_rng(seed)
+    R = rng.standard_normal((n, n))
+    if METHODS[method][2]:
+        R = (R + R.T) / np.sqrt(2.0)
+    A = ((spread - 1.0) / 4.0 / np.sqrt(n)) * R + np.eye(n) * (spread + 1.0) / 2.0
+    b = rng.standard_normal(n)
+    A, b = A.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64)
+    z = np.zeros(n)
+    bb = np.array(b @ b)
+    init = {"cg": (A, z, b, b, bb), "bicg": (A, z, b, b, b, b, bb), "bicgstab": (A, z, b, b, b, bb),
+            "power": (A, b / np.sqrt(bb), np.array(0.0)),
+            "lsq": (A, b, z, np.array(1.0 / (1.5 * spread) ** 2))}[method]
+    return tuple(xp(v, dtype) for v in init)
+
+
+def reference(method: str, state, steps: int) -> np.ndarray:
+    step = METHODS[method][0]
+    for _ in range(steps):
+        state = step(*state)
+    return state[1 if method != "lsq" else 2]
+
+
+# -- contenders: each returns a function running ``steps`` steps from a state ------------------------------
+def kfuse_plain(method):
+    jitted = kfuse.jit(METHODS[method][0])
+
+    def run(state, steps):
+        for _ in range(steps):
+            state = jitted(*state)
+        return state
+    return run
+
+
+def kfuse_fori(method):
+    step = METHODS[method][0]
+    return lambda state, steps: kfuse.fori_loop(0, steps, lambda i, s: step(*s), state)
+
+
+def kfuse_while(method):
+    """The condition holds while the step's scalar is a number: ``steps`` steps, checked on the
+    device after each."""
+    step, k = METHODS[method][0], SOLVERS[method]
+
+    def run(state, steps):
+        s = kfuse.while_loop(lambda s: abs(s[k]) >= 0.0, lambda s: step(*s), state, max_iterations=steps)
+        if s.iterations != steps:
+            raise RuntimeError(f"{s.iterations} steps taken, {steps} asked for")
+        return s
+    return run
+
+
+def torch_eager(method):
+    step = METHODS[method][0]
+
+    def run(state, steps):
+        for _ in range(steps):
+            state = step(*state)
+        return state
+    return run
+
+
+def _dynamo():
+    import torch._dynamo
+    for name in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(256, getattr(torch._dynamo.config, name)))
+
+
+def torch_compiled(method):
+    import torch
+    _dynamo()
+    step = torch.compile(METHODS[method][0], dynamic=False, fullgraph=True)
+
+    def run(state, steps):
+        for _ in range(steps):
+            state = step(*state)
+        return state
+    return run
+
+
+def torch_unrolled(method, unroll: int):
+    """torch.compile(mode="reduce-overhead") of ``unroll`` steps in a Python loop: one CUDA graph."""
+    import torch
+    _dynamo()
+    step = METHODS[method][0]
+
+    def unrolled(*state):
+        for _ in range(unroll):
+            state = step(*state)
+        return state
+    compiled = torch.compile(unrolled, mode="reduce-overhead", dynamic=False, fullgraph=True)
+
+    def run(state, steps):
+        assert steps % unroll == 0
+        for _ in range(steps // unroll):
+            torch.compiler.cudagraph_mark_step_begin()
+            state = tuple(v.clone() for v in compiled(*state))      # outputs outlive the next replay
+        return state
+    return run
+
+
+def cupy_cg(method):
+    import cupyx.scipy.sparse.linalg as sla
+
+    def run(state, steps):
+        A, x, r, p, rr = state
+        try:
+            x, _ = sla.cg(A, r, x0=x, rtol=0.0, atol=0.0, maxiter=steps)
+        except TypeError:                   # CuPy before rtol
+            x, _ = sla.cg(A, r, x0=x, tol=0.0, atol=0.0, maxiter=steps)
+        return (A, x)
+    return run
+
+
+# -- timing ------------------------------------------------------------------------------------------------
+def copy_bandwidth(cp) -> float:
+    """Device-to-device copy, bytes read plus written per second (median of 20, 256 MiB)."""
+    a = cp.empty(2**26, np.float32)
+    b = cp.empty_like(a)
+    times = []
+    for _ in range(21):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record()
+        b[...] = a
+        e1.record()
+        e1.synchronize()
+        times.append(cp.cuda.get_elapsed_time(e0, e1) / 1e3)
+    return 2 * a.nbytes / statistics.median(times[1:])
+
+
+def timed(run, state, steps: int, reps: int, events) -> tuple[float, object]:
+    out = run(state, steps)                    # warm-up: compiles, captures
+    times = []
+    for _ in range(reps):
+        e0, e1, sync = events()
+        sync()
+        e0.record()
+        out = run(state, steps)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) * 1e3 / steps)      # us per iteration
+    return statistics.median(times), out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="markdown file to write (a .json beside it)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 16384])
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--unroll", type=int, default=30, help="steps per torch.compile reduce-overhead graph")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--peers", nargs="+", default=["eager", "compile", "unrolled", "cupy"])
+    args = ap.parse_args(argv)
+    import cupy as cp
+    try:
+        import torch
+    except ImportError:
+        torch = None
+
+    def cupy_events():
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+
+        class E:
+            def __init__(self, e):
+                self.e = e
+
+            def record(self):
+                self.e.record()
+
+            def synchronize(self):
+                self.e.synchronize()
+
+            def elapsed_time(self, other):
+                return cp.cuda.get_elapsed_time(self.e, other.e)
+        return E(e0), E(e1), cp.cuda.get_current_stream().synchronize
+
+    def torch_events():
+        return (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
+                torch.cuda.synchronize)
+
+    bandwidth = copy_bandwidth(cp)
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", file=sys.stderr)
+    rows = []
+    for dtype in args.dtypes:
+        for n in args.sizes:
+            for method in args.methods:
+                passes = METHODS[method][1]
+                row = {"method": method, "dtype": dtype, "n": n, "us": {}, "err": {}, "note": {},
+                       "limit": passes * n * n * np.dtype(dtype).itemsize / bandwidth * 1e6}
+                ref = reference(method, problem(method, n, "float64", lambda v, d: np.asarray(v, np.float64)),
+                                args.steps)
+                contenders = [("kfuse device loop", kfuse_fori, "cupy")]
+                if method in SOLVERS:
+                    contenders.append(("kfuse while_loop", kfuse_while, "cupy"))
+                contenders.append(("kfuse plain loop", kfuse_plain, "cupy"))
+                if torch is not None:
+                    if "eager" in args.peers:
+                        contenders.append(("torch eager", torch_eager, "torch"))
+                    if "compile" in args.peers:
+                        contenders.append(("torch.compile", torch_compiled, "torch"))
+                    if "unrolled" in args.peers:
+                        contenders.append((f"torch.compile reduce-overhead x{args.unroll}",
+                                           lambda m: torch_unrolled(m, args.unroll), "torch"))
+                if method == "cg" and "cupy" in args.peers:
+                    contenders.append(("CuPy cg", cupy_cg, "cupy"))
+                for name, make, fw in contenders:
+                    t0 = time.perf_counter()
+                    try:
+                        if fw == "torch":
+                            state = problem(method, n, dtype, lambda v, d: torch.tensor(v, dtype=getattr(torch, d),
+                                                                                        device="cuda"))
+                            us, out = timed(make(method), state, args.steps, args.reps, torch_events)
+                            x = out[1 if method != "lsq" else 2].double().cpu().numpy()
+                        else:
+                            state = problem(method, n, dtype, lambda v, d: cp.asarray(v, dtype=d))
+                            us, out = timed(make(method), state, args.steps, args.reps, cupy_events)
+                            x = cp.asnumpy(out[1 if method != "lsq" else 2]).astype(np.float64)
+                        row["us"][name] = us
+                        row["err"][name] = float(np.max(np.abs(x - ref)) / np.max(np.abs(ref)))
+                    except Exception as e:     # noqa: BLE001 - a contender that fails is reported, not fatal
+                        row["note"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+                    print(f"{method} {dtype} n={n} {name}: "
+                          + (f"{row['us'][name]:.1f} us/it, error {row['err'][name]:.1e}" if name in row["us"]
+                             else row["note"][name]) + f" ({time.perf_counter() - t0:.1f} s)", file=sys.stderr,
+                          flush=True)
+                rows.append(row)
+                cp.get_default_memory_pool().free_all_blocks()
+                if torch is not None:
+                    torch.cuda.empty_cache()
+    Path(args.out).write_text(report(rows, args, cp, torch, bandwidth))
+    Path(args.out).with_suffix(".json").write_text(json.dumps({"bandwidth": bandwidth, "rows": rows}, indent=1))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def report(rows, args, cp, torch, bandwidth) -> str:
+    gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    names: list[str] = []
+    for r in rows:
+        for n in list(r["us"]) + list(r["note"]):
+            if n not in names:
+                names.append(n)
+    peers = [n for n in names if not n.startswith("kfuse") and n != "CuPy cg"]
+    lines = [f"# Iterative methods: microseconds per iteration ({gpu})", "",
+             f"CuPy {cp.__version__}" + (f", torch {torch.__version__}" if torch is not None else "")
+             + f", Python {platform.python_version()}; {args.steps} steps per timed run, median of {args.reps}; "
+             f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; command: `PYTHONPATH=src python3 benchmarks/loops.py "
+             + " ".join(sys.argv[1:]) + "`", "",
+             "µs per iteration (lower is better). \"vs best peer\": the best torch contender's time over kfuse's "
+             "device loop. \"A limit\": the passes over A one iteration needs, over the copy bandwidth. "
+             "\"max error\": the largest relative difference of a contender's final iterate from float64 NumPy "
+             "after the same steps.", ""]
+    head = ["method", "dtype", "n"] + names + ["vs best peer", "A limit", "max error"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        us = r["us"]
+        cells = [r["method"], r["dtype"], str(r["n"])] + [f"{us[n]:.1f}" if n in us else "failed" if n in r["note"]
+                                                        else "-" for n in names]
+        best = min([us[n] for n in peers if n in us], default=None)
+        k = us.get("kfuse device loop")
+        cells.append(f"{best / k:.2f}x" if best and k else "-")
+        cells.append(f"{r['limit']:.1f}")
+        cells.append(f"{max(r['err'].values()):.1e}" if r["err"] else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [f"- {r['method']} {r['dtype']} n={r['n']} {n}: {msg}" for r in rows for n, msg in r["note"].items()]
+    if notes:
+        lines += ["", "Failures:", ""] + notes
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

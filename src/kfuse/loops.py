@@ -1,0 +1,439 @@
+"""Loops on the device: ``kfuse.fori_loop`` and ``kfuse.while_loop``, JAX's signatures, run many
+steps of a traced body from one graph launch.
+
+    def cg_body(s):
+        A, b2, x, r, p, rr = s
+        q = A @ p
+        alpha = rr / (p @ q)
+        x = x + alpha * p
+        r = r - alpha * q
+        rr_new = r @ r
+        return A, b2, x, r, r + (rr_new / rr) * p, rr_new
+
+    s = kfuse.while_loop(lambda s: s[5] > tol * tol * s[1], cg_body, (A, b @ b, x, r, r, rr),
+                         max_iterations=1000)
+    x, steps = s[2], s.iterations
+
+* The state is an array, a 0-d device array, a number, or a tuple, list or named tuple of them.
+  Arrays and device scalars come in as CuPy arrays or torch CUDA tensors; the results are of the
+  same kind, new arrays (the initial state is never written).
+* The body is traced once per state signature and compiled like a ``@kfuse.jit`` function (a
+  jitted body keeps its library and options).  ``fori_loop``'s body takes ``(i, state)``; ``i``
+  is a device scalar of the element type, counted on the device.
+* A state entry the body returns unchanged (the matrix) is read in place.  The others live in
+  two buffer sets that the steps alternate between (``runtime/loopgraph.py``), so a step writes
+  its results where the step after it reads them, with no copy and no allocation.
+* ``fori_loop`` launches graphs of many steps and returns at once (nothing waits for the GPU).
+* ``while_loop``'s ``cond`` is traced too, over the state's device scalars: comparisons,
+  ``+ - * /``, ``abs``, ``kfuse.sqrt``, ``&``, ``|``, ``~`` and numbers (the numbers are passed
+  at each run: a new tolerance is no new graph).  The whole loop is one graph of conditional
+  nodes, evaluated on the device after every step; the host waits once, at the end, for the
+  step count.  ``max_iterations`` bounds it: a loop that reaches it warns (``LoopWarning``) and
+  its result says so (``LoopState.converged``).  Drivers older than CUDA 12.4 have no
+  conditional nodes: the loop is then checked from the host every ``runtime.loop.HOST_CHECK`` steps, and the
+  state may be up to that many steps past the one that ended it (the step count is exact).
+
+Graphs are made once per state signature, stream and invariant arrays, and replayed: a second
+solve with another right-hand side and tolerance captures nothing.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .decorator import JitFunction, _code_key, _dtype, compile_lowered
+from .errors import KfuseError, TraceError
+from .frontend.lower import lower
+from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, trace, user_site
+from .library.loader import load_library
+
+INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
+
+
+class LoopWarning(UserWarning):
+    """A while loop stopped at ``max_iterations`` with its condition still true."""
+
+
+class LoopState(tuple):
+    """The final state of ``while_loop`` given as a tuple: that tuple, with ``iterations`` (steps
+    taken) and ``converged`` (the condition turned false within ``max_iterations``)."""
+    iterations: int
+    converged: bool
+
+
+# -- the user's state: leaves and structure ---------------------------------------------------------
+def _flatten(state) -> tuple[list, Any]:
+    if isinstance(state, (tuple, list)):
+        return list(state), type(state)
+    return [state], None
+
+
+def _rebuild(kind, leaves: list):
+    if kind is None:
+        return leaves[0]
+    if kind is tuple or kind is list:
+        return kind(leaves)
+    return kind(*leaves)          # a named tuple
+
+
+def _site(fn) -> Site:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return user_site()
+    import linecache
+    return Site(code.co_filename, code.co_firstlineno, 0, linecache.getline(code.co_filename,
+                                                                           code.co_firstlineno).rstrip("\n"))
+
+
+def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
+    """What tracing knows of each state entry, and the element type (errors at the user's line)."""
+    if not leaves:
+        raise TraceError(f"{what}: the state is empty; a loop carries at least one array", user_site())
+    specs, dtypes = [], {}
+    for k, x in enumerate(leaves):
+        name = f"state{k}"
+        if isinstance(x, Proxy):
+            raise TraceError(f"{what} runs from Python, not inside a @kfuse.jit function (call it on arrays)",
+                             user_site())
+        if isinstance(x, bool) or x is None or isinstance(x, (str, bytes)):
+            raise TraceError(f"{what}: state entry {k} is a {type(x).__name__}; a loop carries arrays, 0-d "
+                             "device arrays and numbers", user_site())
+        if isinstance(x, (int, float, np.generic)):
+            specs.append(ArgSpec(name, "dscalar"))
+            continue
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            raise TraceError(f"{what}: state entry {k} is a {type(x).__name__}; a loop carries arrays, 0-d "
+                             "device arrays and numbers", user_site())
+        shape = tuple(int(n) for n in x.shape)
+        if len(shape) > 2:
+            raise TraceError(f"{what}: state entry {k} has rank {len(shape)}; kfuse works on scalars, vectors "
+                             "and matrices", user_site())
+        dt = _dtype(x.dtype)
+        if dt not in (np.float32, np.float64):
+            raise TraceError(f"{what}: state entry {k} has dtype {dt}; kfuse runs float32 or float64", user_site())
+        dtypes[k] = dt
+        specs.append(ArgSpec(name, "array" if shape else "dscalar", shape))
+    if not any(s.kind == "array" for s in specs):
+        raise TraceError(f"{what}: the state holds no vector or matrix; nothing fixes the sizes or the device",
+                         user_site())
+    if len(set(dtypes.values())) > 1:
+        listed = ", ".join(f"entry {k} is {d}" for k, d in dtypes.items())
+        raise TraceError(f"{what}: mixed dtypes in the state ({listed}); a loop runs in one element type",
+                         user_site())
+    return specs, next(iter(dtypes.values()))
+
+
+# -- the traced body ------------------------------------------------------------------------------------
+class _Body:
+    """A loop body traced and compiled for one state signature, and how each state entry of the
+    next step is made from the program's outputs:
+
+    ``sources[j]``: ("keep",) read in place | ("out", k) the program writes it |
+    ("copy", src) copied from an entry of the step before or from output k (src ("leaf", j'),
+    ("index",), ("out", k)) | ("tail", t) computed by the scalar kernel (expression ``tails[t]``)."""
+
+    def __init__(self, fn, indexed: bool, kind, specs: list[ArgSpec], dtype: np.dtype, library, options,
+                 what: str):
+        n = len(specs)
+        self.n, self.dtype, self.kind = n, dtype, kind
+        offset = 1 if indexed else 0
+
+        def step(*args):
+            state = _rebuild(kind, list(args[offset:]))
+            out = fn(args[0], state) if indexed else fn(state)
+            leaves, got = _flatten(out)
+            if (got is None) != (kind is None) or len(leaves) != n:
+                have = "one value" if got is None else f"{len(leaves)} values"
+                want = "one value" if kind is None else f"{n} values"
+                raise TraceError(f"{what}: the body returns {have}; the state has {want} (a loop's state keeps "
+                                 "its structure)", _site(fn))
+            return tuple(leaves)
+        step.__name__ = getattr(fn, "__name__", "body")
+        all_specs = ([ArgSpec("i", "dscalar")] if indexed else []) + list(specs)
+        tr = trace(step, all_specs, library, site_of=fn)
+        for j, (res, spec) in enumerate(zip(tr.results, specs)):
+            rank = len(spec.shape)
+            if res.rank != rank or (rank and res.shape and any(a and a != b for a, b in zip(res.shape, spec.shape))):
+                got = f"a {RANK_WORDS[res.rank]}" + (f" of shape {res.shape}" if res.rank else "")
+                raise TraceError(f"{what}: the body returns {got} as state entry {j}, which came in as a "
+                                 f"{RANK_WORDS[rank]}" + (f" of shape {spec.shape}" if rank else "")
+                                 + " (a loop's state keeps its shapes)", res.site)
+        self.lowered = lowered = lower(tr)
+        self.compiled = compile_lowered(lowered, dtype, library, options, step.__name__)
+
+        def arg(a: int) -> tuple:
+            return ("index",) if indexed and a == 0 else ("leaf", a - offset)
+        self.inputs = {name: arg(a) for name, a in lowered.inputs}      # program input -> where it is read
+        self.out_leaf: dict[int, int] = {}       # output k -> the state entry it is written into
+        self.sources: list[tuple] = []
+        self.tails: list[tuple] = []             # expressions over ("leaf", m): where tail_reads[m] is
+        self.tail_reads: list[tuple] = []
+        for j, r in enumerate(lowered.returns):
+            if r[0] == "arg":
+                src = arg(r[1])
+                self.sources.append(("keep",) if src == ("leaf", j) else ("copy", src))
+            elif r[0] == "out":
+                if r[1] in self.out_leaf:
+                    self.sources.append(("copy", ("out", r[1])))
+                else:
+                    self.out_leaf[r[1]] = j
+                    self.sources.append(("out", r[1]))
+            else:
+                self.tails.append(_expression(r[1], lowered.leaves, arg, self.tail_reads))
+                self.sources.append(("tail", len(self.tails) - 1))
+        self.hidden = [k for k in range(len(lowered.outputs)) if k not in self.out_leaf]
+        self.indexed = any(src == ("index",) for src in self.inputs.values()) or any(
+            s == ("copy", ("index",)) for s in self.sources) or ("index",) in self.tail_reads
+        self.instances: OrderedDict = OrderedDict()
+
+
+def _expression(node, leaves: dict, arg, reads: list) -> tuple:
+    """A lowered scalar result (``frontend/trace.Node``: lit, bin, neg, sqrt over leaves) as an
+    expression of ``runtime/control.py``; ``reads`` collects where its leaves are read."""
+    done: dict[int, tuple] = {}
+    stack = [(node, False)]
+    while stack:
+        n, ready = stack.pop()
+        if id(n) in leaves:
+            where, k = leaves[id(n)]
+            src = ("out", k) if where == "out" else arg(k)
+            if src not in reads:
+                reads.append(src)
+            done[id(n)] = ("leaf", reads.index(src))
+        elif n.kind == "lit":
+            done[id(n)] = ("num", float(n.data))
+        elif not ready:
+            stack.append((n, True))
+            stack.extend((a, False) for a in n.args)
+        else:
+            a = [done[id(x)] for x in n.args]
+            done[id(n)] = (n.data, a[0], a[1]) if n.kind == "bin" else (n.kind, a[0])
+    return done[id(node)]
+
+
+_BODIES: dict = {}
+
+
+def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
+    """The traced body for this state (made once per signature) and the state's entries."""
+    leaves, kind = _flatten(init)
+    specs, dtype = _specs(leaves, what)
+    if isinstance(fn, JitFunction):
+        library, options, fn = fn.library, fn._options, fn.fn
+    else:
+        if not callable(fn) or not hasattr(fn, "__code__"):
+            raise TraceError(f"{what}: the body must be a Python function, got {type(fn).__name__}", user_site())
+        library, options = _shipped(), (True, True, True, False)
+    key = (what, _code_key(fn), library.digest, dtype.name, indexed, kind,
+           tuple((s.kind, len(s.shape)) for s in specs), repr(options))
+    body = _BODIES.get(key)
+    if body is None:
+        body = _BODIES[key] = _Body(fn, indexed, kind, specs, dtype, library, options, what)
+    return body, leaves
+
+
+_LIBRARY: list = []
+
+
+def _shipped():
+    if not _LIBRARY:
+        _LIBRARY.append(load_library())
+    return _LIBRARY[0]
+
+
+# -- the traced condition -------------------------------------------------------------------------------
+class _Cond:
+    """A state entry, or arithmetic and comparisons of them, inside a while loop's ``cond``."""
+    __slots__ = ("e", "rank", "logical")
+
+    def __init__(self, e: tuple, rank: int = 0, logical: bool = False):
+        self.e, self.rank, self.logical = e, rank, logical
+
+    def _num(self, what: str) -> tuple:
+        if self.rank:
+            raise TraceError(f"{what} of a {RANK_WORDS[self.rank]} state entry in a while loop's cond: the "
+                             "condition reads device scalars; compute the scalar it needs (a norm, a dot "
+                             "product) in the body and carry it in the state", user_site())
+        if self.logical:
+            raise TraceError(f"{what} of a comparison in a while loop's cond: combine comparisons with "
+                             "& | ~", user_site())
+        return self.e
+
+
+def _operand(x, what: str) -> tuple:
+    if isinstance(x, _Cond):
+        return x._num(what)
+    if isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(x, bool):
+        consts = _cond_state.consts
+        consts.append(float(x))
+        return ("const", len(consts) - 1)
+    raise TraceError(f"{what}: a while loop's cond combines state scalars with numbers, not with a "
+                     f"{type(x).__name__}", user_site())
+
+
+class _CondState:
+    consts: list = []
+
+
+_cond_state = _CondState()
+
+
+def _arith(op: str):
+    def f(self, o):
+        return _Cond((op, self._num(op), _operand(o, op)))
+
+    def r(self, o):
+        return _Cond((op, _operand(o, op), self._num(op)))
+    return f, r
+
+
+def _compare(op: str):
+    def f(self, o):
+        return _Cond((op, self._num(op), _operand(o, op)), logical=True)
+    return f
+
+
+def _logic(op: str, word: str):
+    def f(self, o):
+        if not (isinstance(o, _Cond) and o.logical and self.logical):
+            raise TraceError(f"{word} in a while loop's cond combines comparisons (write (a > b) {word} "
+                             "(c < d))", user_site())
+        return _Cond((op, self.e, o.e), logical=True)
+    return f
+
+
+for _op in ("+", "-", "*", "/"):
+    _name = {"+": "add", "-": "sub", "*": "mul", "/": "truediv"}[_op]
+    _f, _r = _arith(_op)
+    setattr(_Cond, f"__{_name}__", _f)
+    setattr(_Cond, f"__r{_name}__", _r)
+for _op, _name in (("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"), ("==", "eq"), ("!=", "ne")):
+    setattr(_Cond, f"__{_name}__", _compare(_op))
+_Cond.__and__ = _logic("and", "&")
+_Cond.__or__ = _logic("or", "|")
+_Cond.__hash__ = object.__hash__
+
+
+def _cond_neg(self):
+    return _Cond(("neg", self._num("-")))
+
+
+def _cond_abs(self):
+    return _Cond(("abs", self._num("abs()")))
+
+
+def _cond_pow(self, o):
+    if o == 0.5:
+        return _Cond(("sqrt", self._num("**")))
+    if o == 2:
+        e = self._num("**")
+        return _Cond(("*", e, e))
+    raise TraceError("** in a while loop's cond: only s ** 0.5 and s ** 2", user_site())
+
+
+def _cond_invert(self):
+    if not self.logical:
+        raise TraceError("~ in a while loop's cond negates a comparison", user_site())
+    return _Cond(("not", self.e), logical=True)
+
+
+def _cond_bool(self):
+    raise TraceError("a while loop's cond is traced once and evaluated on the device: Python's if, and, or "
+                     "and not cannot read it; combine comparisons with & | ~", user_site())
+
+
+_Cond.__neg__ = _cond_neg
+_Cond.__abs__ = _cond_abs
+_Cond.__pow__ = _cond_pow
+_Cond.__invert__ = _cond_invert
+_Cond.__bool__ = _cond_bool
+
+
+def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:
+    """``cond`` traced over the state: its expression (leaves are state entries) and numbers."""
+    if not callable(cond):
+        raise TraceError(f"while_loop: cond must be a function of the state, got {type(cond).__name__}", user_site())
+    _cond_state.consts = []
+    values = [_Cond(("leaf", j), len(s.shape)) for j, s in enumerate(specs)]
+    try:
+        out = cond(_rebuild(kind, values))
+    except KfuseError:
+        raise
+    except Exception as e:      # noqa: BLE001 - the user's own Python failed while tracing: say where
+        raise TraceError(f"{type(e).__name__} while tracing the while loop's cond: {e}", _site(cond)) from None
+    if isinstance(out, (bool, np.bool_)):
+        raise TraceError("while_loop: cond returns a Python bool, which does not depend on the state on the "
+                         "device; it must compare state scalars (e.g. s[3] > tol)", _site(cond))
+    if not isinstance(out, _Cond):
+        raise TraceError(f"while_loop: cond returns a {type(out).__name__}; it must compare state scalars "
+                         "(e.g. s[3] > tol)", _site(cond))
+    if not out.logical:
+        raise TraceError("while_loop: cond returns a number, not a comparison (write s > 0, not s)", _site(cond))
+    return out.e, list(_cond_state.consts)
+
+
+# -- running ------------------------------------------------------------------------------------------
+def fori_loop(lower: int, upper: int, body_fun, init_val):
+    """Run ``state = body_fun(i, state)`` for ``i`` from ``lower`` to ``upper - 1`` on the GPU, as
+    graphs of many steps; returns the final state (nothing waits for the GPU)."""
+    for name, v in (("lower", lower), ("upper", upper)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TraceError(f"fori_loop: {name} must be an int, got {type(v).__name__}", user_site())
+    body, leaves = _body(body_fun, True, init_val, "fori_loop")
+    inst = _instance(body, leaves, None)
+    steps = int(upper) - int(lower)
+    inst.start(leaves, index=float(lower))
+    if steps > 0:
+        inst.run_counted(steps)
+    return _rebuild(body.kind, inst.finish(steps % 2 if steps > 0 else 0, leaves))
+
+
+def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
+    """Run ``state = body_fun(state)`` while ``cond_fun(state)`` holds (checked before every step,
+    on the device), at most ``max_iterations`` steps (default: 2^31 - 1); returns the final
+    state, a ``LoopState`` when it is a tuple (``iterations``, ``converged``).  The host waits
+    once, at the end."""
+    if max_iterations is None:
+        max_iterations = 2**31 - 1
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or not (
+            0 <= max_iterations < 2**31):
+        raise KfuseError(f"while_loop: max_iterations must be an int from 0 to 2^31 - 1, got {max_iterations!r}")
+    body, leaves = _body(body_fun, False, init_val, "while_loop")
+    specs, _ = _specs(leaves, "while_loop")
+    pred, consts = _predicate(cond_fun, specs, body.kind)
+    inst = _instance(body, leaves, pred)
+    inst.start(leaves, consts=consts, most=int(max_iterations))
+    steps, parity, converged = inst.run_while()
+    if not converged:
+        warnings.warn(f"while_loop stopped at max_iterations={max_iterations} with its condition still true",
+                      LoopWarning, stacklevel=2)
+    result = _rebuild(body.kind, inst.finish(parity, leaves))
+    if isinstance(result, tuple):
+        result = LoopState(result)
+        result.iterations, result.converged = steps, converged
+    return result
+
+
+def _instance(body: _Body, leaves: list, pred):
+    from .runtime.loop import Instance
+    key = Instance.key(body, leaves, pred)
+    inst = body.instances.get(key)
+    if inst is None:
+        inst = Instance(body, leaves, pred)
+        body.instances[key] = inst
+        if len(body.instances) > INSTANCES:
+            body.instances.popitem(last=False)
+    body.instances.move_to_end(key)
+    return inst
+
+
+def loop_api_available() -> bool:
+    """Whether while loops run as one graph here (conditional nodes); else host-checked."""
+    from .runtime.driver import has_conditional_nodes
+    return has_conditional_nodes()
+
+
+__all__ = ["fori_loop", "while_loop", "LoopState", "LoopWarning"]

@@ -1,0 +1,153 @@
+"""Device loops on the CPU: what is refused while tracing a body or a condition (each error at the
+user's line, never a traceback), how a body's state maps onto its program, and the loop control
+module built by nvcc (relocatable, as NVRTC builds it)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kfuse
+from kfuse import loops
+from kfuse.runtime.control import c_expr, control_source
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+N = 37
+A = np.zeros((N, N), np.float32)
+V = np.zeros(N, np.float32)
+Z = np.zeros((), np.float32)
+
+
+def _cg_state():
+    return (A, Z, V, V, V, Z)
+
+
+def _specs():
+    return loops._specs(list(_cg_state()), "while_loop")[0]
+
+
+def test_cg_body_maps_its_state_onto_one_program():
+    import cg
+    body, leaves = loops._body(cg.cg_body, False, _cg_state(), "while_loop")
+    assert body.sources == [("keep",), ("keep",), ("out", 0), ("out", 1), ("out", 2), ("out", 3)]
+    assert not body.tails and not body.hidden and not body.indexed
+    assert len(leaves) == 6
+    again, _ = loops._body(cg.cg_body, False, _cg_state(), "while_loop")
+    assert again is body            # traced once per signature
+
+
+def test_entries_passed_on_computed_and_the_counter():
+    def body(i, s):
+        x, y, c = s
+        return y, x + i * y, (x @ y) / 2 + kfuse.sqrt(c * c)
+    b, _ = loops._body(body, True, (V, V, 1.5), "fori_loop")
+    assert b.sources[0] == ("copy", ("leaf", 1)) and b.sources[2] == ("tail", 0)
+    assert b.indexed and b.hidden == [1]
+    assert ("out", 1) in b.tail_reads and ("leaf", 2) in b.tail_reads
+
+
+def test_wrapper_bodies_of_different_functions_are_different_programs():
+    def make(f):
+        return lambda i, s: f(s)
+    b1, _ = loops._body(make(lambda s: (s[0] + s[0],)), True, (V,), "fori_loop")
+    b2, _ = loops._body(make(lambda s: (s[0] - s[0] * 2,)), True, (V,), "fori_loop")
+    assert b1 is not b2 and b1.lowered.script != b2.lowered.script
+
+
+@pytest.mark.parametrize("cond, message", [
+    (lambda s: s[2] > 1, "vector state entry"),
+    (lambda s: s[5], "not a comparison"),
+    (lambda s: True, "Python bool"),
+    (lambda s: (s[5] > 1) and (s[5] < 2), "Python's if, and, or"),
+    (lambda s: s[5] > "x", "not with a str"),
+    (lambda s: (s[5] > 1) & 3, "combines comparisons"),
+    (lambda s: s[9] > 1, "IndexError while tracing"),
+])
+def test_bad_conditions_are_trace_errors_at_the_users_line(cond, message):
+    with pytest.raises(kfuse.TraceError, match=message) as e:
+        loops._predicate(cond, _specs(), tuple)
+    assert "test_loops.py" in str(e.value)
+
+
+def test_condition_numbers_are_passed_not_compiled():
+    tol = 1e-6
+    e1, c1 = loops._predicate(lambda s: s[5] > tol * tol * s[1], _specs(), tuple)
+    tol = 1e-3
+    e2, c2 = loops._predicate(lambda s: s[5] > tol * tol * s[1], _specs(), tuple)
+    assert e1 == e2 and c1 != c2
+    assert "cst[0]" in c_expr(e1)
+
+
+def _shrinks(s):
+    return s[:5]
+
+
+def _reshapes(s):
+    A, bb, x, r, p, rr = s
+    return A, bb, x, r, p, x
+
+
+def _branches(s):
+    A, bb, x, r, p, rr = s
+    if rr > 0:
+        x = x + p
+    return A, bb, x, r, p, rr
+
+
+@pytest.mark.parametrize("body, message", [
+    (_shrinks, "returns 5 values; the state has 6"),
+    (_reshapes, "returns a vector of shape .* as state entry 5, which came in as a scalar"),
+    (_branches, "a comparison of a traced value"),
+])
+def test_bad_bodies_are_trace_errors_at_the_users_line(body, message):
+    with pytest.raises(kfuse.TraceError, match=message) as e:
+        kfuse.while_loop(lambda s: s[5] > 0, body, _cg_state())
+    assert "test_loops.py" in str(e.value)
+
+
+def test_bad_states_and_bounds():
+    with pytest.raises(kfuse.TraceError, match="mixed dtypes"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (V, V.astype(np.float64)))
+    with pytest.raises(kfuse.TraceError, match="empty"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, ())
+    with pytest.raises(kfuse.TraceError, match="no vector or matrix"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (1.0, Z))
+    with pytest.raises(kfuse.TraceError, match="upper must be an int"):
+        kfuse.fori_loop(0, 2.5, lambda i, s: s, (V,))
+    with pytest.raises(kfuse.TraceError, match="state entry 1 is a str"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (V, "x"))
+    with pytest.raises(kfuse.KfuseError, match="max_iterations"):
+        kfuse.while_loop(lambda s: s[0] > 0, lambda s: s, (Z, V), max_iterations=-1)
+
+    @kfuse.jit
+    def inside(x):
+        return kfuse.fori_loop(0, 2, lambda i, s: s, (x,))
+    with pytest.raises(kfuse.TraceError, match="runs from Python"):
+        inside.trace(V)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_control_module_builds_with_nvcc(dtype, nvcc, tmp_path):
+    pred = ("and", (">", ("leaf", 5), ("*", ("const", 0), ("leaf", 1))), ("not", ("<", ("leaf", 5), ("const", 1))))
+    tails = [("+", ("/", ("leaf", 0), ("num", 2.0)), ("sqrt", ("abs", ("leaf", 1))))]
+    for k, (src, rdc) in enumerate([(control_source(dtype, tails, pred), True),
+                                    (control_source(dtype, tails, pred, conditional=False), False),
+                                    (control_source(dtype, tails), False)]):
+        cu = tmp_path / f"control{k}.cu"
+        cu.write_text(src)
+        cmd = [nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / f"control{k}.cubin"), str(cu)]
+        if rdc:
+            cmd.insert(2, "-rdc=true")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert ("cudaGraphSetConditional" in src) == rdc
+    assert "kf_loop_first" in control_source(dtype, (), pred) and "kf_scalars" not in control_source(dtype, (), pred)
+
+
+def test_long_expressions_need_no_recursion():
+    e = ("leaf", 0)
+    for _ in range(5000):
+        e = ("+", e, ("num", 1.0))
+    assert c_expr(e).count("+") == 5000
