@@ -150,7 +150,7 @@ def test_device_scalar_results_feed_the_next_call(dtype):
     A = np.eye(n) * 4 + (R + R.T) / np.sqrt(8 * n)
     b = rng.standard_normal(n)
     Ad, bd = cp.asarray(A, dtype=dtype), cp.asarray(b, dtype=dtype)
-    r, rr = cg.cg_start(Ad, bd, bd * 0)
+    r, rr, _ = cg.cg_start(Ad, bd, bd * 0)
     assert isinstance(rr, cp.ndarray) and rr.shape == ()
     out1 = cg.cg_step(Ad, bd * 0, r, r, rr)
     out2 = [cg.cg_step(Ad, bd * 0, r, r, rr) for _ in range(3)][-1]

@@ -41,25 +41,41 @@ _NUMBER = "number"
 
 class _Entry:
     """One signature's compiled program and how its results map onto the function's."""
-    __slots__ = ("compiled", "inputs", "lowered", "direct", "single", "dtype", "key")
+    __slots__ = ("compiled", "inputs", "lowered", "direct", "single", "dtype", "key", "tail")
 
     def __init__(self, compiled, lowered: Lowered, single: bool, dtype: np.dtype, key):
         self.compiled, self.lowered, self.single, self.dtype, self.key = compiled, lowered, single, dtype, key
         self.inputs = lowered.inputs
         outs = [("out", k) for k in range(len(lowered.outputs))]
         self.direct = lowered.returns == outs and (len(outs) == 1) == single
+        self.tail = None        # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)
+        computed = self._scalars(outs, args)
         items = []
         for r in self.lowered.returns:
             if r[0] == "out":
                 items.append(outs[r[1]])
             elif r[0] == "arg":
                 items.append(args[r[1]])
+            elif computed is not None:
+                items.append(computed.pop(0))
             else:
                 items.append(self._scalar(r[1], outs, args))
         return items[0] if self.single else tuple(items)
+
+    def _scalars(self, outs, args) -> list | None:
+        """Every scalar arithmetic result, computed on the device by one small kernel launch on
+        the caller's stream; None where there is none, or one reads a number given as a Python
+        scalar (the framework computes those)."""
+        exprs = [r[1] for r in self.lowered.returns if r[0] == "expr"]
+        if not exprs:
+            return None
+        if self.tail is None:
+            from .runtime.control import ScalarTail
+            self.tail = ScalarTail(self.dtype, exprs, self.lowered.leaves)
+        return self.tail(outs, args)
 
     def _scalar(self, node, outs, args):
         """Scalar arithmetic returned as a result: evaluated with the caller's framework on the

@@ -26,12 +26,14 @@ steps of a traced body from one graph launch.
 * ``fori_loop`` launches graphs of many steps and returns at once (nothing waits for the GPU).
 * ``while_loop``'s ``cond`` is traced too, over the state's device scalars: comparisons,
   ``+ - * /``, ``abs``, ``kfuse.sqrt``, ``&``, ``|``, ``~`` and numbers (the numbers are passed
-  at each run: a new tolerance is no new graph).  The whole loop is one graph of conditional
-  nodes, evaluated on the device after every step; the host waits once, at the end, for the
-  step count.  ``max_iterations`` bounds it: a loop that reaches it warns (``LoopWarning``) and
-  its result says so (``LoopState.converged``).  Drivers older than CUDA 12.4 have no
-  conditional nodes: the loop is then checked from the host every ``runtime.loop.HOST_CHECK`` steps, and the
-  state may be up to that many steps past the one that ended it (the step count is exact).
+  at each run: a new tolerance is no new graph).  It is evaluated on the device after every step
+  into a go flag that every launch of the later steps reads: once it is 0 they do nothing, so the
+  loop ends exactly at the step that made the condition false.  Steps are launched in graphs of
+  ``runtime.loop.WHILE_CHUNK`` while a copy of the flag says go on (the host looks at the copy
+  made one chunk earlier, so the GPU never waits for it), or, with ``KFUSE_LOOP_WHILE=graph``,
+  as the body of one conditional WHILE graph node (CUDA 12.4 and later).  The host waits once,
+  at the end, for the step count.  ``max_iterations`` bounds the loop: one that reaches it warns
+  (``LoopWarning``) and its result says so (``LoopState.converged``).
 
 Graphs are made once per state signature, stream and invariant arrays, and replayed: a second
 solve with another right-hand side and tolerance captures nothing.
@@ -49,6 +51,7 @@ from .errors import KfuseError, TraceError
 from .frontend.lower import lower
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, trace, user_site
 from .library.loader import load_library
+from .runtime.control import expression
 
 INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
 
@@ -182,36 +185,13 @@ class _Body:
                     self.out_leaf[r[1]] = j
                     self.sources.append(("out", r[1]))
             else:
-                self.tails.append(_expression(r[1], lowered.leaves, arg, self.tail_reads))
+                self.tails.append(expression(r[1], lowered.leaves, lambda place: ("out", place[1]) if place[0] == "out"
+                                             else arg(place[1]), self.tail_reads))
                 self.sources.append(("tail", len(self.tails) - 1))
         self.hidden = [k for k in range(len(lowered.outputs)) if k not in self.out_leaf]
         self.indexed = any(src == ("index",) for src in self.inputs.values()) or any(
             s == ("copy", ("index",)) for s in self.sources) or ("index",) in self.tail_reads
         self.instances: OrderedDict = OrderedDict()
-
-
-def _expression(node, leaves: dict, arg, reads: list) -> tuple:
-    """A lowered scalar result (``frontend/trace.Node``: lit, bin, neg, sqrt over leaves) as an
-    expression of ``runtime/control.py``; ``reads`` collects where its leaves are read."""
-    done: dict[int, tuple] = {}
-    stack = [(node, False)]
-    while stack:
-        n, ready = stack.pop()
-        if id(n) in leaves:
-            where, k = leaves[id(n)]
-            src = ("out", k) if where == "out" else arg(k)
-            if src not in reads:
-                reads.append(src)
-            done[id(n)] = ("leaf", reads.index(src))
-        elif n.kind == "lit":
-            done[id(n)] = ("num", float(n.data))
-        elif not ready:
-            stack.append((n, True))
-            stack.extend((a, False) for a in n.args)
-        else:
-            a = [done[id(x)] for x in n.args]
-            done[id(n)] = (n.data, a[0], a[1]) if n.kind == "bin" else (n.kind, a[0])
-    return done[id(node)]
 
 
 _BODIES: dict = {}
@@ -406,11 +386,11 @@ def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
     pred, consts = _predicate(cond_fun, specs, body.kind)
     inst = _instance(body, leaves, pred)
     inst.start(leaves, consts=consts, most=int(max_iterations))
-    steps, parity, converged = inst.run_while()
+    steps, converged = inst.run_while()
     if not converged:
         warnings.warn(f"while_loop stopped at max_iterations={max_iterations} with its condition still true",
                       LoopWarning, stacklevel=2)
-    result = _rebuild(body.kind, inst.finish(parity, leaves))
+    result = _rebuild(body.kind, inst.finish("saved" if steps else "initial", leaves))
     if isinstance(result, tuple):
         result = LoopState(result)
         result.iterations, result.converged = steps, converged
@@ -428,12 +408,6 @@ def _instance(body: _Body, leaves: list, pred):
             body.instances.popitem(last=False)
     body.instances.move_to_end(key)
     return inst
-
-
-def loop_api_available() -> bool:
-    """Whether while loops run as one graph here (conditional nodes); else host-checked."""
-    from .runtime.driver import has_conditional_nodes
-    return has_conditional_nodes()
 
 
 __all__ = ["fori_loop", "while_loop", "LoopState", "LoopWarning"]

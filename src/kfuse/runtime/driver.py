@@ -67,6 +67,10 @@ _SIGNATURES = {
     "cuDriverGetVersion": [ctypes.POINTER(ctypes.c_int)],
     "cuCtxGetCurrent": [ctypes.POINTER(_P)],
     "cuGraphCreate": [ctypes.POINTER(_P), ctypes.c_uint],
+    "cuEventCreate": [ctypes.POINTER(_P), ctypes.c_uint],
+    "cuEventRecord": [_P, _P],
+    "cuEventSynchronize": [_P],
+    "cuEventDestroy_v2": [_P],
 }
 # calls of newer drivers (CUDA 12.3-12.4): device loops need them, nothing else does
 _OPTIONAL = {
@@ -262,3 +266,22 @@ def add_conditional(stream: int, handle: int, kind: int) -> _P:
     check(lib.cuStreamUpdateCaptureDependencies_v2(_P(stream), ctypes.byref(node), None, 1,
                                                    SET_CAPTURE_DEPENDENCIES), "cuStreamUpdateCaptureDependencies")
     return _P(params.u.conditional.phGraph_out[0])
+
+
+class Event:
+    """A CUDA event without timing: ``record(stream)``, then ``wait()`` for the work before it."""
+
+    def __init__(self):
+        self._lib, self.handle = libcuda(), _P()
+        check(self._lib.cuEventCreate(ctypes.byref(self.handle), 2), "cuEventCreate")     # CU_EVENT_DISABLE_TIMING
+
+    def record(self, stream: int) -> None:
+        check(self._lib.cuEventRecord(self.handle, _P(stream)), "cuEventRecord")
+
+    def wait(self) -> None:
+        check(self._lib.cuEventSynchronize(self.handle), "kernel execution (cuEventSynchronize)")
+
+    def __del__(self):
+        if self.handle:
+            self._lib.cuEventDestroy_v2(self.handle)
+            self.handle = _P()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from sys import getrefcount
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from .binding import OUT, Binding, check_names, overlapping
 from .gpu import cupy
 
 GRAPHS_PER_BINDING = 8        # captured graphs kept per binding (least recently used dropped)
+RECYCLED = 3                  # result blocks kept per binding for reuse once their arrays are dropped
 RESERVED = ("out", "sync", "stream")
 
 
@@ -93,12 +95,22 @@ class Executor:
         if out_ptrs:
             self._check_overlap(binding, in_ptrs, out_ptrs)
         s = self._stream(stream, binding.device, torch_in, cp)
-        own, block = self._allocate(binding, torch_in, cp)
+        reused = _unused(binding.recycled, s) if binding.own_bytes and not torch_in and not out else None
+        if reused is not None:
+            own, block = reused[1].ptr, None
+        else:
+            own, block = self._allocate(binding, torch_in, cp)
         tmp = self._temporaries(binding, s, cp) if binding.tmp_bytes else 0
         self._launch(binding, s, in_ptrs, out_ptrs, own, tmp, scalars)
         if sync:
             driver.synchronize(s)
-        return self._result(binding, block, out)
+        if reused is not None:
+            arrays = reused[2]
+            return arrays[0] if len(arrays) == 1 else tuple(arrays)
+        result = self._result(binding, block, out)
+        if binding.own_bytes and not torch_in and not out and len(binding.recycled) < RECYCLED:
+            binding.recycled.append((s, block, list(result) if isinstance(result, tuple) else [result]))
+        return result
 
     def _read(self, inputs: dict, out, cp):
         """(signature key, pointers of the array inputs then of the given outputs, scalar values,
@@ -287,6 +299,22 @@ class Executor:
             results = [out[name] if off is None else _view(block, off, shape, binding.dtype, nbytes)
                        for name, off, shape, nbytes in binding.result_layout]
         return results[0] if len(results) == 1 else tuple(results)
+
+
+def _unused(recycled: list, stream: int):
+    """A kept (stream, block, arrays) of an earlier call on ``stream`` whose arrays nobody holds
+    any more (the fed-back loop: the results of the call before last), or None.  Reusing its block
+    and its arrays spares the allocation and the arrays' construction, and gives the loop the same
+    few pointer sets, so that its graphs replay.  CuPy arrays only: a view or slice of a result
+    holds the result (its ``base``), which a torch view does not."""
+    for item in recycled:
+        if item[0] == stream:
+            for a in item[2]:
+                if getrefcount(a) > 3:       # the list, this loop's name and the call's argument
+                    break
+            else:
+                return item
+    return None
 
 
 def _on_device(x, cp) -> bool:

@@ -5,16 +5,23 @@ The body (``loops._Body``, read through its fields only) says where each state e
 step comes from; an ``Instance`` turns that into launches:
 
     step p (p = 0: set 0 -> set 1; p = 1: set 1 -> set 0):
-        the program's kernels, patched to read set p and write set 1 - p
-        copies (an entry the body passes on from another entry or output)
+        the program's kernels, patched to read set p and write set 1 - p (its fills left out)
+        kf_loop_copy (an entry the body passes on from another entry or output)
         kf_scalars (entries the body computes by scalar arithmetic)
         kf_loop_index (the fori counter, after everything that reads it)
+        kf_loop_clear (the next step's reduced outputs), or in a while loop kf_loop_next
+
+A while loop runs ahead: its steps are launched in chunks, and ``kf_loop_next`` after each one
+evaluates the condition, counts the step and saves the state it made while the loop goes on.
+The steps launched after the one that stopped it compute garbage nobody reads; the saved state
+is the result.  No kernel of the program needs to know it runs in a loop.
 
 An instance is made once per state signature, stream and invariant arrays and kept by the body;
-each run copies the initial state into set 0, launches, and copies the final set out into new
-arrays, so runs never share memory with what they return."""
+each run copies the initial state into set 0, launches, and copies the result into new arrays,
+so runs never share memory with what they return."""
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -22,13 +29,17 @@ import numpy as np
 from ..errors import CompileError, LaunchError
 from . import driver, loopgraph
 from .args import adapt, facts, torch_tensor_type
+from .binding import OUT, TMP
 from .control import control_module, control_source
 from .gpu import cupy
-from .binding import OUT, TMP
 from .launch import KernelLaunch, PackedArgs
 
-D2D, H2D = 3, 1          # cudaMemcpyKind
-HOST_CHECK = 16           # steps between host checks where the driver has no conditional nodes
+D2D, H2D, D2H = 3, 1, 2  # cudaMemcpyKind
+WHILE_CHUNK = 8           # steps of a while loop per graph (the host looks at the count between them)
+# a while loop is one graph with a conditional WHILE node where the driver has them (chunks
+# launched from the host ran 1.4-1.6x slower: a chunk runs ahead and the host polls); chunks with
+# KFUSE_LOOP_WHILE=chunks
+WHILE_GRAPH = os.environ.get("KFUSE_LOOP_WHILE", "graph") != "chunks"
 CHUNK_LAUNCHES = 512      # launches in one graph of a fori loop (its steps repeat it)
 
 
@@ -56,7 +67,7 @@ class Instance:
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
         kept = tuple(facts(adapt(leaves[j], f"state entry {j}"))[4] for j, s in enumerate(body.sources)
                      if s == ("keep",) and hasattr(leaves[j], "shape"))
-        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred)
+        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH)
 
     def __init__(self, body, leaves: list, pred):
         cp = cupy()
@@ -101,7 +112,10 @@ class Instance:
                 self.sets[1][j] = self.sets[0][j]
         self.hidden = {k: self._empty(()) for k in body.hidden}     # outputs no entry takes: 0-d
         self.index = self._empty(())
-        self.ctl = cp.zeros(4, np.int32)
+        self.ctl = cp.zeros(5, np.int32)
+        # a while loop's result: the state of the last step counted (entries read in place aside)
+        self.carried = [j for j, s in enumerate(body.sources) if s != ("keep",)]
+        self.saved = {j: self._empty(self.shapes[j]) for j in self.carried} if pred is not None else {}
         self.cst = cp.zeros(max(1, len(_consts(pred))), self.dtype)
         self.ptr = [[facts(a)[4] for a in s] for s in self.sets]
         # the program bound to set 0 -> set 1 (checks every argument once), patched per step
@@ -113,21 +127,24 @@ class Instance:
         self.tmp = cp.cuda.alloc(self.binding.tmp_bytes) if self.binding.tmp_bytes else None
         # the small kernels
         self._split_fills()
-        source = control_source(self.dtype.name, body.tails, pred, clears=len(self.clears))
+        # the WHILE node's kernels set a graph handle: relocatable, linked with the device runtime
+        self.conditional = pred is not None and WHILE_GRAPH and driver.has_conditional_nodes()
+
+        def source(conditional: bool) -> str:
+            return control_source(self.dtype.name, body.tails, pred, conditional, clears=len(self.clears),
+                                  saved=len(self.saved))
         try:
-            module = control_module(source, relocatable=pred is not None)
+            module = control_module(source(self.conditional), relocatable=self.conditional)
         except CompileError:
-            if pred is None:
+            if not self.conditional:
                 raise
-            self.conditional = False
-            module = control_module(control_source(self.dtype.name, body.tails, pred, conditional=False,
-                                                   clears=len(self.clears)), relocatable=False)
-        else:
-            self.conditional = pred is not None and driver.has_conditional_nodes()
+            self.conditional = False            # no device runtime to link: chunks from the host
+            module = control_module(source(False), relocatable=False)
         self.fn = {name: module.get_function(name) for name in
                    (["kf_scalars"] if body.tails else []) + (["kf_loop_clear"] if self.clears else [])
-                   + ["kf_loop_set", "kf_loop_index"]
-                   + (["kf_loop_first", "kf_loop_next", "kf_loop_again"] if pred is not None else [])}
+                   + ["kf_loop_set", "kf_loop_index", "kf_loop_copy"]
+                   + (["kf_loop_first", "kf_loop_next"] if pred is not None else [])
+                   + (["kf_loop_again"] if self.conditional else [])}
         self.pred_reads = _leaves_of(pred) if pred is not None else []
         self.capture = driver.create_stream()
         self.graphs: dict = {}
@@ -147,11 +164,15 @@ class Instance:
         index, entries, value), and one kf_loop_clear at the end of each step sets them for the
         next (the step before the first: ``start``).  The step's first kernel is then launched the
         ordinary way: it must wait for the step before it."""
+        if os.environ.get("KFUSE_LOOP_CLEAR", "1") == "0":      # the program's own fills, in every step
+            self.kernels, self.clears = [launch for launch, _ in self.binding.launches], []
+            return
         kept, clears = [], []
         for launch, patches in self.binding.launches:
             if launch.name == "kf_fill":
                 values = launch.args.values
-                for (_, src, a), n in zip(patches, (values[1].value, values[3].value)):
+                blocks = [(src, a) for _, src, a in patches]
+                for (src, a), n in zip(blocks, (values[1].value, values[3].value)):
                     clears.append((src, a, int(n), float(values[4].value)))
             else:
                 kept.append(launch)
@@ -159,9 +180,9 @@ class Instance:
             kept[0] = kept[0].independent()
         self.kernels, self.clears = kept, clears
 
-    def _clear(self, p: int) -> KernelLaunch:
-        """kf_loop_clear of step p's reduced outputs."""
-        args: list = []
+    def _ranges(self, p: int) -> list:
+        """(pointer, entries, value) of the clears of step p's reduced outputs."""
+        out = []
         for src, a, n, value in self.clears:
             if src == OUT:
                 ptr = self.patches[p][1][a]
@@ -169,10 +190,15 @@ class Instance:
                 ptr = self.tmp.ptr + a
             else:
                 raise LaunchError(f"a loop step clears memory of kind {src}, which it does not own")
-            args += [ptr, np.int64(n), self.dtype.type(value)]
-        most = max(n for _, _, n, _ in self.clears)
-        return KernelLaunch(self.fn["kf_loop_clear"], min(1024, -(-most // 256)), 256, PackedArgs(tuple(args)),
-                            "kf_loop_clear")
+            out.append((ptr, n, value))
+        return out
+
+    def _clear(self, p: int) -> KernelLaunch:
+        """kf_loop_clear of step p's reduced outputs."""
+        ranges = self._ranges(p)
+        args = [a for ptr, n, value in ranges for a in (ptr, np.int64(n), self.dtype.type(value))]
+        return KernelLaunch(self.fn["kf_loop_clear"], _blocks(max(n for _, n, _ in ranges)), 256,
+                            PackedArgs((np.int32(0), *args)), "kf_loop_clear")
 
     def _source(self, src: tuple, p: int):
         if src == ("index",):
@@ -192,75 +218,82 @@ class Instance:
         return facts(self._out(k, p))[4]
 
     # -- one step ----------------------------------------------------------------------------------
-    def step(self, p: int):
-        """The launches of step p, as a function of a stream (for capture)."""
+    def step(self, p: int, clear: bool = True):
+        """The launches of step p, as a function of a stream (for capture); ``clear``: ending with
+        the next step's clears (a while loop's kf_loop_next makes them instead)."""
         b, body = self.binding, self.body
         ins, outs = self.patches[p]
         tmp = self.tmp.ptr if self.tmp is not None else 0
         extra: list = []
         for j, s in enumerate(body.sources):
             if s[0] == "copy":
-                extra.append(("copy", self.ptr[1 - p][j], self._ptr(s[1], p), self.nbytes[j]))
+                n = self.nbytes[j] // self.dtype.itemsize
+                extra.append(KernelLaunch(self.fn["kf_loop_copy"], _blocks(n), 256, PackedArgs(
+                    (self.ptr[1 - p][j], self._ptr(s[1], p), np.int64(n))), "kf_loop_copy"))
         if body.tails:
             outs_t = [self.ptr[1 - p][j] for j, s in enumerate(body.sources) if s[0] == "tail"]
             reads = [self._ptr(src, p) for src in body.tail_reads]
-            extra.append(("launch", self._launch("kf_scalars", *outs_t, *reads)))
+            extra.append(self._launch("kf_scalars", *outs_t, *reads))
         if body.indexed:
-            extra.append(("launch", self._launch("kf_loop_index", facts(self.index)[4])))
-        if self.clears:
-            extra.append(("launch", self._clear(1 - p)))
-        cp, kernels = cupy(), self.kernels
+            extra.append(self._launch("kf_loop_index", facts(self.index)[4]))
+        if self.clears and clear:
+            extra.append(self._clear(1 - p))
+        kernels = self.kernels
 
         def launches(stream: int) -> None:
             b.set_flip(p & b.alternate)
             b.patch(ins, outs, 0, tmp, [])
             for launch in kernels:
                 launch.launch(stream)
-            for item in extra:
-                if item[0] == "copy":
-                    cp.cuda.runtime.memcpyAsync(item[1], item[2], item[3], D2D, stream)
-                else:
-                    item[1].launch(stream)
+            for launch in extra:
+                launch.launch(stream)
         return launches
 
     def _launch(self, name: str, *args) -> KernelLaunch:
         return KernelLaunch(self.fn[name], 1, 1, PackedArgs(args), name)
 
-    def _control(self, name: str, handle: int, set_: int | None, p_after: int | None) -> KernelLaunch:
-        """kf_loop_first / kf_loop_next reading the predicate's entries in the set that holds the
-        state (set 0 before the loop; after step p, set 1 - p)."""
-        where = 0 if p_after is None else 1 - p_after
-        args: list = [np.uint64(handle)]
-        if set_ is not None:
-            args.append(np.int32(set_))
-        args.append(facts(self.ctl)[4])
-        if _consts(self.pred):
-            args.append(facts(self.cst)[4])
-        args += [self.ptr[where][j] for j in self.pred_reads]
-        return self._launch(name, *args)
+    def _predicate_args(self, where: int) -> list:
+        return ([facts(self.cst)[4]] if _consts(self.pred) else []) + [self.ptr[where][j] for j in self.pred_reads]
+
+    def _first(self, handle: int = 0) -> KernelLaunch:
+        """kf_loop_first: the condition on the initial state (set 0)."""
+        return self._launch("kf_loop_first", np.uint64(handle), np.int32(bool(handle)), facts(self.ctl)[4],
+                            *self._predicate_args(0))
+
+    def _next(self, p: int) -> KernelLaunch:
+        """kf_loop_next after step p: the condition on set 1 - p, the count, the save of set 1 - p
+        and the clears of step p + 1."""
+        args: list = [np.uint64(0), np.int32(0), np.int32(p), facts(self.ctl)[4]] + self._predicate_args(1 - p)
+        ranges = self._ranges(1 - p)
+        args += [a for ptr, n, value in ranges for a in (ptr, np.int64(n), self.dtype.type(value))]
+        sizes = [self.nbytes[j] // self.dtype.itemsize for j in self.saved]
+        args += [a for j, n in zip(self.saved, sizes) for a in (facts(self.saved[j])[4], self.ptr[1 - p][j], np.int64(n))]
+        most = max([n for _, n, _ in ranges] + sizes + [1])
+        return KernelLaunch(self.fn["kf_loop_next"], _blocks(most), 256, PackedArgs(tuple(args)), "kf_loop_next")
 
     # -- runs --------------------------------------------------------------------------------------
     def start(self, leaves: list, index: float = 0.0, consts=(), most: int = 0) -> None:
-        """Copy the initial state into set 0 and set the counter, numbers and bound, on the
-        caller's stream."""
+        """Set the bound, numbers and counter, copy the initial state into set 0 and clear the
+        first step's reduced outputs, on the caller's stream."""
         cp = cupy()
         self.stream = _caller_stream(self.torch_in, self.device)
+        self._held: list = []
         with cp.cuda.Device(self.device):
+            if self.pred is not None:
+                # from pageable memory: staged before the call returns (no wait for the stream)
+                self._host = (np.array([0, 1, 1, most, 1], np.int32), np.array(list(consts) or [0.0], self.dtype))
+                for dev, host in zip((self.ctl, self.cst), self._host):
+                    cp.cuda.runtime.memcpyAsync(facts(dev)[4], host.ctypes.data, host.nbytes, H2D, self.stream)
             for j, s in enumerate(self.body.sources):
                 if s == ("keep",):
                     continue
                 x = self._leaf(leaves[j], j)
                 cp.cuda.runtime.memcpyAsync(self.ptr[0][j], facts(x)[4], self.nbytes[j], D2D, self.stream)
-                self._hold = x       # a number's 0-d array must outlive the copy
+                self._held.append(x)         # a number's 0-d array outlives the copy
             if self.body.indexed:
                 self._launch("kf_loop_set", facts(self.index)[4], self.dtype.type(index)).launch(self.stream)
             if self.clears:
                 self._clear(0).launch(self.stream)
-            if self.pred is not None:
-                # from pageable memory: staged before the call returns (no wait for the stream)
-                self._host = (np.array([0, 1, most, 1], np.int32), np.array(list(consts) or [0.0], self.dtype))
-                for dev, host in zip((self.ctl, self.cst), self._host):
-                    cp.cuda.runtime.memcpyAsync(facts(dev)[4], host.ctypes.data, host.nbytes, H2D, self.stream)
 
     def _graph(self, key, make):
         g = self.graphs.get(key)
@@ -299,60 +332,64 @@ class Instance:
                 self.capture, [self.step(k % 2) for k in range(rest)]))
             g.launch(self.stream)
 
-    def run_while(self) -> tuple[int, int, bool]:
-        """The while loop from set 0: (steps taken, the set holding the state, whether the
-        predicate ended it).  The host waits here, once."""
-        if self.conditional:
-            try:
-                g = self._graph(("while",), self._while_graph)
-            except LaunchError:
-                self.conditional = False       # e.g. a driver that refuses these graphs
-            else:
-                g.launch(self.stream)
-                steps, _, _, holds = self._read_ctl()
-                return steps, steps % 2, not holds
-        return self._run_host_checked()
+    def run_while(self) -> tuple[int, bool]:
+        """The while loop from set 0: (steps counted, whether the condition ended it).  Chunks of
+        WHILE_CHUNK steps, each step followed by kf_loop_next, are one graph launched from the
+        host while the count copied back after the chunk before says the loop goes on (the GPU
+        never waits for the host; a chunk runs ahead at most), or, with WHILE_GRAPH, the body of a
+        conditional WHILE node: the whole loop one launch.  The host waits once, at the end."""
+        with cupy().cuda.Device(self.device):
+            if self.conditional:
+                try:
+                    g = self._graph(("while", WHILE_CHUNK), self._while_graph)
+                except LaunchError:
+                    self.conditional = False       # a driver that refuses these graphs: chunks
+                else:
+                    g.launch(self.stream)
+                    return self._result()
+            self._first().launch(self.stream)
+            self._run_chunks()
+        return self._result()
+
+    def _chunk(self, s: int) -> None:
+        for k in range(WHILE_CHUNK):
+            self.step(k % 2, clear=False)(s)
+            self._next(k % 2).launch(s)
 
     def _while_graph(self):
         def first(s: int, h: int) -> None:
-            self._control("kf_loop_first", h, 1, None).launch(s)
-
-        def next_even(s: int, h: int) -> None:
-            self._control("kf_loop_next", h, 1, 0).launch(s)
-
-        def next_odd(s: int) -> None:
-            self._control("kf_loop_next", 0, 0, 1).launch(s)
+            self._first(h).launch(s)
 
         def again(s: int, h: int) -> None:
             self._launch("kf_loop_again", np.uint64(h), facts(self.ctl)[4]).launch(s)
-        return loopgraph.while_graph(self.capture, first, self.step(0), next_even, self.step(1), next_odd, again)
+        return loopgraph.while_graph(self.capture, first, self._chunk, again)
 
-    def _run_host_checked(self) -> tuple[int, int, bool]:
-        """Without conditional nodes: graphs of HOST_CHECK steps, each step counted, launched until
-        the flag says stop; the state may be up to HOST_CHECK - 1 steps past the one that ended the
-        loop (the count is exact)."""
-        self._control("kf_loop_first", 0, 0, None).launch(self.stream)
-        steps = max(2, HOST_CHECK // 2 * 2)
-
-        def make():
-            seq: list = []
-            for k in range(steps):
-                seq.append(self.step(k % 2))
-                seq.append(self._control("kf_loop_next", 0, 0, k % 2).launch)
-            return loopgraph.counted(self.capture, seq)
-        g = self._graph(("host-checked", steps), make)
-        while self._read_ctl()[1]:
+    def _run_chunks(self) -> None:
+        cp = cupy()
+        g = self._graph(("chunk", WHILE_CHUNK), lambda: loopgraph.counted(self.capture, [self._chunk]))
+        if not hasattr(self, "_pinned"):
+            self._pinned = cp.cuda.alloc_pinned_memory(40)
+            self._seen = np.frombuffer(self._pinned, np.int32, 10).reshape(2, 5)
+            self._events = [driver.Event(), driver.Event()]
+        k = 0
+        while True:
             g.launch(self.stream)
-        count, _, _, holds = self._read_ctl()
-        return count, 0, not holds
+            cp.cuda.runtime.memcpyAsync(self._seen[k % 2].ctypes.data, facts(self.ctl)[4], 20, D2H, self.stream)
+            self._events[k % 2].record(self.stream)
+            if k:
+                self._events[(k - 1) % 2].wait()
+                if not (self._seen[(k - 1) % 2][1] and self._seen[(k - 1) % 2][2]):
+                    break
+            k += 1
 
-    def _read_ctl(self) -> list[int]:
-        """[steps taken, go on, most, predicate held] (waits for the stream)."""
+    def _result(self) -> tuple[int, bool]:
         driver.synchronize(self.stream)
-        return [int(v) for v in self.ctl.get()]
+        count, _, _, _, holds = (int(v) for v in self.ctl.get())
+        return count, not holds
 
-    def finish(self, p: int, leaves: list) -> list:
-        """New arrays holding set ``p`` (copied on the caller's stream); entries read in place are
+    def finish(self, p, leaves: list) -> list:
+        """New arrays holding set ``p`` (0 or 1), the saved state of a while loop ("saved") or
+        the initial state ("initial"), copied on the caller's stream; entries read in place are
         the caller's own arrays."""
         cp = cupy()
         out = []
@@ -362,9 +399,22 @@ class Instance:
                     out.append(leaves[j])
                     continue
                 a = self._empty(self.shapes[j])
-                cp.cuda.runtime.memcpyAsync(facts(a)[4], self.ptr[p][j], self.nbytes[j], D2D, self.stream)
+                if p == "saved":
+                    src = facts(self.saved[j])[4]
+                elif p == "initial":
+                    x = self._leaf(leaves[j], j)
+                    self._held.append(x)         # a number's 0-d array outlives the copy
+                    src = facts(x)[4]
+                else:
+                    src = self.ptr[p][j]
+                cp.cuda.runtime.memcpyAsync(facts(a)[4], src, self.nbytes[j], D2D, self.stream)
                 out.append(a)
         return out
+
+
+def _blocks(n: int) -> int:
+    """Blocks of 256 threads for a grid-stride loop over n entries (at most 1024)."""
+    return max(1, min(1024, -(-n // 256)))
 
 
 def _consts(pred) -> list:

@@ -7,17 +7,16 @@ as a function that makes its launches on a stream (the program's kernels, patche
 step's buffers, and the small kernels around them); this module only arranges them:
 
 * ``counted``: a fixed number of steps captured into one graph;
-* ``while_graph``: a whole while loop as one graph of conditional nodes (CUDA 12.4 and later):
+* ``while_graph``: a whole while loop as one graph with a conditional WHILE node (CUDA 12.4 and
+  later), whose body is a chunk of steps, each followed by the kernel that counts it and
+  evaluates the predicate into a go flag; every launch of a step reads the flag and does nothing
+  once it is 0, so the loop ends at the step that made the predicate false, odd or even, and the
+  step count on the device says which buffer set holds the state:
 
-      first(h)                       sets h: count < most and the predicate holds
+      first(h)                       h := the flag (count < most and the predicate holds)
       WHILE h:
-          even; next(h_if)           counts the step, sets h_if (and the flag) likewise
-          IF h_if:
-              odd; next(-)           counts the step, sets the flag
+          step, next, step, next, ...
           again(h)                   h := the flag
-
-  so a loop stops after the step that made the predicate false, odd or even, and the step count
-  on the device says which buffer set holds the state.
 """
 from __future__ import annotations
 
@@ -33,32 +32,24 @@ def counted(stream: int, steps: list) -> driver.GraphExec:
     return driver.GraphExec(stream, record)
 
 
-def while_graph(stream: int, first, even, next_even, odd, next_odd, again) -> driver.GraphExec:
-    """The while loop above as one graph, built by capture on the private ``stream``.  ``first``,
-    ``next_even``, ``again`` take (stream, handle) -- the handle they set; the others a stream."""
+def while_graph(stream: int, first, body, again) -> driver.GraphExec:
+    """``first(h)``, then WHILE h: ``body``, ``again(h)`` -- one graph of a conditional WHILE node,
+    built by capture on the private ``stream``.  ``first`` and ``again`` take (stream, handle):
+    they set the handle; ``body`` takes a stream."""
     graph = driver.graph_create()
     try:
         loop = driver.conditional_handle(graph)
-        body: list = []
+        inner: list = []
 
         def top(s: int) -> None:
             first(s, loop)
-            body.append(driver.add_conditional(s, loop, driver.COND_WHILE))
+            inner.append(driver.add_conditional(s, loop, driver.COND_WHILE))
         driver.capture_into(graph, stream, top)
-        second = driver.conditional_handle(body[0])
-        inner: list = []
 
         def middle(s: int) -> None:
-            even(s)
-            next_even(s, second)
-            inner.append(driver.add_conditional(s, second, driver.COND_IF))
+            body(s)
             again(s, loop)
-        driver.capture_into(body[0], stream, middle)
-
-        def last(s: int) -> None:
-            odd(s)
-            next_odd(s)
-        driver.capture_into(inner[0], stream, last)
+        driver.capture_into(inner[0], stream, middle)
     except BaseException:
         driver.libcuda().cuGraphDestroy(graph)
         raise
