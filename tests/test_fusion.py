@@ -183,7 +183,7 @@ def test_plan_search_spans_and_plan_by_index():
 
 def test_kernels_looping_along_j_stack_at_most_two_tiles():
     """A span across a loop along j stacks tiles along i; spans of 4 there never measured best and
-    ran up to 1.76x slower (docs/experiments/README.md, "Spans along the rows"): not built.  A
+    ran up to 1.76x slower (docs/design.md, "Spans along the rows"): not built.  A
     loop along i keeps every span."""
     from kfuse.fusion.space import MAX_SPAN_LOOP_J, SPANS
     c = best("gemver", tuned=False, calibration=False)
