@@ -31,8 +31,8 @@ class Machine:
     atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
     barrier: float = 0.05e-9        # s per local barrier executed by an instance
     # s per strip a thread-block cluster walks when the strips' latency bounds it (loads, the row
-    # sums through the cluster's shared memories, the cluster barrier; docs/design.md, "Strips, clusters
-    # and bands")
+    # sums through the cluster's shared memories, the cluster barrier;
+    # docs/design.md, "Strips, clusters and bands")
     cluster_strip: float = 2.2e-6
     # the GPU's multiprocessor facts, as a calibration's ``device`` (the planner's waves and serial
     # iterations, a cluster kernel's resident blocks)
