@@ -152,7 +152,8 @@ def test_explain_lists_counts_and_refusals():
     assert text.startswith("3 legal fusion(s)") and "refused:" in text and "no_cycle_outside" in text
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in ("gemver", "gesummv") else p
+                                  for p in EXAMPLES], ids=lambda p: p.stem)      # those two: 25-35 s each
 def test_every_implementation_compiles(nvcc, tmp_path, path):
     """One nvcc build per partition holding every implementation of every kernel of the example."""
     for n, progs in enumerate(covering_programs(path, "float32")):

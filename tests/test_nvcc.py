@@ -76,6 +76,7 @@ def test_examples_compile_for_an_older_gpu(nvcc, tmp_path, dtype):
         nvcc_compile(nvcc, src, tmp_path, f"ex{n}", arch="sm_80")
 
 
+@pytest.mark.slow
 def test_every_variant_and_macro_compiles(nvcc, tmp_path, lib):
     """One module holding a kernel for every function, variant and macro value."""
     kernels, refused = [], []
