@@ -4,8 +4,8 @@ launched by torchrun; each rank makes its own row blocks on its GPU (nothing who
 n can exceed one GPU's memory), every contender is timed with CUDA events (median of --reps after
 warm-up) and the slowest rank counts.
 
-Run on 1 and 2 H200s (docs/results/multigpu-H200x2.md) and H100s (multigpu-H100x2.md), and on 1,
-2 and 4 H200s (multigpu-H200x4.md); 8 GPUs not yet run.  Give torchrun
+Run on 1 and 2 H100s and on 1, 2 and 4 H200s (docs/performance.md, 'Several GPUs'; the records
+in docs/results/multigpu-*/); 8 GPUs not yet run.  Give torchrun
 the sizes as --size=N (its own parser takes a bare --n for one of its options).
 
     torchrun --standalone --nproc_per_node 8 benchmarks/multigpu.py --size 65536 --size max --out r8.json
@@ -19,9 +19,6 @@ issue's goal is at least 90 % on 8 GPUs for BiCGK and GEMVER at the largest n --
 the strong-scaling efficiency T(1) / (P T(P)) where one GPU ran the same n, and at the largest n
 (each GPU holding as much as it can) the weak-scaling efficiency T(1 GPU, its largest n) / T(P GPUs,
 their largest n).
-
-Run on 1 and 2 H100s (docs/results/multigpu-H100x2.md): the two-rank tests passed (both dtypes), all
-three scripts at 89-105 % of the per-GPU bound.
 """
 from __future__ import annotations
 

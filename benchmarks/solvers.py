@@ -6,7 +6,7 @@ graphs), on dense well-conditioned random systems.  Every contender keeps its sc
 with CUDA events (median of --reps runs after a warm-up run that also compiles).  The final
 relative residuals ||b - A x|| / ||b|| (float64, on the host) are reported beside the times.
 
-    PYTHONPATH=src python3 benchmarks/solvers.py docs/results/H100-solvers.md
+    PYTHONPATH=src python3 benchmarks/solvers.py OUT.md      # docs/performance.md, 'Solvers'
     PYTHONPATH=src python3 benchmarks/solvers.py out.md --sizes 1024 --dtypes float32 --solvers cg
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def system(kind: str, n: int, dtype: str, seed: int = 0, spread: float = 16.0):
     [1, spread] (a semicircle); BiCG: nonsymmetric, eigenvalues in a disc of half that width around
     the same centre.  With the default spread (16) 30 CG iterations reach rounding in float32; with
     100 the residual after 30 is about 1e-3, where two correct implementations differ only by
-    rounding (docs/experiments/cg_residuals.py)."""
+    rounding (docs/experiments.md)."""
     import cupy as cp
     rs = cp.random.RandomState(seed)
     R = rs.standard_normal((n, n), dtype=np.float64)

@@ -1,11 +1,11 @@
 """The package's shape: imports point one way (no circle between modules or between folders),
-no module over 500 lines, and the README's Architecture section names the tree's folders."""
+no module over 500 lines, and the design note's Architecture section names the tree's folders."""
 import ast
 import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "kfuse"
-README = Path(__file__).resolve().parent.parent / "README.md"
+DESIGN = Path(__file__).resolve().parent.parent / "docs" / "design.md"
 
 
 def _module(path: Path) -> str:
@@ -101,8 +101,8 @@ def test_no_module_over_500_lines():
     assert long == {}
 
 
-def test_readme_architecture_names_every_folder():
-    text = README.read_text()
+def test_design_note_architecture_names_every_folder():
+    text = DESIGN.read_text()
     section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`([a-z_]+)/`", section))
     folders = {p.name for p in SRC.iterdir() if p.is_dir() and not p.name.startswith("__")}

@@ -19,7 +19,7 @@ from kfuse.cost.transfer import DEFAULT_MACHINE, atomic_warps
 
 from calib_util import synthetic
 from test_library import make_library, scal_function
-from test_nvcc import nvcc_compile
+from test_nvcc import nvcc_compile, nvcc_compile_all
 
 GEMV = "matrix A; vector x, y; input A, x; y = gemv(A, x); return y;"
 
@@ -82,13 +82,36 @@ def test_micro_kernel_keeps_its_work(lib):
     assert {(e.loop, e.unroll, e.occupancy) for e in envs} >= {("i", 4, "full"), ("j", 2, "full"), ("j", 1, "half")}
 
 
-def test_every_micro_kernel_compiles_with_nvcc(nvcc, tmp_path, lib):
-    """Every probe in every environment (float32), one environment each in float64, the barrier
-    probes and the empty kernel: nvcc -arch=sm_90 -cubin, warnings as errors."""
+def _probe_jobs(lib, every_environment=True):
+    """Every probe in every environment (float32), the barrier probes; one environment each in
+    float64.  ``every_environment=False``: one environment of each probe, the dtypes by turns."""
     _, probes = library_probes(lib)
+    if not every_environment:        # each probe once, in one dtype or the other by turns
+        ps = list(probes.values())
+        return (("float32", [(p, p.environments()[0]) for p in ps[0::2]]),
+                ("float64", [(p, p.environments()[-2]) for p in ps[1::2]]))
     jobs = [(p, e) for p in probes.values() for e in p.environments()]
     jobs += [(p, Env("i", 1, env.ipb, barrier=True)) for _, _, p, env in barrier_probes(probes)]
-    for dtype, subset in (("float32", jobs), ("float64", [(p, p.environments()[-2]) for p in probes.values()])):
+    return (("float32", jobs), ("float64", [(p, p.environments()[-2]) for p in probes.values()]))
+
+
+def test_every_micro_kernel_compiles_with_nvcc(nvcc, tmp_path, lib):
+    """Every probe (one environment each, float32 and float64 by turns) and the empty kernel: nvcc -arch=sm_90
+    -cubin, warnings as errors, in modules of ``CHUNK`` micro-kernels as ``kfuse calibrate`` builds
+    them, built in parallel.  Every environment and the barrier probes, in one module: the slow
+    test below."""
+    from kfuse.calibration.measure import CHUNK
+    for dtype, subset in _probe_jobs(lib, every_environment=False):
+        pieces = [probe_module(lib, dtype, subset[k:k + CHUNK], empty=k == 0) for k in range(0, len(subset), CHUNK)]
+        nvcc_compile_all(nvcc, pieces, tmp_path, f"probes_{dtype}")
+
+
+@pytest.mark.slow
+def test_every_micro_kernel_in_every_environment_compiles_with_nvcc_in_one_module(nvcc, tmp_path, lib):
+    """Every probe in every environment (float32), one environment each in float64, the barrier
+    probes and the empty kernel, each dtype in one module: no name or definition clashes between
+    calibrate's chunks (one nvcc build of about 146,000 lines: about 6 minutes on 2 cores)."""
+    for dtype, subset in _probe_jobs(lib):
         nvcc_compile(nvcc, probe_module(lib, dtype, subset, empty=True), tmp_path, f"probes_{dtype}")
         names = {p.kernel_name(e) for p, e in subset}
         assert len(names) == len(subset)
@@ -521,7 +544,7 @@ def test_probes_of_a_variant_of_two_routine_files_include_both_keyed_by_their_ow
     defines its routine (editing the second file keeps the loads' measurements)."""
     from pathlib import Path
     from kfuse.library.loader import load_library
-    exp = Path(__file__).resolve().parents[1] / "docs" / "experiments" / "bandlib"
+    exp = Path(__file__).resolve().parent / "data" / "bandlib"          # the row-band experiment's library
     band_src = (exp / "band.cu").read_text()
     store_src = band_src[band_src.index("// the band's R row results"):]
 

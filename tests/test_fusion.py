@@ -152,7 +152,8 @@ def test_explain_lists_counts_and_refusals():
     assert text.startswith("3 legal fusion(s)") and "refused:" in text and "no_cycle_outside" in text
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in ("gemver", "gesummv") else p
+                                  for p in EXAMPLES], ids=lambda p: p.stem)      # those two: 25-35 s each
 def test_every_implementation_compiles(nvcc, tmp_path, path):
     """One nvcc build per partition holding every implementation of every kernel of the example."""
     for n, progs in enumerate(covering_programs(path, "float32")):
@@ -183,7 +184,7 @@ def test_plan_search_spans_and_plan_by_index():
 
 def test_kernels_looping_along_j_stack_at_most_two_tiles():
     """A span across a loop along j stacks tiles along i; spans of 4 there never measured best and
-    ran up to 1.76x slower (docs/experiments/README.md, "Spans along the rows"): not built.  A
+    ran up to 1.76x slower (docs/design.md, "Spans along the rows"): not built.  A
     loop along i keeps every span."""
     from kfuse.fusion.space import MAX_SPAN_LOOP_J, SPANS
     c = best("gemver", tuned=False, calibration=False)

@@ -179,7 +179,7 @@ def test_strips_priced_as_whole_strips_of_their_width(n, nc, scale):
     """The calibrated model prices a strip by its probes (run on the calibration's 8192 x 8192
     matrix), scaled by its width over the part of it inside that matrix -- not by the columns its
     rows fill: a strip of 8192 over rows of 4097 runs closer to a whole strip's time than to half
-    of it (docs/experiments/strip_scale.py: priced by the rows, the chosen strips ran up to 1.4x
+    of it (docs/design.md, 'Strips, clusters and bands': priced by the rows, the chosen strips ran up to 1.4x
     slower)."""
     prog = _search(None, n)
     code, model = prog.kernels[0], prog.search.model
@@ -196,7 +196,7 @@ def test_strips_wider_than_the_calibration_take_the_probe_of_its_width():
     bounds on the calibration's matrix), scaled by 2; the 16384-wide probe ran half its row out of
     bounds at half the loads per thread and priced the strip 3.5 % over its measure, so float32 q =
     A p at 16384 took the wide gemv (352.6 us) over the strip (348.7; now chosen: 341.4 against
-    353.8, docs/experiments/strip-wide-pricing-H100.txt).  Narrower strips keep their own probes."""
+    353.8; docs/experiments.md).  Narrower strips keep their own probes."""
     gemv = "matrix A[n, n]; vector p[n], q[n]; input A, p; q = gemv(A, p); return q;"
     prog = kfuse.compile(gemv, tuned=False, sizes={"n": 16384})
     (kc,), model = prog.plan.kernels[0].calls, prog.search.model

@@ -252,7 +252,7 @@ def test_row_bands_only_where_no_strip_fits_and_first_at_float64_16384(dtype, n,
     """A gemv's `band` variant is its `strip` variant's fallback: ranked only at sizes whose rows no
     strip holds (float32 above 16384 entries, float64 above 8192: the widest strip spills), where
     they read A faster than the 32-row `wide` tiles (float64 16384: 676.4 us against 702.1, H100,
-    docs/experiments/row_bands.py); the shipped calibration puts one first there."""
+    docs/experiments.md, row bands); the shipped calibration puts one first there."""
     gemv = "matrix A; vector x, y; input A, x; y = gemv(A, x); return y;"
     base = kfuse.compile(gemv, dtype=dtype, tuned=False)
     prog = base.for_sizes({d.id: n for d in base.program.dims})

@@ -1,4 +1,5 @@
-"""Packaging metadata: one version number, py.typed shipped, GPU extras (CPU)."""
+"""Packaging metadata: one version number, py.typed shipped, GPU extras, license and project URLs,
+no binaries tracked (CPU)."""
 import tomllib
 
 import kfuse
@@ -18,6 +19,29 @@ def test_one_version_number():
 def test_py_typed_is_shipped():
     assert (ROOT / "src" / "kfuse" / "py.typed").is_file()
     assert "py.typed" in PYPROJECT["tool"]["setuptools"]["package-data"]["kfuse"]
+
+
+def test_license_urls_and_classifiers():
+    """Apache-2.0 in the file and the metadata (PEP 639, hence setuptools >= 77), the project's
+    URLs and classifiers."""
+    project = PYPROJECT["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
+    assert PYPROJECT["build-system"]["requires"] == ["setuptools>=77"]
+    assert project["urls"]["Source"] == "https://github.com/kfuse/kfuse"
+    assert "Programming Language :: Python :: 3.11" in project["classifiers"]
+    assert not any(c.startswith("License ::") for c in project["classifiers"])   # PEP 639: the expression only
+
+
+def test_no_wheels_or_archives_tracked():
+    import subprocess
+    proc = subprocess.run(["git", "ls-files", "*.whl", "*.tar.gz", "*.zip", "*.so"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        import pytest
+        pytest.skip("not a git checkout")
+    assert proc.stdout.split() == []
+    assert "*.whl" in (ROOT / ".gitignore").read_text().splitlines()
 
 
 def test_gpu_extras():

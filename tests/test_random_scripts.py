@@ -47,6 +47,7 @@ def test_generator_is_seeded_and_varied(lib):
     assert random_script(lib, 3, calls=40).calls == 40
 
 
+@pytest.mark.slow
 def test_every_seed_parses_plans_and_builds(lib, nvcc, tmp_path):
     """Each generated script plans; the plans' kernels (renamed apart) compile with nvcc in a few
     modules, both dtypes."""

@@ -1,9 +1,15 @@
-"""The README's set-up and examples hold (CPU): Python and nvcc stated, command 1 is what CI runs
-and writes only under an ignored folder, the sample notice is the one kfuse prints, the command
-synopsis fits the headline script, the API example says it needs CuPy."""
+"""The README holds (CPU): every command in it is run here or by .ci/run, every output it shows is
+what kfuse prints, every page it links exists; it stays short.  Set-up: Python and nvcc stated,
+command 1 is what CI runs and writes only under an ignored folder, command 2 is the quick run and
+the whole suite is what CI runs; the sample notice is the one kfuse prints; the command synopsis
+fits the headline script; the API example says it needs CuPy (and runs on a GPU)."""
+import contextlib
+import io
 import logging
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -13,11 +19,34 @@ from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
 SETUP = README.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+CI = (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
 
 
-def _command_1() -> str:
-    block = SETUP.split("```bash", 1)[1].split("```", 1)[0]
-    return block.strip().splitlines()[0].split("#", 1)[0].strip()
+def _blocks(lang: str, text: str = README) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.M | re.S)
+
+
+def _commands() -> list[str]:
+    """Every command of the README's bash blocks, its comment cut off."""
+    return [line.split("   #", 1)[0].strip() for block in _blocks("bash") for line in block.splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def _setup_commands() -> list[str]:
+    return _commands()[:2]
+
+
+def _output_after(marker: str) -> str:
+    """The ```text block that follows ``marker`` in the README."""
+    return _blocks("text", README.split(marker, 1)[1])[0]
+
+
+def _planned(text: str) -> str:
+    return re.sub(r"planned in [0-9.]+ s", "planned in T s", text).strip()
+
+
+def test_readme_is_short():
+    assert len(README.splitlines()) <= 250
 
 
 def test_setup_states_python_and_nvcc():
@@ -27,20 +56,59 @@ def test_setup_states_python_and_nvcc():
 
 
 def test_command_1_is_what_ci_runs_and_writes_under_an_ignored_folder():
-    cmd = _command_1()
-    assert cmd in (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
+    cmd = _setup_commands()[0]
+    assert cmd in CI
     out = shlex.split(cmd)[shlex.split(cmd).index("-o") + 1]
     top = out.split("/")[0]
     assert "/" in out and f"{top}/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
+def test_command_2_is_the_quick_run_and_ci_runs_the_whole_suite():
+    """Command 2 is pytest's default run, which leaves out ``gpu`` and ``slow``; the README states
+    the whole suite's command, and it is the one .ci/run runs."""
+    assert _setup_commands()[1] == "python3 -m pytest -q"
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert addopts == "-m 'not gpu and not slow'"
+    whole = "python3 -m pytest -q -m 'not gpu'"
+    assert f"`{whole}`" in SETUP and re.search(rf"^{re.escape(whole)}$", CI, re.M)
+
+
+def test_every_command_is_run_here_or_by_ci():
+    """The README's bash commands: the set-up ones by .ci/run, the others below."""
+    here = {"kfuse plan examples/bicgk.kf"}
+    rest = [c for c in _commands() if c not in CI]
+    assert set(rest) <= here, rest
+
+
 def test_command_1_installs_no_cupy_and_the_readme_says_so():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extra = re.search(r"\.\[(\w+)\]", _command_1()).group(1)
+    extra = re.search(r"\.\[(\w+)\]", _setup_commands()[0]).group(1)
     assert not any("cupy" in d for d in project["dependencies"] + project["optional-dependencies"][extra])
+    assert "CuPy" in SETUP and "'.[gpu]'" in SETUP
     api = README.split("## Python API", 1)[1].split("```python", 1)
     assert "import cupy" in api[1].split("```", 1)[0]
     assert "CuPy" in api[0] and "'.[gpu]'" in api[0]                 # said before the example
+
+
+def test_plan_output_is_what_kfuse_prints(tmp_path):
+    """``kfuse plan examples/bicgk.kf`` prints the plan the README shows (the planning time aside),
+    and the script shown is the example's."""
+    proc = subprocess.run([sys.executable, "-m", "kfuse", "plan", "examples/bicgk.kf"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert _planned(proc.stdout) == _planned(_output_after("kfuse plan examples/bicgk.kf\n"))
+    example = [ln for ln in (ROOT / "examples" / "bicgk.kf").read_text().splitlines()
+               if ln.strip() and not ln.startswith("#")]
+    shown = _blocks("text")[0].strip().splitlines()
+    assert [" ".join(ln.split()) for ln in example] == shown
+
+
+def test_jit_example_prints_what_the_readme_shows(capsys):
+    """The quick start's ``@kfuse.jit`` block, run as it stands (NumPy arrays: no GPU)."""
+    block = next(b for b in _blocks("python") if "@kfuse.jit" in b)
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    assert printed.strip() == _output_after(block).strip()
 
 
 def test_sample_notice_is_what_kfuse_prints(monkeypatch, caplog, tmp_path):
@@ -69,3 +137,24 @@ def test_command_synopsis_fits_the_headline_script(command):
     assert "TILE32x32 A;" in README and "q = sgemv(A, p);" in README
     dims = _parse_sizes(prog.program, sizes)
     assert set(dims.values()) == {8192}
+
+
+def test_synopsis_names_only_real_commands():
+    from kfuse.cli import parser
+    import argparse
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    block = README.split("## Command line", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    named = {ln.split()[1] for ln in block.splitlines() if ln.startswith("kfuse ")}
+    assert named <= set(sub.choices) and set(sub.choices) <= named | {"report"}
+
+
+def test_every_linked_page_exists():
+    links = re.findall(r"\]\(((?:docs/|LICENSE)[^)#]*)", README)
+    assert links and all((ROOT / link).exists() for link in links), links
+
+
+@pytest.mark.gpu
+def test_api_example_runs_on_the_gpu():
+    block = next(b for b in _blocks("python") if "import cupy" in b)
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})

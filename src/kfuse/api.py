@@ -115,7 +115,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     apart (horizontal fusion otherwise merges them where the model predicts a launch saved).
     ``vector_on_strips=True`` lets vector calls share a kernel with matrix calls on strips of whole
     rows, once per strip on its rows (a gemv's result used by a dot or an axpy in its kernel; off by
-    default: it changed random scripts' first plans with mixed results, docs/experiments/README.md).
+    default: it changed random scripts' first plans with mixed results, docs/design.md, 'Strips, clusters and bands').
     ``device_scalars`` names scalar inputs that calls will bind to 0-d device arrays (kernels read
     them by address; a call that binds others so gets a program planned for that on first use).
     ``name`` names the program (kernels' comments, ``plan``; default: the file's stem or "script").

@@ -11,7 +11,7 @@ routines; stores of reduced outputs include their atomic adds (they were measure
 A micro-kernel's atomic stores meet few other blocks' stores to the same addresses; in a real
 kernel every block walking the same instances adds to the same outputs at about the same time.
 That contention is the transfer model's fitted term (per warp adding an instance's partial
-inside the serial loop; docs/experiments/README.md, 'Implementation sweeps'), added
+inside the serial loop; docs/design.md, 'The calibrated model'), added
 outside the max.  Environments not measured exactly are interpolated:
 
 * instances per block: linearly in log2 between the two nearest measured values (clamped);
@@ -231,7 +231,7 @@ class CalibratedModel:
         strip whose rows end short of NC (rows of 6000 in strips of 8192) is priced as a whole
         one: its threads hold fewer columns each, with fewer loads in flight, and it measured
         closer to a whole strip than to its share of one (scaling by the columns held, min(n, NC),
-        chose strips that ran up to 1.4x slower at n = 4097: docs/experiments/strip_scale.py).
+        chose slower strips: docs/design.md, 'Strips, clusters and bands').
         1 for other kernels."""
         n_cal = self.n_cal
         wide = max([L.axis_extent[n] for n, a in enumerate(("i", "j")[:len(L.axis_extent)])
@@ -298,7 +298,7 @@ class CalibratedModel:
         if code.launch.whole_entries and not self._measured(code):
             # a strip kernel (a reduction's result used in the kernel computing it, issue 18) whose
             # routines this calibration did not measure: priced by the transfer model (its bytes at
-            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/experiments/README.md)
+            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
             return transfer_kernel_time(code, dims, entries, itemsize)
         p = self.kernel_parts(code, dims, itemsize)
         return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]

@@ -10,8 +10,8 @@ time(plan)   = sum over its kernels
 Bytes count each array once per load or store routine that moves it.  The atomic term charges each warp that
 adds an instance's partial result to global memory (a reduced output that follows the loop
 axis is stored once per instance instead of once per block) and each local barrier inside the
-loop per instance, both fitted to H100 sweeps of BiCGK and GEMVER implementations (``Machine``'s
-``atomic`` and ``barrier``; docs/experiments/README.md, 'Implementation sweeps').
+loop per instance, both fitted to sweeps of BiCGK and GEMVER implementations (``Machine``'s
+``atomic`` and ``barrier``; docs/design.md, 'The calibrated model').
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ class Machine:
     atomic: float = 0.17e-9         # s per warp adding an instance's partial to global memory
     barrier: float = 0.05e-9        # s per local barrier executed by an instance
     # s per strip a thread-block cluster walks when the strips' latency bounds it (loads, the row
-    # sums through the cluster's shared memories, the cluster barrier; H100: 2.0-2.5 us per strip,
-    # docs/experiments/README.md, "One pass over thread-block clusters")
+    # sums through the cluster's shared memories, the cluster barrier;
+    # docs/design.md, "Strips, clusters and bands")
     cluster_strip: float = 2.2e-6
     # the GPU's multiprocessor facts, as a calibration's ``device`` (the planner's waves and serial
     # iterations, a cluster kernel's resident blocks)

@@ -14,8 +14,8 @@ through ``torch.distributed`` on the caller's process group (``group``), or thro
 all-gathers each rank's sizes and refuses, on every rank alike, sizes that disagree
 (``check_sizes``).
 
-Run on 2 H200s (tests/test_gpu_distributed.py's 2-rank cases, benchmarks/multigpu.py on 1 and 2
-GPUs); not yet on 4 or 8.  The partitioning and collectives it follows are also proved by the CPU
+Run on up to 4 GPUs (tests/test_gpu_distributed.py, benchmarks/multigpu.py; docs/performance.md,
+'Several GPUs').  The partitioning and collectives it follows are also proved by the CPU
 simulation (``simulate.py``, tests/test_distributed.py).
 """
 from __future__ import annotations

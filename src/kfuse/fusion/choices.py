@@ -80,8 +80,8 @@ def loops_of(program: Program, order, variants, nesting: int) -> tuple[str, ...]
     axis a thread-block cluster spans (its blocks share their strips, codegen/layout.py), and on
     strips spanning j whole a call summing over i (gemtv's column sums) loops along i: each block
     adds its whole row of partial sums once its loop ends, so a loop along j (one strip per
-    instance along it) would add a row per strip -- n x n atomic adds (float32 ATAX + dot at n =
-    16384: 645.9 us against 354.5 looping along i, priced alike; docs/experiments/README.md)."""
+    instance along it) would add a row per strip -- n x n atomic adds, which the model does not
+    price (docs/design.md, 'Loop axis of a gemtv on strips')."""
     if nesting != 2:
         return ("i",)
     chosen = [(program.calls[i], program.calls[i].function.variants[k]) for i, k in zip(order, variants)]

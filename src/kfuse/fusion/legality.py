@@ -55,8 +55,8 @@ def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int
     calls there (a gemv's result read on its rows, a vector a gemtv reads along i): each must be
     linked to a matrix call of the fusion by values passed inside it, directly or through other
     vector calls.  An unrelated one would run on a few threads per strip beside a read of the
-    whole matrix, rather than in a kernel of its own at the full width of the GPU (measured:
-    axpy and scal of other vectors beside a gemv on strips, 0.96x the plan without them)."""
+    whole matrix, rather than in a kernel of its own at the full width of the GPU (docs/design.md,
+    'Strips, clusters and bands')."""
     reach, todo = set(deep), list(deep)
     while todo:
         a = todo.pop()
@@ -212,10 +212,8 @@ def without_serial_sections(fitting: list, fills_gpu) -> list:
     """Implementations (impl, code) of a fusion of several calls, less those with a serial section
     in their loop (``KernelCode.serial_in_loop``) where ``fills_gpu(code)`` (more blocks than run at
     once) and an implementation without one fits.  Such a section stalls the other calls' streams
-    every iteration, which the calibration (each routine timed alone) does not see; on a full GPU
-    it cost 1.00-1.49x (22 first plans of random scripts, n >= 2048), on grids of one wave or less
-    it did not pay (0.90-1.13x at n = 1024): docs/experiments/README.md, "Serial sections beside
-    streams"."""
+    every iteration, which the calibration (each routine timed alone) does not see; on grids of
+    one wave or less leaving them out does not pay (docs/design.md, "Serial sections beside streams")."""
     stalls = [stalls_streams(code, fills_gpu) for _, code in fitting]
     if any(stalls) and not all(stalls):
         return [ic for ic, stall in zip(fitting, stalls) if not stall]

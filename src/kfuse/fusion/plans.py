@@ -81,7 +81,7 @@ class PlanSearch:
         self.program, self.lib, self.machine = program, lib, machine
         self.clusters = clusters        # may kernels of thread-block clusters run (compute capability 9.0)?
         # may vector calls run on the rows of matrix calls' strips (one kernel: a gemv's result used
-        # by a dot or an axpy)?  Off by default: docs/experiments/README.md, "Vector calls on the rows of strips"
+        # by a dot or an axpy)?  Off by default: docs/design.md, "Strips, clusters and bands"
         self.vector_on_strips = vector_on_strips
         # a cost.Model: the calibrated model or, by default, the transfer model
         self.model = model if model is not None else machine
@@ -203,8 +203,7 @@ class PlanSearch:
     def _iterations(self, code: KernelCode) -> int:
         """Serial iterations of a kernel at the search's sizes, as chosen at launch on the model's
         GPU (H100 facts for the transfer model).  An unroll beyond them buys nothing and costs
-        registers (docs/results/random-report/README.md: at n = 1024, where most kernels run
-        one iteration, unroll 1 or 2 measured faster than 4), so ties prefer an unroll that fits."""
+        registers (docs/design.md, 'Unrolling'), so ties prefer an unroll that fits."""
         dev = self._device()
         L = code.launch
         return L.iterations(self.dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
@@ -289,7 +288,7 @@ class PlanSearch:
             self.ranked[u] = ranked
         apart, together = self.ranked[a][0][0] + self.ranked[b][0][0], self.ranked[u][0][0]
         # the launch saved is not counted: kernels queued back to back (graph replay, early launch)
-        # hide it, and merged streams measured no faster (docs/results/horizontal.md)
+        # hide it, and merged streams are no faster (docs/design.md, "Horizontal fusion")
         saving = apart - together - self.model.launch_seconds
         if saving > 0:
             return saving, f"one kernel, predicted {together * 1e6:.1f} us against {apart * 1e6:.1f} apart"

@@ -29,8 +29,8 @@ from .legality import call_set, why_not
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
-# a loop along j stacks its span's tiles along i: spans of 4 there never measured best, ran up to
-# 1.76x slower and are priced as spans of 1 (docs/experiments/README.md, "Spans along the rows")
+# a loop along j stacks its span's tiles along i: spans of 4 there are not built, and spans of 2
+# are priced as spans of 1 (docs/design.md, "Spans along the rows")
 MAX_SPAN_LOOP_J = 2
 TALL_SPANS = f"spanning more than {MAX_SPAN_LOOP_J} tiles along i in a loop along j (not built)"   # explain()'s count
 MAX_ORDERS = 6
@@ -282,7 +282,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                         continue
                     if unroll > 1 and not code.launch.carried and not code.launch.iters:
                         # nothing to amortise across a serial loop (ir/kernel.py, KernelSpec.iterations): unrolled copies
-                        # hold registers (float64 WAXPBY, H100: 35 registers and 712 us unrolled by 4, 20 and 537 us not)
+                        # hold registers and buy nothing (docs/design.md, "Unrolling")
                         pruned["unrolled with no serial loop"] += 1
                         continue
                     impl = base if (unroll, span) == (1, 1) else replace(base, unroll=unroll, span=span)
@@ -309,9 +309,8 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
                            ) -> list[tuple[Implementation, KernelCode]]:
     """Implementations passing values between calls of different mappings (shared memory, a
     barrier) are dropped when the same calls fuse without: it buys another access width, which one
-    mapping also has, at a cost the calibration does not see (H100: float64 WAXPBY, quad + warp 720
-    us against 517, docs/experiments/map_sweep.py; GEMVER n = 4096, 215 against 144 us,
-    docs/results/random-report/README.md).  So is a map kernel needing any shared memory."""
+    mapping also has, at a cost the calibration does not see (docs/design.md, 'Exchanges between
+    mappings').  So is a map kernel needing any shared memory."""
     between = [_between_mappings(code) for _, code in found]     # each kernel's steps walked once
     if any(between) and not all(between):
         pruned["exchanging between mappings (one without exists)"] = sum(between)

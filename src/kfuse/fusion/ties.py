@@ -1,5 +1,5 @@
 """Tie-breaks among implementations the model predicts alike (``PlanSearch._rank``): choices that
-measured best on the H100 where the calibration sees no difference."""
+measured best where the calibration sees no difference (docs/design.md, 'Tie-breaks')."""
 from __future__ import annotations
 
 from ..codegen.kernel import KernelCode
@@ -28,8 +28,7 @@ def _tile_access_width(code: KernelCode) -> int:
 def _strip_residents(code: KernelCode, itemsize: int) -> int:
     """A strip kernel's resident threads per SM (one wave, by its estimated registers): of strips
     that the model prices alike (the same bytes), the one with more threads in flight per SM
-    (float32 ATAX, n = 8192, H100: 512 and 1024 threads per block 100 and 101 us, 256: 112;
-    docs/experiments/atax-onepass-H100.txt); 0 for other kernels."""
+    (docs/design.md, 'Tie-breaks'); 0 for other kernels."""
     L = code.launch
     if not L.whole_entries:
         return 0
@@ -37,11 +36,10 @@ def _strip_residents(code: KernelCode, itemsize: int) -> int:
 
 
 def preference(impl: Implementation, code: KernelCode, itemsize: int = 4) -> tuple:
-    """Tie-break among equally predicted implementations: the smallest thread-block cluster (H100:
-    clusters of 4 and 8 blocks are held fewer at once, their row sums cross more blocks;
-    docs/experiments/README.md, "One pass over thread-block clusters"), fewer barriers, less shared memory,
-    then choices that measured best on the H100 (docs/experiments/README.md, 'Implementation
-    sweeps'): for unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
+    """Tie-break among equally predicted implementations (docs/design.md, 'Tie-breaks'): the smallest
+    thread-block cluster (clusters of 4 and 8 blocks are held fewer at once, their row sums cross
+    more blocks), fewer barriers, less shared memory, then the choices that measured best: for
+    unnested kernels the widest accesses (16-byte quad variants), 4 unrolled
     iterations and 32 instances per block; for nested ones 16-byte tile accesses, 4 unrolled
     iterations, BY = 8 and the smallest span."""
     if code.spec.nesting == 2:

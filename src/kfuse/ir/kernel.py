@@ -213,8 +213,7 @@ class LaunchInfo:
     def iterations(self, dims: dict[int, int], target_blocks: int) -> int:
         """Serial iterations: the spec's, or (auto) enough to bring the grid near target_blocks.
         A kernel with nothing to amortise across its loop (no invariant loads, no accumulators)
-        runs one instance per slot: many small blocks balance best (measured best on the H100:
-        docs/experiments/README.md, 'Serial iterations')."""
+        runs one instance per slot: many small blocks balance best (docs/design.md, 'Serial iterations')."""
         if self.iters:
             return self.iters
         if not self.carried:
@@ -226,7 +225,7 @@ class LaunchInfo:
         iters = max(1, -(-along // per_group))
         if any(not v.dims for v, _ in self.clears):
             # a sum into one scalar: every block adds its partials to the same address, so at small
-            # sizes fewer, longer blocks win (docs/experiments/README.md, "Reductions to a scalar")
+            # sizes fewer, longer blocks win (docs/design.md, "Serial iterations")
             iters = max(iters, min(SCALAR_SUM_ITERS, -(-along // self.ipb)))
         return iters
 
@@ -248,7 +247,7 @@ class LaunchInfo:
         """A strip kernel's grid: the blocks resident at once (estimated from its register entries,
         one 32-bit register each plus STRIP_REGISTER_OVERHEAD), out of ``target_blocks`` (two waves
         by threads alone).  Each block adds a whole row's partial results when its loop ends: fewer,
-        longer blocks add fewer (the hand-written one-pass ATAX ran one wave: docs/experiments)."""
+        longer blocks add fewer (docs/design.md, 'Serial iterations')."""
         by_threads = max(1, MAX_THREADS_PER_SM // self.threads)
         sms = max(1, target_blocks // (2 * by_threads))
         return sms * self.strip_blocks_per_sm()

@@ -262,7 +262,7 @@ class Executor:
         (and the stream is not being captured by the caller); else patch and launch directly.
         Every other call walks every kernel's blocks in the mirrored order (``Binding.set_flip``):
         in a loop over one matrix each call then starts on the part the call before left in L2
-        (CG step, float32 n = 4096: 31.1 -> 26.5 us per call; docs/experiments/README.md)."""
+        (docs/design.md, 'Calls alternating the mirrored order')."""
         binding.parity ^= 1
         flip = binding.parity & binding.alternate
         if binding.launch_count > 1:

@@ -6,11 +6,11 @@ next kernel launch at once (``griddepcontrol.launch_dependents``), and the kerne
 the programmatic-stream-serialization attribute, waits for the clear only where it first
 touches a cleared output (``kf_wait_prior`` in the generated code).  A kernel after another
 kernel of the plan is launched the same way and waits where it first reads what an earlier kernel
-wrote.  What both save on the H100: docs/experiments/README.md, 'Clears of reduced outputs'.
+wrote.  Why: docs/design.md, 'Clears and fills'.
 The first kernel of a plan whose clears are for later kernels only (CG's step: a gemv, then the
 dot products adding into cleared scalars) is launched early too and waits at its end, and a fill
 after a fill likewise: the kernels that wait for it then find every clear before it done
-(docs/experiments/README.md, 'Fills before a first kernel that touches none').
+(docs/design.md, 'Clears and fills').
 
 CuPy launches kernels with ``cuLaunchKernel``, which takes no launch attributes, so every
 kfuse launch goes through ``cuLaunchKernelEx`` of the driver library (``driver.py``), with its

@@ -2,7 +2,7 @@
 kernel before it touched last, while that data is still in L2.
 
 Every generated kernel is built with an order (codegen/emit.py: the macro ``KF_ORDER_<kernel>``,
-0 unless the module is built for another; a runtime argument costs: docs/experiments/README.md,
+0 unless the module is built for another; a runtime argument costs: docs/design.md,
 'Block order and PDL between kernels'):
   bit 0  the blocks are walked from the last one (block b does the work of block G-1-b);
   bit 1  (2-level nested kernels) consecutive blocks follow the loop axis: block groups across
@@ -24,9 +24,8 @@ the executor: ``Binding.set_flip``): a program called again on the same arrays, 
 step is, then starts each call on what the call before it touched last.  Set on every kernel of a
 program whose arrays take at most ``ALTERNATE_SPAN`` times the L2 (``alternates``); elsewhere
 the part left in L2 is too small a share to pay for the flip (a runtime select costs about 0.5 %
-in kernels of many small blocks).  Measured on the H100 (docs/experiments/README.md, 'Calls
-alternating the mirrored order'): CG step float32 n = 4096 31.1 -> 26.5 us per call, 8192 97.1 ->
-93.0, float64 4096 53.9 -> 49.6, 8192 183.1 -> 180.3; no gain at 16384 (1 GB, 20 x the L2).
+in kernels of many small blocks).  Rule and measurements: docs/design.md, 'Calls alternating the
+mirrored order' (a solver's step gains where its arrays fit a few times the L2, not far beyond).
 ``KFUSE_ORDER=o0,o1,...`` forces bits 0 and 1 (one per kernel; for experiments).
 """
 from __future__ import annotations
@@ -175,8 +174,8 @@ def band_bit(code) -> int:
     """Bit 1 of a nested kernel's order: set when its loop walks the contiguous axis of the first
     matrix it reads or writes in global memory (the last axis the matrix follows; in the shipped
     library every matrix of a kernel follows (i, j)), so that consecutive blocks, which the GPU
-    runs together, always cover whole rows of it (measured best on the H100:
-    docs/experiments/README.md, 'Block order and PDL between kernels')."""
+    runs together, always cover whole rows of it (docs/design.md, 'Block order and PDL between
+    kernels')."""
     if code.launch.nesting != 2:
         return 0
     mats = [(v, index) for v, index in _global_params(code) if v.type == "matrix" and len(index) == 2]
@@ -251,8 +250,8 @@ def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tup
     and 1 (the block order, see the module's docstring; ``KFUSE_ORDER`` forces them), plus bit 2
     (kf_allow_next at the kernel's start) on a kernel whose next kernel is launched dependent on it
     (PDL: it waits for this one) and whose grid is at most two waves.  A kernel of many small
-    blocks pays for the signal in every block, more than an early launch of the next saves (H100:
-    docs/experiments/README.md, 'Block order and PDL between kernels')."""
+    blocks pays for the signal in every block, more than an early launch of the next saves
+    (docs/design.md, 'Block order and PDL between kernels')."""
     cache = compiled.launch_cache.setdefault("orders", {})
     key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""),
            os.environ.get("KFUSE_ALTERNATE", ""))
