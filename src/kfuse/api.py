@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -161,18 +160,27 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
 
 def _check_reserved(program: Program) -> None:
     """A script input named like a keyword of the call (``out``, ``sync``, ``stream``) could not
-    be passed: refused here, at its declaration."""
+    be passed: refused here, at its name in the input statement (found among the script's tokens,
+    so a statement over several lines is no matter)."""
+    from .frontend.parser import tokenize
     from .runtime.executor import RESERVED
-    for v in program.inputs:
-        if v.name in RESERVED:
-            line_no, col, text = 0, 0, None
-            for n, t in enumerate(program.source.split("\n"), 1):
-                m = re.search(rf"\binput\b[^;]*?\b({v.name})\b", t)
-                if m:
-                    line_no, col, text = n, m.start(1) + 1, t
-                    break
-            raise ScriptError(f"the input {v.name!r} has the name of a keyword of the call "
-                              f"({', '.join(RESERVED)}); rename it", program.file, line_no, col, text)
+    bad = [v.name for v in program.inputs if v.name in RESERVED]
+    if not bad:
+        return
+    toks = tokenize(program.source, program.file)
+    in_input = False
+    for prev, tok in zip([None, *toks], toks):
+        if tok.text == "input" and (prev is None or prev.text == ";"):
+            in_input = True
+        elif tok.text == ";":
+            in_input = False
+        elif in_input and tok.text in bad:
+            lines = program.source.split("\n")
+            raise ScriptError(f"the input {tok.text!r} has the name of a keyword of the call "
+                              f"({', '.join(RESERVED)}); rename it", program.file, tok.line, tok.col,
+                              lines[tok.line - 1])
+    raise ScriptError(f"the input {bad[0]!r} has the name of a keyword of the call "
+                      f"({', '.join(RESERVED)}); rename it", program.file)
 
 
 def _with_device_scalars(program: Program, names) -> Program:
