@@ -17,8 +17,13 @@ def read_bytes(path: Path) -> bytes:
 
 
 def read_toml(path: Path) -> dict:
+    return parse_toml(path, read_bytes(path))
+
+
+def parse_toml(path: Path, data: bytes) -> dict:
+    """The TOML table of ``data``, the bytes read from ``path`` (named in errors)."""
     try:
-        text = read_bytes(path).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise LibraryError(path, "toml", f"not UTF-8 text (byte {e.start})") from None
     try:
