@@ -13,7 +13,9 @@ from .codegen.module import DTYPES
 from .compiled import CompiledScript
 from .tuning.store import stored_plan
 from .errors import KfuseError, ScriptError
+from .env import nvrtc_options
 from .frontend import parse_script
+from .frontend.parser import MAX_SIZE
 from .fusion.plans import PlanSearch, unfused_plan
 from .ir.program import SIZE_WORDS, Program
 from .library.loader import load_library
@@ -87,7 +89,10 @@ def _resolve_sizes(program, sizes) -> dict[str, int]:
             raise KfuseError(f"sizes names {k!r}, which is not a size of the script "
                              f"(its sizes: {', '.join(names) or 'none'})")
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise KfuseError(f"sizes[{k!r}] must be a positive integer, got {v!r}")
+            raise KfuseError(f"sizes[{k!r}] must be a positive integer, got {v!r:.60}")
+        if v > MAX_SIZE:
+            raise KfuseError(f"sizes[{k!r}] is too large: about 2^{int(v).bit_length() - 1} (at most 2^48 "
+                             "entries along an axis)")
         if dim.name in out and out[dim.name] != int(v):
             raise KfuseError(f"sizes[{k!r}] = {v} and sizes[{given[dim.name]!r}] = {out[dim.name]} "
                              "name the same size of the script")
@@ -122,6 +127,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
     if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
         raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
     folders = [] if library is None or isinstance(library, Library) else (

@@ -14,6 +14,7 @@ from pathlib import Path
 from .cli_util import (EXIT_ERROR, EXIT_USAGE, MAX_SIZE, _bench_size, _bytes, _check_memory,  # noqa: F401
                        _device_free, _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu,
                        _write_output, plan_dot)
+from . import env
 from .errors import KfuseError
 
 log = logging.getLogger("kfuse")
@@ -198,6 +199,7 @@ def cmd_calibrate(args) -> int:
     from .calibration.measure import calibrate
     from .cost.store import read_file, search_paths, user_path, write_entry
     from .library.loader import load_library
+    from .env import writable_folder
     from .runtime.gpu import have_gpu
     if not have_gpu():
         raise KfuseError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
@@ -205,6 +207,7 @@ def cmd_calibrate(args) -> int:
                          "the transfer model")
     lib = load_library(*(args.library or []))
     out = Path(args.out) if args.out else user_path()
+    writable_folder(out.parent, "the calibration")      # before the measurements, not after
     reuse = [] if args.fresh else [c for p in search_paths() for c in read_file(p)]
     for dtype in dict.fromkeys(args.dtype or ["float32", "float64"]):
         cal = calibrate(lib, dtype, quick=args.quick, reuse=reuse)
@@ -388,10 +391,12 @@ def cmd_cache(args) -> int:
         return 0
     which = [k for k, on in (("tuning", args.tuning), ("calibration", args.calibration)) if on] \
         or ["tuning", "calibration"]
-    targets = [p for p in cache.clearable(which) if p.exists()]
+    targets, refused = cache.clear_targets(which)
+    for why in refused:
+        log.warning(why)
     if not targets:
         log.info("nothing to clear")
-        return 0
+        return EXIT_ERROR if refused else 0
     if not args.yes:
         if not sys.stdin.isatty():
             raise KfuseError("cache clear removes " + ", ".join(map(str, targets)) + "; confirm with --yes")
@@ -400,11 +405,11 @@ def cmd_cache(args) -> int:
             return EXIT_ERROR
     for path in targets:
         try:
-            path.unlink()
+            cache.remove(path)
         except OSError as e:
             raise KfuseError(f"cannot remove {path}: {e.strerror or e}") from None
         log.info(f"removed {path}")
-    return 0
+    return EXIT_ERROR if refused else 0
 
 
 def _version() -> str:
@@ -453,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = (logger.level, logger.propagate)
     handler = _configure_logging(args.verbose, args.quiet)
     try:
+        env.check()                 # a bad $KFUSE_NVRTC_OPTIONS or $KFUSE_CACHE_DIR: said now, not late
         rc = args.fn(args)
         sys.stdout.flush()          # inside the try: a reader gone away is caught here
         return rc
