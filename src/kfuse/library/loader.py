@@ -129,7 +129,8 @@ def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
     name, version, subvector, tile = "", "", 32, (32, 32)
     for n, (root, found) in enumerate(zip(roots, files)):
         meta = root / "library.toml"
-        lib = _parse_toml(meta, found["library.toml"]) if found.get("library.toml") is not None else {}
+        meta_bytes = found.get("library.toml")
+        lib = _parse_toml(meta, meta_bytes) if meta_bytes is not None else {}
         ctx = _Ctx(meta)
         ctx.unknown_keys(lib, {"library", "elements"}, "")
         table = ctx.get(lib, "library", "", dict, {})
