@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .cli_util import (EXIT_ERROR, EXIT_USAGE, MAX_SIZE, _bench_size, _bytes, _check_memory,  # noqa: F401
                        _device_free, _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu,
-                       _write_output, plan_dot)
+                       _write_output, flags_anywhere, plan_dot, script_path)
 from . import env
 from .errors import KfuseError
 
@@ -26,30 +26,20 @@ def _on_strips(p) -> None:
                         "result used by a dot or an axpy in its kernel; off by default, experimental)")
 
 
-def _script(args) -> Path:
-    """The script argument as a path: a file, or the name of a shipped example (``gemver``)."""
-    path = Path(args.script)
-    if not path.exists() and path.suffix in ("", ".kf") and len(path.parts) == 1:
-        example = Path(__file__).resolve().parent / "examples" / f"{path.stem}.kf"
-        if example.is_file():
-            return example
-    return path
-
-
 def _named_sizes(args) -> dict[str, int] | None:
     """--size NAME=N of plan and compile, by the script's dimension names (None: the model's)."""
     if not args.size:
         return None
     from .api import compile as kcompile
     # the script's dimensions first (an unfused compile plans nothing)
-    program = kcompile(_script(args), dtype=args.dtype, library=args.library, fuse=False).program
+    program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     dims = _parse_sizes(program, args.size)
     return {d.name: dims[d.id] for d in program.dims}
 
 
 def cmd_compile(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(_script(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     if args.output:
         _write_output(args.output, prog.cuda_source)
@@ -66,7 +56,7 @@ def cmd_plan(args) -> int:
     from .api import compile as kcompile
     sizes = _named_sizes(args)
     t0 = time.perf_counter()
-    prog = kcompile(_script(args), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
                     vector_on_strips=args.vector_on_strips)
     elapsed = time.perf_counter() - t0
     search = prog.search
@@ -103,11 +93,11 @@ def cmd_run(args) -> int:
     from .api import compile as kcompile
     # the sizes checked on the parsed script first (an unfused compile plans nothing and says
     # nothing), then the GPU asked for, then the plan made
-    p = kcompile(_script(args), dtype=args.dtype, library=args.library, fuse=False).program
+    p = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     dims = _parse_sizes(p, args.size)
     _check_memory(p, dims, args.dtype)
     _require_gpu("run")
-    prog = kcompile(_script(args), dtype=args.dtype, library=args.library)
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library)
     p = prog.program
     _check_memory(p, dims, args.dtype)      # again, now against the GPU's free memory
     from .reference import device_case, evaluate, relative_error
@@ -191,13 +181,13 @@ def _bench_per_call(args, dtypes) -> int:
 
 def cmd_tune(args) -> int:
     from .api import compile as kcompile
-    program = kcompile(_script(args), dtype=args.dtype, library=args.library, fuse=False).program
+    program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     sizes = None
     if args.size:
         dims = _parse_sizes(program, args.size)
         sizes = {d.name: dims[d.id] for d in program.dims}
     _require_gpu("tune")            # before any planning or notice
-    prog = kcompile(_script(args), dtype=args.dtype, library=args.library, tuned=False)
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, tuned=False)
     best = prog.tune(top=args.top, sizes=sizes, reps=args.reps, store=args.store or True, log=log.info)
     if args.json:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
@@ -444,21 +434,8 @@ def parser() -> argparse.ArgumentParser:
     _script_commands(sub)
     _measure_commands(sub)
     _cache_commands(sub)
-    _flags_anywhere(sub)
+    flags_anywhere(sub)
     return ap
-
-
-def _flags_anywhere(sub) -> None:
-    """-v and -q after the command too (``kfuse plan x.kf -v``): every subcommand takes them,
-    with no default of its own, so that flags given before the command stay in force."""
-    for p in dict.fromkeys(sub.choices.values()):
-        p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                       help="more detail (as before the command)")
-        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                       help="errors only (as before the command)")
-        for action in p._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                _flags_anywhere(action)
 
 
 class _Formatter(logging.Formatter):

@@ -14,17 +14,14 @@ from typing import Any
 
 from ..errors import LibraryError
 from . import cusource
-from .files import parse_toml as _parse_toml, read_bytes as _read_bytes
+from .files import parse_toml as _parse_toml, read_folder
 from .expr import ExprError, check
 from .mappings import MAPPINGS
-from .variant_fields import cluster_field as _cluster, sources_field as _sources, whole_field as _whole
+from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
-# a library's name and version, and its files' names, are written into comments and #line
-# directives of the CUDA module: one line of plain characters, no quote or backslash
-PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
 SHIPPED = Path(__file__).resolve().parent.parent / "blas"
 RESERVED = {"ix", "tx", "ty", "k", "real"}
 
@@ -82,7 +79,7 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
     roots = ([SHIPPED] if shipped else []) + [Path(f) for f in folders]
     if not roots:
         raise LibraryError("<none>", "folders", "no library folder given")
-    files = [_read_folder(r) for r in roots]
+    files = [read_folder(r) for r in roots]
     key = tuple((str(r.resolve()), tuple((name, hashlib.sha256(data or b"").digest(), data is None)
                                          for name, data in sorted(f.items())))
                 for r, f in zip(roots, files))
@@ -92,34 +89,6 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
         except RecursionError:      # a TOML value nested thousands deep, in some message or check
             raise LibraryError(roots[-1], "toml", "a value is nested too deeply") from None
     return _LOADED[key]
-
-
-def _read_folder(root: Path) -> dict[str, bytes | None]:
-    """Name -> bytes of the ``.toml`` and ``.cu`` files directly in ``root``; ``None`` for a
-    ``.cu`` link that leads out of the folder (refused if a variant names it)."""
-    if not root.is_dir():
-        raise LibraryError(root, "folder", "is not a directory")
-    try:
-        folder = root.resolve()
-        paths = sorted(p for p in root.iterdir() if p.suffix in (".toml", ".cu"))
-    except (OSError, RuntimeError) as e:
-        raise LibraryError(root, "folder", f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
-    out: dict[str, bytes | None] = {}
-    for p in paths:
-        if not PLAIN.fullmatch(p.name):
-            if p.suffix == ".cu":
-                continue            # never a usable source (source_file says so if one is named)
-            raise LibraryError(p, "file", "a library file's name is letters, digits and _ . + - "
-                               "(it is written into the CUDA module)")
-        try:
-            real = p.resolve()
-        except (OSError, RuntimeError):
-            real = None
-        if p.suffix == ".cu" and (real is None or real.parent != folder or real.suffix != ".cu"):
-            out[p.name] = None
-            continue
-        out[p.name] = _read_bytes(p)
-    return out
 
 
 def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:

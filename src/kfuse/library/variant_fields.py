@@ -4,6 +4,7 @@ cluster spanning that axis together) and ``source`` (its routine files).  Checke
 of the metadata (``loader.py``): a problem is a LibraryError naming the file and the field."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .schema import AXES, Param
@@ -78,11 +79,15 @@ def sources_field(ctx, v: dict, where: str) -> tuple[Path, ...]:
     return tuple(source_file(ctx, n, f"{where}.source") for n in names)
 
 
+# a library's name and version, and its files' names, are written into comments and #line
+# directives of the CUDA module: one line of plain characters, no quote or backslash
+PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
+
+
 def source_file(ctx, name: str, where: str) -> Path:
     """A variant's routine file: a ``.cu`` file directly in the library folder (the digest covers
     exactly those); no absolute paths, no ``..``, no symbolic link leading out of the folder.
     Looked up among the files the loader read (``ctx.sources``), never on the file system again."""
-    from .loader import PLAIN
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts or len(rel.parts) > 1:
         raise ctx.fail(where, f"{name[:100]!r}: a source is a file name in the library folder "
