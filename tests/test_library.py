@@ -654,7 +654,7 @@ CASES = [
      "expected a file name or a list of distinct file names"),
     ("missing-source-file", "scal", put(*V, "source", value="other.cu"), f"{W}.source",
      "other.cu not found beside the metadata"),
-    ("source-is-a-folder", "scal", put(*V, "source", value="."), f"{W}.source", "not found"),
+    ("source-is-a-folder", "scal", put(*V, "source", value="."), f"{W}.source", "a source is a .cu file"),
     ("macros-type", "madd", put(*V, "macros", value=["BY"]), "function mymadd.variant.rows.macros",
      "expected dict, got list"),
     ("macro-bad-name", "madd", put(*V, "macros", value={"BY": [4], "2Y": [1]}),

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,7 +13,9 @@ from .codegen.module import DTYPES
 from .compiled import CompiledScript
 from .tuning.store import stored_plan
 from .errors import KfuseError, ScriptError
+from .env import nvrtc_options
 from .frontend import parse_script
+from .frontend.parser import MAX_SIZE
 from .fusion.plans import PlanSearch, unfused_plan
 from .ir.program import SIZE_WORDS, Program
 from .library.loader import load_library
@@ -88,7 +89,10 @@ def _resolve_sizes(program, sizes) -> dict[str, int]:
             raise KfuseError(f"sizes names {k!r}, which is not a size of the script "
                              f"(its sizes: {', '.join(names) or 'none'})")
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise KfuseError(f"sizes[{k!r}] must be a positive integer, got {v!r}")
+            raise KfuseError(f"sizes[{k!r}] must be a positive integer, got {v!r:.60}")
+        if v > MAX_SIZE:
+            raise KfuseError(f"sizes[{k!r}] is too large: about 2^{int(v).bit_length() - 1} (at most 2^48 "
+                             "entries along an axis)")
         if dim.name in out and out[dim.name] != int(v):
             raise KfuseError(f"sizes[{k!r}] = {v} and sizes[{given[dim.name]!r}] = {out[dim.name]} "
                              "name the same size of the script")
@@ -123,6 +127,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
     if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
         raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
     folders = [] if library is None or isinstance(library, Library) else (
@@ -161,18 +166,27 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
 
 def _check_reserved(program: Program) -> None:
     """A script input named like a keyword of the call (``out``, ``sync``, ``stream``) could not
-    be passed: refused here, at its declaration."""
+    be passed: refused here, at its name in the input statement (found among the script's tokens,
+    so a statement over several lines is no matter)."""
+    from .frontend.parser import tokenize
     from .runtime.executor import RESERVED
-    for v in program.inputs:
-        if v.name in RESERVED:
-            line_no, col, text = 0, 0, None
-            for n, t in enumerate(program.source.split("\n"), 1):
-                m = re.search(rf"\binput\b[^;]*?\b({v.name})\b", t)
-                if m:
-                    line_no, col, text = n, m.start(1) + 1, t
-                    break
-            raise ScriptError(f"the input {v.name!r} has the name of a keyword of the call "
-                              f"({', '.join(RESERVED)}); rename it", program.file, line_no, col, text)
+    bad = [v.name for v in program.inputs if v.name in RESERVED]
+    if not bad:
+        return
+    toks = tokenize(program.source, program.file)
+    in_input = False
+    for prev, tok in zip([None, *toks], toks):
+        if tok.text == "input" and (prev is None or prev.text == ";"):
+            in_input = True
+        elif tok.text == ";":
+            in_input = False
+        elif in_input and tok.text in bad:
+            lines = program.source.split("\n")
+            raise ScriptError(f"the input {tok.text!r} has the name of a keyword of the call "
+                              f"({', '.join(RESERVED)}); rename it", program.file, tok.line, tok.col,
+                              lines[tok.line - 1])
+    raise ScriptError(f"the input {bad[0]!r} has the name of a keyword of the call "
+                      f"({', '.join(RESERVED)}); rename it", program.file)
 
 
 def _with_device_scalars(program: Program, names) -> Program:

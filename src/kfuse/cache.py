@@ -5,6 +5,8 @@ writes into them; ``clear`` removes the user's own files whole, never the shippe
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from pathlib import Path
 
 _log = logging.getLogger("kfuse")
@@ -80,7 +82,7 @@ def show_text(doc: dict) -> str:
 
 
 def clearable(which: list[str]) -> list[Path]:
-    """The user's files ``kfuse cache clear`` removes: the tuning store and/or the user's
+    """The user's files ``kfuse cache clear`` considers: the tuning store and/or the user's
     calibration file (never a shipped one, nor one named by $KFUSE_CALIBRATION)."""
     from .cost.store import user_path
     out = []
@@ -89,3 +91,77 @@ def clearable(which: list[str]) -> list[Path]:
     if "calibration" in which:
         out.append(user_path())
     return out
+
+
+def clear_targets(which: list[str]) -> tuple[list[Path], list[str]]:
+    """(files to remove, why others are left alone).  A file is removed only when kfuse
+    recognises it as its own (a tuning store's header, a calibration file's format; the lock
+    beside a calibration file goes with it), read and later removed through its folder opened
+    without following a link: a cache folder that is a symbolic link is left alone whole."""
+    targets, refused = [], []
+    for path in clearable(which):
+        kind = "tuning" if path == _tuning_path() else "calibration"
+        try:
+            dfd = _open_folder(path.parent)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            refused.append(f"{path}: its folder {e.strerror or e} (a symbolic link is never followed): left alone")
+            continue
+        try:
+            if not _exists(dfd, path.name):
+                continue
+            if _recognised(dfd, path.name, kind):
+                targets.append(path)
+                lock = path.name + ".lock"
+                if kind == "calibration" and _exists(dfd, lock):
+                    targets.append(path.with_name(lock))
+            else:
+                refused.append(f"{path}: not a kfuse {kind} file (or a link, device or pipe): left alone")
+        finally:
+            os.close(dfd)
+    return targets, refused
+
+
+def remove(path: Path) -> None:
+    """Remove a file ``clear_targets`` chose, through its folder opened without following links."""
+    dfd = _open_folder(path.parent)
+    try:
+        os.unlink(path.name, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _open_folder(folder: Path) -> int:
+    return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+
+def _exists(dfd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def _recognised(dfd: int, name: str, kind: str) -> bool:
+    """The file is a regular file (not a link) holding a kfuse tuning store's header, or a
+    kfuse calibration file."""
+    import json
+    from .cost.store import FORMAT
+    from .fileio import MAX_FILE_BYTES, MAX_LINE_BYTES
+    from .tuning.store import HEADER
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dfd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            if kind == "tuning":
+                return json.loads(f.readline(MAX_LINE_BYTES)) == HEADER
+            data = json.loads(f.read(MAX_FILE_BYTES))
+            return isinstance(data, dict) and {k: data.get(k) for k in FORMAT} == FORMAT
+        except (ValueError, UnicodeDecodeError, RecursionError, OSError):
+            return False

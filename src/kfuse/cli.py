@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .cli_util import (EXIT_ERROR, EXIT_USAGE, MAX_SIZE, _bench_size, _bytes, _check_memory,  # noqa: F401
                        _device_free, _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu,
-                       _write_output, plan_dot)
+                       _write_output, flags_anywhere, plan_dot, script_path)
+from . import env
 from .errors import KfuseError
 
 log = logging.getLogger("kfuse")
@@ -31,14 +32,14 @@ def _named_sizes(args) -> dict[str, int] | None:
         return None
     from .api import compile as kcompile
     # the script's dimensions first (an unfused compile plans nothing)
-    program = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=False).program
+    program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     dims = _parse_sizes(program, args.size)
     return {d.name: dims[d.id] for d in program.dims}
 
 
 def cmd_compile(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused,
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     if args.output:
         _write_output(args.output, prog.cuda_source)
@@ -55,7 +56,7 @@ def cmd_plan(args) -> int:
     from .api import compile as kcompile
     sizes = _named_sizes(args)
     t0 = time.perf_counter()
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
                     vector_on_strips=args.vector_on_strips)
     elapsed = time.perf_counter() - t0
     search = prog.search
@@ -90,11 +91,14 @@ def cmd_plan(args) -> int:
 
 def cmd_run(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library)
-    p = prog.program
+    # the sizes checked on the parsed script first (an unfused compile plans nothing and says
+    # nothing), then the GPU asked for, then the plan made
+    p = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     dims = _parse_sizes(p, args.size)
     _check_memory(p, dims, args.dtype)
     _require_gpu("run")
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library)
+    p = prog.program
     _check_memory(p, dims, args.dtype)      # again, now against the GPU's free memory
     from .reference import device_case, evaluate, relative_error
     from .runtime.gpu import cupy
@@ -177,12 +181,13 @@ def _bench_per_call(args, dtypes) -> int:
 
 def cmd_tune(args) -> int:
     from .api import compile as kcompile
-    prog = kcompile(Path(args.script), dtype=args.dtype, library=args.library, tuned=False)
+    program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     sizes = None
     if args.size:
-        dims = _parse_sizes(prog.program, args.size)
-        sizes = {d.name: dims[d.id] for d in prog.program.dims}
-    _require_gpu("tune")
+        dims = _parse_sizes(program, args.size)
+        sizes = {d.name: dims[d.id] for d in program.dims}
+    _require_gpu("tune")            # before any planning or notice
+    prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, tuned=False)
     best = prog.tune(top=args.top, sizes=sizes, reps=args.reps, store=args.store or True, log=log.info)
     if args.json:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
@@ -198,6 +203,7 @@ def cmd_calibrate(args) -> int:
     from .calibration.measure import calibrate
     from .cost.store import read_file, search_paths, user_path, write_entry
     from .library.loader import load_library
+    from .env import writable_folder
     from .runtime.gpu import have_gpu
     if not have_gpu():
         raise KfuseError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
@@ -205,6 +211,7 @@ def cmd_calibrate(args) -> int:
                          "the transfer model")
     lib = load_library(*(args.library or []))
     out = Path(args.out) if args.out else user_path()
+    writable_folder(out.parent, "the calibration")      # before the measurements, not after
     reuse = [] if args.fresh else [c for p in search_paths() for c in read_file(p)]
     for dtype in dict.fromkeys(args.dtype or ["float32", "float64"]):
         cal = calibrate(lib, dtype, quick=args.quick, reuse=reuse)
@@ -388,10 +395,12 @@ def cmd_cache(args) -> int:
         return 0
     which = [k for k, on in (("tuning", args.tuning), ("calibration", args.calibration)) if on] \
         or ["tuning", "calibration"]
-    targets = [p for p in cache.clearable(which) if p.exists()]
+    targets, refused = cache.clear_targets(which)
+    for why in refused:
+        log.warning(why)
     if not targets:
         log.info("nothing to clear")
-        return 0
+        return EXIT_ERROR if refused else 0
     if not args.yes:
         if not sys.stdin.isatty():
             raise KfuseError("cache clear removes " + ", ".join(map(str, targets)) + "; confirm with --yes")
@@ -400,11 +409,11 @@ def cmd_cache(args) -> int:
             return EXIT_ERROR
     for path in targets:
         try:
-            path.unlink()
+            cache.remove(path)
         except OSError as e:
             raise KfuseError(f"cannot remove {path}: {e.strerror or e}") from None
         log.info(f"removed {path}")
-    return 0
+    return EXIT_ERROR if refused else 0
 
 
 def _version() -> str:
@@ -425,6 +434,7 @@ def parser() -> argparse.ArgumentParser:
     _script_commands(sub)
     _measure_commands(sub)
     _cache_commands(sub)
+    flags_anywhere(sub)
     return ap
 
 
@@ -453,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = (logger.level, logger.propagate)
     handler = _configure_logging(args.verbose, args.quiet)
     try:
+        env.check()                 # a bad $KFUSE_NVRTC_OPTIONS or $KFUSE_CACHE_DIR: said now, not late
         rc = args.fn(args)
         sys.stdout.flush()          # inside the try: a reader gone away is caught here
         return rc

@@ -182,3 +182,26 @@ def _bench_size(text: str) -> int:
     if not 1 <= value <= MAX_SIZE:
         raise argparse.ArgumentTypeError(f"{text}: sizes are between 1 and 2^48")
     return value
+
+
+def script_path(args) -> Path:
+    """The script argument as a path: a file, or the name of a shipped example (``gemver``)."""
+    path = Path(args.script)
+    if not path.exists() and path.suffix in ("", ".kf") and len(path.parts) == 1:
+        example = Path(__file__).resolve().parent / "examples" / f"{path.stem}.kf"
+        if example.is_file():
+            return example
+    return path
+
+
+def flags_anywhere(sub) -> None:
+    """-v and -q after the command too (``kfuse plan x.kf -v``): every subcommand takes them,
+    with no default of its own, so that flags given before the command stay in force."""
+    for p in dict.fromkeys(sub.choices.values()):
+        p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                       help="more detail (as before the command)")
+        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="errors only (as before the command)")
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                flags_anywhere(action)

@@ -181,11 +181,18 @@ class JitFunction:
             if not (hasattr(a, "shape") and hasattr(a, "dtype")):
                 raise TraceError(f"argument {name} of {self.fn.__name__}: expected an array or a number, got "
                                  f"{type(a).__name__}", user_site())
-            shape = tuple(int(n) for n in a.shape)
+            try:                # a duck-typed array: its shape and dtype may be anything
+                shape = tuple(int(n) for n in a.shape)
+                dt = _dtype(a.dtype)
+            except (TypeError, ValueError, OverflowError):
+                raise TraceError(f"argument {name} of {self.fn.__name__}: its shape {a.shape!r:.60} or dtype "
+                                 f"{a.dtype!r:.60} is not an array's", user_site()) from None
+            if any(not 0 <= n <= 2 ** 48 for n in shape):     # the scripts' bound on a size
+                raise TraceError(f"argument {name} of {self.fn.__name__} has shape {str(shape):.80}: a size is "
+                                 "from 0 to 2^48", user_site())
             if len(shape) > 2:
                 raise TraceError(f"argument {name} of {self.fn.__name__} has rank {len(shape)} (shape {shape}); "
                                  "kfuse works on scalars, vectors and matrices", user_site())
-            dt = _dtype(a.dtype)
             if dt not in (np.float32, np.float64):
                 raise TraceError(f"argument {name} of {self.fn.__name__} has dtype {dt}; kfuse runs float32 or "
                                  "float64", user_site())

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..codegen import skeleton as sk
 from ..codegen.layout import MAX_SHARED_BYTES
-from ..codegen.module import DTYPES, PRELUDE
+from ..codegen.module import DTYPES, PRELUDE, c_comment
 from ..fusion.choices import PREFERRED_IPB
 from ..fusion.space import UNROLLS
 from ..library.cusource import defining_file
@@ -303,8 +303,8 @@ def _probe(lib: Library, fn: Function, var: Variant, macros: tuple, r: Routine) 
     kind = "compute" if r.kind == "finish" else r.kind      # a finish works on chip, as a compute
     text = repr((kind, fn.nesting, T, (X, Y), r.fn, macros, args, ipbs, atomic)
                 + ((tile,) if tile not in (None, tuple(lib.tile)) else ()))
-    source = defining_file(var.files, r.fn)      # a routine shared by two variants is measured once
-    h = hashlib.sha256(text.encode() + b"\0" + source.read_bytes())
+    source = defining_file(lib, var.files, r.fn)      # a routine shared by two variants is measured once
+    h = hashlib.sha256(text.encode() + b"\0" + lib.source_text(source).encode())
     return Probe(h.hexdigest()[:12], kind, fn.nesting, T, (X, Y), r.fn, macros, tuple(args),
                  str(source), ipbs, atomic, tile, tuple(str(f) for f in var.files))
 
@@ -365,7 +365,7 @@ def probe_module(lib: Library, dtype: str, kernels: list[tuple[Probe, Env]], tit
         PRELUDE.read_text(),
     ]
     for src in dict.fromkeys(f for p, _ in kernels for f in (p.files or (p.source,))):
-        parts += [f"// ---- library routines: {src}", open(src).read()]
+        parts += [f"// ---- library routines: {c_comment(src)}", lib.source_text(src)]
     bodies, views = [], {}
     for p, env in kernels:
         body, vs = p.kernel(env)

@@ -34,9 +34,11 @@ def render(lay: Layout) -> tuple[str, tuple[str, ...]]:
     return "\n".join(e.out), tuple(e.views.values())
 
 
-def _scalar_expr(a: ScalarArg) -> str:
-    """C text of a scalar argument: arithmetic over scalars is evaluated inline, where it is used."""
-    return a.c_expr(_scalar_leaf)
+def _scalar_code(a: ScalarArg, prefix: str) -> tuple[list[str], str]:
+    """(declarations, expression): C text of a scalar argument.  Arithmetic over scalars is
+    evaluated inline, where it is used; a subexpression it uses more than once is declared once,
+    as a local named ``prefix`` and a number, before the routine call."""
+    return a.c_code(_scalar_leaf, prefix)
 
 
 def _scalar_leaf(a: ScalarArg) -> str:
@@ -214,7 +216,9 @@ class _Emitter:
             if a.kind == "global":
                 cargs.append(f"g_{binds[a.name].label}")
             elif a.kind == "scalar":
-                cargs.append(_scalar_expr(binds[a.name]))
+                decls, expr = _scalar_code(binds[a.name], f"kf_{a.name}_")
+                lines.extend(inner + d for d in decls)
+                cargs.append(expr)
             elif acc is None:
                 raise AssertionError(f"{r.fn}: no access for element argument {a.name}")
             elif acc.element in self.pl.registers:

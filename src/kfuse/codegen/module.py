@@ -13,6 +13,12 @@ DTYPES = {"float32": "float", "float64": "double"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
+def c_comment(text: str) -> str:
+    """``text`` safe in a ``//`` comment and inside the quotes of a ``#line`` directive: a folder
+    path may hold any character, and a newline, quote or backslash would end either early."""
+    return "".join(c if c.isprintable() and c not in '"\\' else "?" for c in text)
+
+
 def used_routines(text: str, code: str, rel: str) -> str:
     """``text`` (a library .cu file) without the namespace-scope functions that ``code`` (the
     kernels) never reaches, directly or through other functions or macros of the file.  Each
@@ -65,10 +71,10 @@ def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: st
     views = dict.fromkeys(v for k in kernels for v in k.views)
     for src in dict.fromkeys(s for k in kernels for s in k.sources):
         path = Path(src)
-        rel = f"{lib.name}/{path.name}" if path.parent == lib.root else str(path)
+        rel = c_comment(f"{lib.name}/{path.name}" if path.parent == lib.root else str(path))
         code = "\n".join([*views, *(k.source for k in kernels)])
         parts += [f"// ---- library routines used by the kernels: {rel}", f'#line 1 "{rel}"',
-                  used_routines(path.read_text(), code, rel)]
+                  used_routines(lib.source_text(path), code, rel)]
     line = "\n".join(parts).count("\n") + 2          # the line the directive itself lands on
     parts.append(f'#line {line + 1} "kfuse-generated.cu"')
     if views:

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..env import cache_dir, writable_folder
 from ..errors import CalibrationError
+from ..fileio import read_regular
 from ..library.schema import Function, Routine, Variant
 
 FORMAT = {"format": "kfuse-calibration", "version": 1}
@@ -45,9 +47,7 @@ KINDS = ("load", "compute", "store")
 
 
 def user_path() -> Path:
-    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kfuse")
-    return Path(root) / "calibration.json"
+    return cache_dir() / "calibration.json"
 
 
 def search_paths() -> list[Path]:
@@ -163,10 +163,14 @@ def _int(v, what: str, low: int = 0) -> int:
     return v
 
 
+MAX_NS = 1e12      # 1,000 s: no launch, barrier or routine takes longer (sums of these stay finite)
+
+
 def _ns(v, what: str) -> float:
-    """A finite, non-negative number (JSON's Infinity, NaN, strings and booleans refused)."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-        raise ValueError(f"{what} {v!r} is not a finite non-negative number")
+    """A non-negative number of nanoseconds up to ``MAX_NS`` (JSON's Infinity, NaN, strings,
+    booleans and values whose sums would overflow refused)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 <= v <= MAX_NS:
+        raise ValueError(f"{what} {v!r:.40} is not a number of nanoseconds from 0 to {MAX_NS:g}")
     return float(v)
 
 
@@ -211,9 +215,10 @@ def read_file(path: Path, warn=None, only: tuple[str, str] | None = None) -> lis
 
 def _read(path: Path, warn, only: tuple[str, str] | None = None) -> list[Calibration]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path).decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
-        what = "nested too deeply" if isinstance(e, RecursionError) else e.__class__.__name__
+        what = ("nested too deeply" if isinstance(e, RecursionError) else e.strerror
+                if isinstance(e, OSError) and e.strerror else e.__class__.__name__)
         warn(f"{path}: not a readable kfuse calibration file ({what}): ignored")
         return []
     if not isinstance(data, dict) or {k: data.get(k) for k in FORMAT} != FORMAT \
@@ -237,14 +242,14 @@ def write_entry(path: Path, cal: Calibration, warn=None) -> None:
     under an exclusive lock (``<file>.lock``) so that two writers at once lose nothing.
     A file that exists but is not a calibration file is never overwritten."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writable_folder(path.parent, "the calibration")
     lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         entries = []
         if path.exists():
             try:
-                data = json.loads(path.read_text())
+                data = json.loads(read_regular(path).decode("utf-8"))
                 ok = isinstance(data, dict) and {k: data.get(k) for k in FORMAT} == FORMAT
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError):
                 ok = False

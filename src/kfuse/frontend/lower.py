@@ -269,8 +269,34 @@ class _Named:
         self.name, self.uses, self.kind = name, 2, "named"
 
 
+MAX_DEPTH = 100     # operations nested deeper than this are refused (lowering recurses over them)
+
+
+def _check_depth(trace: Trace) -> None:
+    """Refuse, at the user's line, a traced expression nested deeper than ``MAX_DEPTH`` (as
+    ``for _ in range(1000): x = x + y`` makes): lowering walks expressions recursively.  The depth
+    is measured with an explicit stack, each node once."""
+    depth: dict[int, int] = {}
+    stack: list[tuple[Node, bool]] = [(n, False) for n in trace.results]
+    while stack:
+        n, ready = stack.pop()
+        if id(n) in depth:
+            continue
+        kids = [a for a in n.args if isinstance(a, Node)]
+        if not ready:
+            stack.append((n, True))
+            stack.extend((a, False) for a in kids if id(a) not in depth)
+            continue
+        depth[id(n)] = d = 1 + max((depth[id(a)] for a in kids), default=0)
+        if d > MAX_DEPTH:
+            raise TraceError(f"the expression is nested too deeply: more than {MAX_DEPTH} operations, each "
+                             "on the result of the one before (split the work over several calls of the "
+                             "function)", n.site)
+
+
 def lower(trace: Trace) -> Lowered:
     """The script of a traced function (see the module docstring)."""
+    _check_depth(trace)
     low = _Lowering(trace)
     arg_of = {id(n): k for k, n in enumerate(trace.args)}
     input_names = {name for name, _ in low.inputs}

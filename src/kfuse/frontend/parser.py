@@ -31,6 +31,7 @@ TOKEN = re.compile(r"""
 """, re.VERBOSE)
 KEYWORDS = {"input", "return"}
 MAX_SIZE = 2 ** 48     # a literal size: far beyond any GPU's memory, well inside int64 index arithmetic
+MAX_NESTING = 100      # parentheses and sqrt( nested deeper than this are refused (the parser recurses)
 
 
 class Tok(NamedTuple):
@@ -73,6 +74,7 @@ class _Parser:
         self.arith: dict[str, ScalarArg] = {}    # scalar name -> its arithmetic, when assigned one last
         self.values: list[Value] = []
         self.labels: set[str] = set()       # labels of the values so far (and their names)
+        self.suffix: dict[str, int] = {}    # name -> the next number to try for a label name_N
         self.calls: list[Call] = []
         self.outputs: list[Value] | None = None
         self.parent: list[int] = []              # union-find over dimension ids
@@ -203,10 +205,12 @@ class _Parser:
                     d = self.next()
                     if d.kind == "ident":
                         dims.append(self.new_dim(d.text, declared=True))
-                    elif d.kind == "num" and d.text.isdigit() and int(d.text) > 0:
-                        if int(d.text) > MAX_SIZE:
-                            raise self.error(f"the size {d.text} is too large (at most 2^48 entries along an axis)", d)
-                        dims.append(self.new_dim(d.text, literal=int(d.text), declared=True))
+                    elif d.kind == "num" and d.text.isdigit() and d.text.strip("0"):
+                        digits = d.text.lstrip("0")     # int() refuses over 4,300 digits: length first
+                        if len(digits) > 15 or int(digits) > MAX_SIZE:
+                            raise self.error(f"the size {d.text:.40} is too large (at most 2^48 entries "
+                                             "along an axis)", d)
+                        dims.append(self.new_dim(d.text, literal=int(digits), declared=True))
                     else:
                         raise self.error("a size is a name or a positive integer", d)
                     if self.peek().text != ",":
@@ -249,7 +253,7 @@ class _Parser:
         outs, seen = [], set()
         for tok in self.names("a name to return"):
             self.lookup_decl(tok)
-            if tok.text in self.inputs:
+            if tok.text in self.current and self.current[tok.text].is_input:
                 raise self.error(f"{tok.text} is an input; return values the script computes", tok)
             if tok.text in self.arith:
                 raise self.error(f"{tok.text} is scalar arithmetic, evaluated where it is used; a script "
@@ -288,51 +292,73 @@ class _Parser:
 
     # -- scalar expressions ------------------------------------------------------------------
     # A node is ("num", tok), ("name", tok), ("neg", tok, node), ("sqrt", tok, node) or
-    # (op, tok, left, right) with op one of + - * /; tok is where the node starts.
-    def expression(self, what: str) -> tuple:
-        node = self.term(what)
+    # (op, tok, left, right) with op one of + - * /; tok is where the node starts.  Sums and
+    # products are parsed in loops and turned into arguments by an explicit stack; only
+    # parentheses and sqrt recurse, at most MAX_NESTING deep.
+    def expression(self, what: str, depth: int = 0) -> tuple:
+        node = self.term(what, depth)
         while self.peek().text in ("+", "-"):
             op = self.next().text
-            node = (op, node[1], node, self.term(what))
+            node = (op, node[1], node, self.term(what, depth))
         return node
 
-    def term(self, what: str) -> tuple:
-        node = self.unary(what)
+    def term(self, what: str, depth: int) -> tuple:
+        node = self.unary(what, depth)
         while self.peek().text in ("*", "/"):
             op = self.next().text
-            node = (op, node[1], node, self.unary(what))
+            node = (op, node[1], node, self.unary(what, depth))
         return node
 
-    def unary(self, what: str) -> tuple:
-        if self.peek().text == "-":
-            tok = self.next()
-            return ("neg", tok, self.unary(what))
-        return self.atom(what)
+    def unary(self, what: str, depth: int) -> tuple:
+        signs = []
+        while self.peek().text == "-":
+            signs.append(self.next())
+        node = self.atom(what, depth)
+        for tok in reversed(signs):
+            node = ("neg", tok, node)
+        return node
 
-    def atom(self, what: str) -> tuple:
+    def atom(self, what: str, depth: int) -> tuple:
         tok = self.next()
+        opens = tok.text == "(" or (tok.text == "sqrt" and self.peek().text == "(" and "sqrt" not in self.decls)
+        if opens and depth >= MAX_NESTING:
+            raise self.error(f"parentheses nested too deeply (more than {MAX_NESTING} levels)", tok)
         if tok.text == "(":
-            node = self.expression(what)
+            node = self.expression(what, depth + 1)
             self.expect(")")
             return node
         if tok.kind == "num":
             return ("num", tok)
         if tok.kind != "ident" or tok.text in KEYWORDS:
             raise self.error(f"expected {what}, found {tok.text!r}", tok)
-        if tok.text == "sqrt" and self.peek().text == "(" and "sqrt" not in self.decls:
+        if opens:
             self.next()
-            node = self.expression(what)
+            node = self.expression(what, depth + 1)
             self.expect(")")
             return ("sqrt", tok, node)
         return ("name", tok)
 
-    def scalar(self, node: tuple) -> ScalarArg:
+    def scalar(self, root: tuple) -> ScalarArg:
         """A scalar expression node as a ScalarArg (names looked up, types checked)."""
+        done: dict[int, ScalarArg] = {}
+        stack = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            kids = node[2:]
+            if not ready and kids:
+                stack.append((node, True))
+                stack.extend((k, False) for k in reversed(kids))
+                continue
+            done[id(node)] = self.scalar_node(node, [done.pop(id(k)) for k in kids])
+        return done[id(root)]
+
+    def scalar_node(self, node: tuple, operands: list[ScalarArg]) -> ScalarArg:
+        """One node of a scalar expression, its operands already made."""
         kind, tok = node[0], node[1]
         if kind == "num":
             value = float(tok.text)
             if not math.isfinite(value):
-                raise self.error(f"the number {tok.text} is too large (not a finite double)", tok)
+                raise self.error(f"the number {tok.text:.40} is too large (not a finite double)", tok)
             return ScalarArg(None, value)
         if kind == "name":
             self.lookup_decl(tok)
@@ -345,24 +371,21 @@ class _Parser:
                 raise self.error(f"{tok.text} is a {v.type}; scalar arithmetic takes scalars", tok)
             return ScalarArg(v)
         if kind == "neg":
-            inner = self.scalar(node[2])
+            inner = operands[0]
             if inner.op is None:            # -name, -number: the plain forms
                 if inner.value is None:
                     assert inner.literal is not None
                     return ScalarArg(None, -inner.literal)
-                return (ScalarArg(None, -inner.literal) if inner.value is None
-                        else ScalarArg(inner.value, negate=not inner.negate))
+                return ScalarArg(inner.value, negate=not inner.negate)
             return ScalarArg(None, op="neg", operands=(inner,))
         if kind == "sqrt":
-            return ScalarArg(None, op="sqrt", operands=(self.scalar(node[2]),))
-        left, right = self.scalar(node[2]), self.scalar(node[3])
+            return ScalarArg(None, op="sqrt", operands=(operands[0],))
+        left, right = operands
         if kind == "/" and right.op is None and right.value is None and right.literal == 0:
             raise self.error("division by zero", node[3][1])
         return ScalarArg(None, op=kind, operands=(left, right))
 
     def scalar_assignment(self, target: Tok, node: tuple) -> None:
-        if target.text in self.inputs:
-            raise self.error(f"{target.text} is an input and cannot be assigned", target)
         self.arith[target.text] = self.scalar(node)
         self.current.pop(target.text, None)
 
@@ -417,17 +440,16 @@ class _Parser:
         outs = []
         for tok, p in zip(targets, fn.outputs):
             vtype, dims, _ = self.lookup_decl(tok)
-            if tok.text in self.inputs:
-                raise self.error(f"{tok.text} is an input and cannot be assigned", tok)
             if vtype != p.type:
                 raise self.error(f"{fn.name} returns a {p.type} as {p.name}, {tok.text} is a {vtype}", tok)
             for d, a in zip(dims, p.index):
                 self.unify(axis_of[a], d, f"{tok.text}: size does not match the result of {fn.name}", tok)
-            label, n = tok.text, 2
+            label = tok.text
             if tok.text in self.labels:         # a value of this name exists (labels include names)
+                n = self.suffix.get(tok.text, 2)    # the numbers below it are taken: no rescan
                 while f"{tok.text}_{n}" in self.labels or f"{tok.text}_{n}" in self.decls:
                     n += 1
-                label = f"{tok.text}_{n}"
+                label, self.suffix[tok.text] = f"{tok.text}_{n}", n + 1
             v = Value(len(self.values), tok.text, label, vtype, dims)
             self.values.append(v)
             self.labels.add(label)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KfuseError
 from .kernel import KernelCall, KernelSpec
-from .program import Program
+from .program import Program, ScalarArg
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ def plan_to_json(plan: Plan) -> list[dict]:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_KERNEL_NAME = re.compile(r"k[0-9]{1,6}_[A-Za-z0-9_]{1,200}")      # as the planner names kernels
 
 
 def _is_int(v, low: int = 0, high: int = 1 << 31) -> bool:
@@ -109,4 +110,51 @@ def plan_from_json(program: Program, data: list[dict]) -> Plan:
     covered = sorted(kc.call.index for k in kernels for kc in k.calls)
     if covered != list(range(len(program.calls))):
         raise KfuseError("stored plan does not cover every call exactly once")
+    problem = _order_problem(program, kernels)
+    if problem:
+        raise KfuseError(f"stored plan {problem}")
     return Plan(program, tuple(kernels))
+
+
+def _order_problem(program: Program, kernels: list[KernelSpec]) -> str | None:
+    """What makes a plan's kernels unlike any the planner makes, or None: kernel names not of
+    kfuse's form ``k<n>_...`` (so never a C or CUDA keyword nor a name of the prelude) or not
+    distinct; a call placed before a call whose value it reads; a value read outside its kernel
+    or returned that the kernel does not store; a store of a value the kernel does not compute."""
+    names = [k.name for k in kernels]
+    bad = next((n for n in names if not _KERNEL_NAME.fullmatch(n)), None)
+    if bad is not None:
+        return f"names a kernel {bad!r}: kfuse's kernels are named k<number>_<function>"
+    if len(set(names)) != len(names):
+        return "names two kernels alike"
+    where: dict[int, tuple[int, int]] = {}          # value id -> (kernel, position) of its call
+    for n, k in enumerate(kernels):
+        for pos, kc in enumerate(k.calls):
+            for v in kc.call.outputs:
+                where[v.id] = (n, pos)
+    returned = {v.id for v in program.outputs}
+    needed: list[set[int]] = [set() for _ in kernels]
+    for v in program.outputs:
+        if v.id in where:
+            needed[where[v.id][0]].add(v.id)
+    for n, k in enumerate(kernels):
+        for pos, kc in enumerate(k.calls):
+            reads = [a for a in kc.call.args if not isinstance(a, ScalarArg)]
+            reads += [v for a in kc.call.args if isinstance(a, ScalarArg) for v in a.values()]
+            for v in reads:
+                if v.id not in where:
+                    continue                        # an input
+                if where[v.id] >= (n, pos):
+                    return f"runs {kc.call.text()} before the call that computes {v.name}"
+                if where[v.id][0] != n:
+                    needed[where[v.id][0]].add(v.id)
+    for n, k in enumerate(kernels):
+        own = {v.id for kc in k.calls for v in kc.call.outputs}
+        if not k.stores <= own:
+            return f"has kernel {k.name} store values it does not compute ({sorted(k.stores - own)[:5]})"
+        missing = needed[n] - k.stores
+        if missing:
+            v = program.values[min(missing)]
+            what = "returned" if v.id in returned else "read by a later kernel"
+            return f"has kernel {k.name} leave {v.name} unstored, which is {what}"
+    return None

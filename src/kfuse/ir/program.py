@@ -32,89 +32,170 @@ SCALAR_UNARY = ("neg", "sqrt")
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ScalarArg:
     """A scalar argument: a scalar value (an input, or a scalar an earlier call computed), maybe
     negated; a literal; or arithmetic over such (``op`` one of ``+ - * /`` with two ``operands``,
     ``neg`` or ``sqrt`` with one).  Arithmetic is evaluated where the argument is used -- inline in
     each kernel that reads it, on the device -- so a scalar computed from reductions never makes a
-    round trip to the host."""
+    round trip to the host.
+
+    Operands may be shared (``b = a * a; c = b * b;``): the arithmetic is a DAG, and every walk
+    over it (values, evaluation, remapping, C text, equality) visits each distinct node once, in a
+    loop rather than by recursion, so neither a long chain nor repeated sharing costs more than
+    the number of distinct nodes."""
     value: Value | None
     literal: float | None = None
     negate: bool = False
     op: str | None = None
     operands: tuple["ScalarArg", ...] = ()
 
+    @cached_property
+    def _nodes(self) -> tuple["ScalarArg", ...]:
+        """The distinct nodes of this argument, operands before the nodes that use them, leaves
+        in order of first appearance (left to right)."""
+        order: list[ScalarArg] = []
+        seen: set[int] = set()
+        stack: list[tuple[ScalarArg, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((o, False) for o in reversed(node.operands) if id(o) not in seen)
+        return tuple(order)
+
     def values(self) -> tuple[Value, ...]:
         """The scalar values this argument reads, each once, in order of appearance."""
-        if self.op is None:
-            return () if self.value is None else (self.value,)
         out: dict[int, Value] = {}
-        for o in self.operands:
-            for v in o.values():
-                out.setdefault(v.id, v)
+        for n in self._nodes:
+            if n.op is None and n.value is not None:
+                out.setdefault(n.value.id, n.value)
         return tuple(out.values())
 
     def reads(self, v: Value) -> bool:
         return any(u is v for u in self.values())
 
-    def text(self) -> str:
-        """Script syntax (parsed back to the same argument)."""
-        return self._text(0)
+    def text(self, limit: int | None = None) -> str:
+        """Script syntax (parsed back to the same argument).  With ``limit``, a subexpression
+        longer than that many characters is cut short with an ellipsis (for messages and
+        comments: shared subexpressions written out in full can grow exponentially)."""
+        text: dict[int, str] = {}
 
-    def _text(self, outer: int) -> str:
-        if self.op is None:
-            if self.value is None:
-                return repr(self.literal)
-            return ("-" if self.negate else "") + self.value.name
-        if self.op == "sqrt":
-            return f"sqrt({self.operands[0]._text(0)})"
-        if self.op == "neg":
-            return "-" + self.operands[0]._text(3)
-        prec = _PRECEDENCE[self.op]
-        left, right = self.operands
-        text = f"{left._text(prec)} {self.op} {right._text(prec + 1)}"
-        return f"({text})" if prec < outer else text
+        def sub(o: ScalarArg, outer: int) -> str:
+            t = text[id(o)]
+            return f"({t})" if o.op in _PRECEDENCE and _PRECEDENCE[o.op] < outer else t
 
-    def c_expr(self, leaf) -> str:
-        """C text, with ``leaf(arg)`` the text of a value or literal leaf."""
-        if self.op is None:
-            return leaf(self)
-        if self.op == "sqrt":
-            return f"sqrt({self.operands[0].c_expr(leaf)})"
-        if self.op == "neg":
-            return f"(-{self.operands[0].c_expr(leaf)})"
-        left, right = self.operands
-        return f"({left.c_expr(leaf)} {self.op} {right.c_expr(leaf)})"
+        for n in self._nodes:
+            if n.op is None:
+                t = repr(n.literal) if n.value is None else ("-" if n.negate else "") + n.value.name
+            elif n.op == "sqrt":
+                t = f"sqrt({sub(n.operands[0], 0)})"
+            elif n.op == "neg":
+                t = "-" + sub(n.operands[0], 3)
+            else:
+                prec = _PRECEDENCE[n.op]
+                t = f"{sub(n.operands[0], prec)} {n.op} {sub(n.operands[1], prec + 1)}"
+            if limit is not None and len(t) > limit:
+                t = t[:limit] + "..."
+            text[id(n)] = t
+        return text[id(self)]
+
+    def c_code(self, leaf, prefix: str = "kf_t") -> tuple[list[str], str]:
+        """(declarations, expression): C text, with ``leaf(arg)`` the text of a value or literal
+        leaf.  Arithmetic used more than once in this argument is computed once, into a
+        ``const real`` named ``prefix`` and a number that the declarations define."""
+        uses: dict[int, int] = {}
+        for n in self._nodes:
+            for o in n.operands:
+                uses[id(o)] = uses.get(id(o), 0) + 1
+        decls: list[str] = []
+        text: dict[int, str] = {}
+        for n in self._nodes:
+            if n.op is None:
+                t = leaf(n)
+            elif n.op == "sqrt":
+                t = f"sqrt({text[id(n.operands[0])]})"
+            elif n.op == "neg":
+                t = f"(-{text[id(n.operands[0])]})"
+            else:
+                t = f"({text[id(n.operands[0])]} {n.op} {text[id(n.operands[1])]})"
+            if n.op is not None and uses.get(id(n), 0) > 1:
+                name = f"{prefix}{len(decls)}"
+                decls.append(f"const real {name} = {t};")
+                t = name
+            text[id(n)] = t
+        return decls, text[id(self)]
 
     def evaluate(self, read, magnitude: bool = False) -> float:
         """The value, with ``read(value)`` the number of a scalar value; ``magnitude``: of the
         magnitudes of the terms (leaves and sums taken absolute), for error bounds."""
-        if self.op is None:
-            x = self.literal if self.value is None else read(self.value)
-            assert x is not None                    # a leaf is a literal or a value
-            x = -x if self.negate else x
-            return abs(x) if magnitude else x
-        xs = [o.evaluate(read, magnitude) for o in self.operands]
-        if self.op == "neg":
-            return xs[0] if magnitude else -xs[0]
-        if self.op == "sqrt":
-            x = abs(xs[0]) if magnitude else xs[0]
-            return math.sqrt(x) if x >= 0 else math.nan
-        a, b = xs
-        if self.op == "+":
-            return a + b
-        if self.op == "-":
-            return a + b if magnitude else a - b
-        if self.op == "*":
-            return a * b
-        return a / b
+        out: dict[int, float] = {}
+        for n in self._nodes:
+            if n.op is None:
+                x = n.literal if n.value is None else read(n.value)
+                assert x is not None                    # a leaf is a literal or a value
+                x = -x if n.negate else x
+                out[id(n)] = abs(x) if magnitude else x
+                continue
+            xs = [out[id(o)] for o in n.operands]
+            if n.op == "neg":
+                r = xs[0] if magnitude else -xs[0]
+            elif n.op == "sqrt":
+                x = abs(xs[0]) if magnitude else xs[0]
+                r = math.sqrt(x) if x >= 0 else math.nan
+            else:
+                a, b = xs
+                r = (a + b if n.op == "+" or (n.op == "-" and magnitude) else a - b if n.op == "-"
+                     else a * b if n.op == "*" else _divide(a, b))
+            out[id(n)] = r
+        return out[id(self)]
 
     def remap(self, f) -> "ScalarArg":
-        """The same argument with every value ``v`` replaced by ``f(v)``."""
-        if self.op is None:
-            return self if self.value is None else ScalarArg(f(self.value), self.literal, self.negate)
-        return ScalarArg(None, op=self.op, operands=tuple(o.remap(f) for o in self.operands))
+        """The same argument with every value ``v`` replaced by ``f(v)`` (shared operands stay
+        shared)."""
+        out: dict[int, ScalarArg] = {}
+        for n in self._nodes:
+            if n.op is None:
+                out[id(n)] = n if n.value is None else ScalarArg(f(n.value), n.literal, n.negate)
+            else:
+                out[id(n)] = ScalarArg(None, op=n.op, operands=tuple(out[id(o)] for o in n.operands))
+        return out[id(self)]
+
+    def _key(self, n: "ScalarArg", children) -> tuple:
+        return (n.value, n.literal, n.negate, n.op, children)
+
+    def __hash__(self) -> int:
+        h: dict[int, int] = {}
+        for n in self._nodes:
+            h[id(n)] = hash(self._key(n, tuple(h[id(o)] for o in n.operands)))
+        return h[id(self)]
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the same arithmetic over the same values and literals (sharing aside)."""
+        if not isinstance(other, ScalarArg):
+            return NotImplemented
+        stack, seen = [(self, other)], set()
+        while stack:
+            a, b = stack.pop()
+            if a is b or (id(a), id(b)) in seen:
+                continue
+            seen.add((id(a), id(b)))
+            if self._key(a, len(a.operands)) != self._key(b, len(b.operands)):
+                return False
+            stack.extend(zip(a.operands, b.operands))
+        return True
+
+
+def _divide(a: float, b: float) -> float:
+    """a / b as the device computes it (IEEE: infinities and NaN rather than an exception)."""
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
 
 
 @dataclass(frozen=True)
@@ -144,7 +225,7 @@ class Call:
         return MappingProxyType(out)
 
     def text(self) -> str:
-        args = ", ".join(a.text() if isinstance(a, ScalarArg) else a.name for a in self.args)
+        args = ", ".join(a.text(limit=120) if isinstance(a, ScalarArg) else a.name for a in self.args)
         return f"{', '.join(v.name for v in self.outputs)} = {self.function.name}({args})"
 
 

@@ -15,7 +15,12 @@ from typing import Iterator
 from ..errors import LibraryError
 from .schema import Variant
 
-BARRIERS = re.compile(r"\b(__syncthreads(?:_count|_and|_or)?|__barrier_sync|bar\.sync|barrier\.sync)\b")
+# block-wide barriers in any spelling the scan can see: the intrinsics, PTX in asm strings (bar.*,
+# barrier.*; strings are kept for this scan), the prelude's cluster barrier, cooperative groups
+# (their sync() is a barrier) -- and token pasting (##), through which no scan can see
+BARRIERS = re.compile(r"\b(?:__syncthreads\w*|__barrier_sync|kf_cluster_sync|bar(?:rier)?\.\w+"
+                      r"|cooperative_groups|this_thread_block|this_grid|this_cluster|thread_block|grid_group"
+                      r"|cluster_group|barrier_(?:arrive|wait|sync)\w*)\b|##")
 # lane exchanges: the *_sync intrinsics (shuffles, votes, match, reduce), __syncwarp, and the
 # prelude's helpers built on them (codegen/prelude.cuh; tests/test_trust.py keeps this list whole)
 PRELUDE_WARP_WIDE = ("kf_warp_sum", "kf_lanes_sum")
@@ -37,16 +42,21 @@ class Definition:
     nparams: int
     line: int
     body: str
+    literal_body: str = ""                           # the body with string literals kept
 
 
-def strip_comments(text: str) -> str:
-    """Comments and string/char literals blanked (newlines kept, so line numbers stay right)."""
+def strip_comments(text: str, strings: bool = False) -> str:
+    """Comments and string/char literals blanked (newlines kept, so line numbers stay right);
+    with ``strings``, literals are kept (an asm statement's PTX is in one)."""
     out, i = [], 0
     pattern = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
     for m in pattern.finditer(text):
         out.append(text[i:m.start()])
         s = m.group(0)
-        out.append(re.sub(r"[^\n]", " ", s) if s[0] == "/" else s[0] + " " * (len(s) - 2) + s[-1])
+        if s[0] != "/" and strings:
+            out.append(s)
+        else:
+            out.append(re.sub(r"[^\n]", " ", s) if s[0] == "/" else s[0] + " " * (len(s) - 2) + s[-1])
         i = m.end()
     out.append(text[i:])
     return "".join(out)
@@ -125,13 +135,21 @@ def function_spans(code: str) -> dict[str, list[tuple[int, int]]]:
 def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
     """(name -> definitions at namespace scope, names that reach a barrier)."""
     defs, macros = _parse(text)
-    return defs, _reaching(defs, macros, BARRIERS)
+    return defs, _barriers(defs, macros)
+
+
+def _barriers(defs: dict[str, list[Definition]], macros: dict[str, str]) -> set[str]:
+    """Names reaching a barrier, the bodies searched with their string literals (asm PTX) kept."""
+    literal = {n: [Definition(d.name, d.template, d.nparams, d.line, d.literal_body) for d in ds]
+               for n, ds in defs.items()}
+    return _reaching(literal, macros, BARRIERS)
 
 
 def _parse(text: str) -> tuple[dict[str, list[Definition]], dict[str, str]]:
-    """(name -> definitions at namespace scope, macro name -> body)."""
+    """(name -> definitions at namespace scope, macro name -> body with its literals kept)."""
     clean = strip_comments(text)
-    macros = {m.group(1): m.group(2) for m in _MACRO.finditer(clean)}
+    literal = strip_comments(text, strings=True)        # same length: the same offsets
+    macros = {m.group(1): m.group(2) for m in _MACRO.finditer(literal)}
     code = blank_preprocessor(clean)
     defs: dict[str, list[Definition]] = {}
     for m, end in _definitions(code):
@@ -143,7 +161,7 @@ def _parse(text: str) -> tuple[dict[str, list[Definition]], dict[str, str]]:
             params = []
         defs.setdefault(name, []).append(Definition(name, tpl, len(params),
                                                     code.count("\n", 0, m.start("name")) + 1,
-                                                    code[brace:end]))
+                                                    code[brace:end], literal[brace:end]))
     return defs, macros
 
 
@@ -174,10 +192,10 @@ def warp_wide(text: str) -> set[str]:
 
 
 def _source_text(ctx, source: Path, where: str) -> str:
-    try:
-        data = source.read_bytes()
-    except OSError as e:
-        raise ctx.fail(where, f"{source.name}: cannot be read ({e.strerror or e})") from None
+    """The text of a routine file as the loader read it (``ctx.sources``: never read again)."""
+    data = ctx.sources.get(source.name)
+    if data is None:
+        raise ctx.fail(where, f"{source.name}: not among the library folder's .cu files")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -187,13 +205,14 @@ def _source_text(ctx, source: Path, where: str) -> str:
 @functools.lru_cache(maxsize=64)
 def _scan(text: str):
     defs, macros = _parse(text)
-    return defs, _reaching(defs, macros, BARRIERS), _reaching(defs, macros, WARP_WIDE)
+    return defs, _barriers(defs, macros), _reaching(defs, macros, WARP_WIDE)
 
 
-def defining_file(files: tuple[Path, ...], fn: str) -> Path:
+def defining_file(lib, files: tuple[Path, ...], fn: str) -> Path:
     """The first of a variant's routine files that defines ``fn`` at namespace scope (scanned as
-    ``check_definitions`` scans them; the loader has checked that one does)."""
-    return next((f for f in files if fn in _scan(f.read_text())[0]), files[0])
+    ``check_definitions`` scans them, in the text ``lib`` read at load; the loader has checked
+    that one does)."""
+    return next((f for f in files if fn in _scan(lib.source_text(f))[0]), files[0])
 
 
 def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
@@ -238,6 +257,7 @@ def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
             raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}:{d.line}) takes {d.nparams} parameters; "
                            f"the routine passes ix and {len(r.args)} argument(s)")
         if r.fn in syncing:
-            raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}) calls __syncthreads() or another barrier: "
-                           "routines never do, the compiler places barriers")
+            raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}) calls __syncthreads() or another barrier (or "
+                           "pastes tokens with ##, which this check cannot see through): routines never "
+                           "do, the compiler places barriers")
     return frozenset(r.name for r in v.routines if r.fn in lanes)

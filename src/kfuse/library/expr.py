@@ -89,6 +89,9 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                 if not (isinstance(e, ast.Constant) and isinstance(e.value, (int, float))
                         and not isinstance(e.value, bool) and abs(e.value) <= MAX_POWER):
                     raise ExprError(f"{_describe(node)}: ** takes a literal exponent of at most {MAX_POWER}")
+            if isinstance(node.op, (ast.Div, ast.FloorDiv)) and isinstance(node.right, ast.Constant) \
+                    and node.right.value == 0:
+                raise ExprError(f"{_describe(node)} divides by zero")
             visit(node.left, depth + 1)
             visit(node.right, depth + 1)
             return
@@ -128,6 +131,8 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                         kw.value.value, int) and not isinstance(kw.value.value, bool)):
                     raise ExprError(f"keyword {kw.arg}= in {_describe(node)} is not allowed"
                                     + (" (only axis=<int>)" if allowed_kw else ""))
+                if not -2 <= kw.value.value <= 1:       # operands are vectors and matrices
+                    raise ExprError(f"{_describe(node)}: axis is 0 or 1 (or -1, -2)")
             for a in node.args:
                 visit(a, depth + 1)
             return
@@ -149,9 +154,19 @@ def _checked(text: str, names: frozenset[str], kind: str) -> ast.expr:
 
 
 def evaluate(text: str, scope: dict, kind: str):
-    """Value of a library expression with the names in ``scope`` bound (checked again first)."""
+    """Value of a library expression with the names in ``scope`` bound (checked again first).
+    Total: what cannot be computed (a division by zero, an overflow, an axis an operand lacks,
+    shapes that do not fit) raises :class:`ExprError` naming the expression, and ``flops`` must
+    come out a non-negative integer."""
     tree = _checked(text, frozenset(scope), kind)
-    return _eval(tree, scope)
+    try:
+        value = _eval(tree, scope)
+    except (ArithmeticError, ValueError, IndexError, TypeError) as e:
+        raise ExprError(f"{kind} {text[:80]!r} cannot be evaluated: {type(e).__name__}: "
+                        f"{str(e)[:200]}") from None
+    if kind == "flops" and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
+        raise ExprError(f"flops {text[:80]!r} came out {value!r:.40}, not a count (a non-negative integer)")
+    return value
 
 
 def _eval(node: ast.expr, scope: dict):
@@ -160,7 +175,10 @@ def _eval(node: ast.expr, scope: dict):
     if isinstance(node, ast.Name):
         return scope[node.id]
     if isinstance(node, ast.BinOp):
-        return _BINOPS[type(node.op)](_eval(node.left, scope), _eval(node.right, scope))
+        left, right = _eval(node.left, scope), _eval(node.right, scope)
+        if isinstance(node.op, ast.Pow) and isinstance(left, int):
+            left = float(left)      # 10**8 nested 20 deep: a float overflows, an int would grow for ever
+        return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, scope))
     if isinstance(node, ast.Tuple):

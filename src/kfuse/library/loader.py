@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+import reprlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import LibraryError
 from . import cusource
-from .files import read_bytes as _read_bytes, read_toml as _read_toml
+from .files import parse_toml as _parse_toml, read_folder
 from .expr import ExprError, check
 from .mappings import MAPPINGS
-from .variant_fields import cluster_field as _cluster, sources_field as _sources, whole_field as _whole
+from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
@@ -25,11 +26,19 @@ SHIPPED = Path(__file__).resolve().parent.parent / "blas"
 RESERVED = {"ix", "tx", "ty", "k", "real"}
 
 
-class _Ctx:
-    """Where we are in a file, for error messages."""
+def shown(value: Any) -> str:
+    """A value for a message: its repr, cut short in length and depth (a TOML value may be a
+    table nested thousands deep)."""
+    return reprlib.repr(value)
 
-    def __init__(self, file: Path):
+
+class _Ctx:
+    """Where we are in a file, for error messages; ``sources``: the folder's ``.cu`` files as
+    read at load (name -> bytes; ``None``: a link leading out of the folder)."""
+
+    def __init__(self, file: Path, sources: dict[str, bytes | None] | None = None):
         self.file = file
+        self.sources = sources if sources is not None else {}
 
     def fail(self, field: str, message: str) -> LibraryError:
         return LibraryError(self.file, field, message)
@@ -42,12 +51,12 @@ class _Ctx:
         value = table[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise self.fail(f"{where}.{key}", f"expected {want}, got {type(value).__name__} {value!r}")
+            raise self.fail(f"{where}.{key}", f"expected {want}, got {type(value).__name__} {shown(value)}")
         return value
 
     def ident(self, value: str, where: str) -> str:
         if not IDENT.match(value) or value in RESERVED:
-            raise self.fail(where, f"{value!r} is not a usable identifier")
+            raise self.fail(where, f"{shown(value)} is not a usable identifier")
         return value
 
     def unknown_keys(self, table: dict, allowed: set[str], where: str) -> None:
@@ -62,30 +71,35 @@ _LOADED: dict[tuple, Library] = {}      # (folders, their files' names and conte
 def load_library(*folders: str | Path, shipped: bool = True) -> Library:
     """Load the shipped BLAS library (unless ``shipped=False``) plus any user library folders;
     folders whose files are unchanged since a load in this process give that load's library (the
-    files are hashed: well under 1 ms, against 20-30 ms to parse and validate them again)."""
+    files are hashed: well under 1 ms, against 20-30 ms to parse and validate them again).
+
+    Each folder's ``.toml`` and ``.cu`` files are read once, here: the checks, the digest and the
+    CUDA modules built later all use those bytes (``Library.source_text``), so a file changed or
+    replaced after the load is never compiled unchecked."""
     roots = ([SHIPPED] if shipped else []) + [Path(f) for f in folders]
     if not roots:
         raise LibraryError("<none>", "folders", "no library folder given")
-    try:
-        key = tuple((str(r.resolve()), tuple((p.name, hashlib.sha256(p.read_bytes()).digest()) for p in
-                                             sorted(r.iterdir()) if p.suffix in (".toml", ".cu") and p.is_file()))
-                    for r in roots)
-    except OSError:             # a folder or file that cannot be read: _load says which
-        return _load(roots)
+    files = [read_folder(r) for r in roots]
+    key = tuple((str(r.resolve()), tuple((name, hashlib.sha256(data or b"").digest(), data is None)
+                                         for name, data in sorted(f.items())))
+                for r, f in zip(roots, files))
     if key not in _LOADED:
-        _LOADED[key] = _load(roots)
+        try:
+            _LOADED[key] = _load(roots, files)
+        except RecursionError:      # a TOML value nested thousands deep, in some message or check
+            raise LibraryError(roots[-1], "toml", "a value is nested too deeply") from None
     return _LOADED[key]
 
 
-def _load(roots: list[Path]) -> Library:
+def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
     functions: list[Function] = []
     digest = hashlib.sha256()
+    sources: dict[str, bytes] = {}
     name, version, subvector, tile = "", "", 32, (32, 32)
-    for n, root in enumerate(roots):
-        if not root.is_dir():
-            raise LibraryError(root, "folder", "is not a directory")
+    for n, (root, found) in enumerate(zip(roots, files)):
         meta = root / "library.toml"
-        lib = _read_toml(meta) if meta.exists() else {}
+        meta_bytes = found.get("library.toml")
+        lib = _parse_toml(meta, meta_bytes) if meta_bytes is not None else {}
         ctx = _Ctx(meta)
         ctx.unknown_keys(lib, {"library", "elements"}, "")
         table = ctx.get(lib, "library", "", dict, {})
@@ -94,7 +108,8 @@ def _load(roots: list[Path]) -> Library:
         ctx.unknown_keys(elements, {"subvector", "tile"}, "elements")
         sv = ctx.get(elements, "subvector", "elements", int, 32)
         tl = tuple(ctx.get(elements, "tile", "elements", list, [32, 32]))
-        if sv < 1 or len(tl) != 2 or not all(isinstance(t, int) and t >= 1 for t in tl):
+        if sv < 1 or len(tl) != 2 or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1
+                                             for t in tl):
             raise ctx.fail("elements", "subvector must be a positive int and tile a list of two")
         if n == 0:
             subvector, tile = sv, tl
@@ -103,20 +118,27 @@ def _load(roots: list[Path]) -> Library:
                            f"{subvector}, {tile}")
         this_name = ctx.get(table, "name", "library", str, root.name)
         this_version = str(ctx.get(table, "version", "library", (str, int), "0"))
+        for field, value in (("name", this_name), ("version", this_version)):
+            if not PLAIN.fullmatch(value):
+                raise ctx.fail(f"library.{field}", f"{shown(value)}: letters, digits and _ . + - only "
+                               "(at most 100; it is written into the CUDA module)")
         name, version = name or this_name, version or this_version
         before = len(functions)
-        for path in sorted(root.glob("*.toml")):
-            if path.name == "library.toml":
-                continue
-            digest.update(path.name.encode() + _read_bytes(path))
-            functions.extend(_load_file(path, (sv,), tl))
+        for fname in sorted(f for f in found if f.endswith(".toml") and f != "library.toml"):
+            data = found[fname]
+            assert data is not None             # only .cu links are None
+            digest.update(fname.encode() + data)
+            functions.extend(_load_file(root / fname, data, (sv,), tl, found))
         if len(functions) == before:
             # a folder given by mistake (a script's folder, the wrong level of a library) would
             # otherwise only change the library's digest, so that no calibration matches it
             raise LibraryError(root, "folder", "defines no functions (a library folder holds *.toml "
                                "files of [[function]] tables beside their .cu sources)")
-        for path in sorted(root.glob("*.cu")):
-            digest.update(path.name.encode() + _read_bytes(path))
+        for fname in sorted(f for f in found if f.endswith(".cu")):
+            data = found[fname]
+            digest.update(fname.encode() + (data if data is not None else b"\0link out of the folder"))
+            if data is not None:
+                sources[str(root / fname)] = data
     by_name: dict[str, list[Function]] = {}
     for f in functions:
         for alias in (f.name, *f.aliases):
@@ -127,12 +149,13 @@ def _load(roots: list[Path]) -> Library:
             by_name.setdefault(alias, []).append(f)
     return Library(name=name, version=version, root=roots[0], subvector=subvector, tile=tile,
                    functions=tuple(functions), digest=digest.hexdigest()[:16],
-                   by_name={k: tuple(v) for k, v in by_name.items()})
+                   by_name={k: tuple(v) for k, v in by_name.items()}, sources=sources)
 
 
-def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list[Function]:
-    ctx = _Ctx(path)
-    data = _read_toml(path)
+def _load_file(path: Path, raw: bytes, subvector: tuple[int], tile: tuple[int, int],
+               sources: dict[str, bytes | None]) -> list[Function]:
+    ctx = _Ctx(path, sources)
+    data = _parse_toml(path, raw)
     ctx.unknown_keys(data, {"function"}, "")
     tables = ctx.get(data, "function", "", list)
     return [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
@@ -140,7 +163,7 @@ def _load_file(path: Path, subvector: tuple[int], tile: tuple[int, int]) -> list
 
 def _table(ctx: _Ctx, t, where: str) -> dict:
     if not isinstance(t, dict):
-        raise ctx.fail(where, f"expected a table, got {type(t).__name__} {t!r}")
+        raise ctx.fail(where, f"expected a table, got {type(t).__name__} {shown(t)}")
     return t
 
 
@@ -345,7 +368,7 @@ def _load_routine(ctx, r: dict, where: str, params: tuple[Param, ...], locals_: 
 
 def _parse_arg(ctx, text, where, pmap: dict[str, Param], lmap: dict[str, Local]) -> Arg:
     if not isinstance(text, str):
-        raise ctx.fail(where, f"expected strings, got {text!r}")
+        raise ctx.fail(where, f"expected strings, got {shown(text)}")
     if text.startswith("&"):
         p = pmap.get(text[1:])
         if p is None or not p.on_chip:

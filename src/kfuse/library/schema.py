@@ -195,6 +195,21 @@ class Library:
     functions: tuple[Function, ...]
     digest: str                                 # hash of every metadata and source file
     by_name: dict[str, tuple[Function, ...]] = field(default_factory=dict, compare=False)
+    # path -> the bytes of each routine file as read (once) and hashed at load
+    sources: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def source_text(self, path: Path | str) -> str:
+        """The text of a routine file as it was read, checked and hashed when the library was
+        loaded (never read again: a file changed since is not what was checked)."""
+        data = self.sources.get(str(path))
+        if data is None:
+            from ..errors import LibraryError
+            raise LibraryError(path, "source", "was not read when the library was loaded")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            from ..errors import LibraryError
+            raise LibraryError(path, "source", f"not UTF-8 text (byte {e.start})") from None
 
     def overloads(self, name: str) -> tuple[Function, ...]:
         return self.by_name.get(name, ())

@@ -4,6 +4,7 @@ cluster spanning that axis together) and ``source`` (its routine files).  Checke
 of the metadata (``loader.py``): a problem is a LibraryError naming the file and the field."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .schema import AXES, Param
@@ -78,19 +79,34 @@ def sources_field(ctx, v: dict, where: str) -> tuple[Path, ...]:
     return tuple(source_file(ctx, n, f"{where}.source") for n in names)
 
 
+# a library's name and version, and its files' names, are written into comments and #line
+# directives of the CUDA module: one line of plain characters, no quote or backslash
+PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,99}")
+
+
 def source_file(ctx, name: str, where: str) -> Path:
     """A variant's routine file: a ``.cu`` file directly in the library folder (the digest covers
-    exactly those); no absolute paths, no ``..``, no symbolic link leading out of the folder."""
-    folder = ctx.file.parent.resolve()
+    exactly those); no absolute paths, no ``..``, no symbolic link leading out of the folder.
+    Looked up among the files the loader read (``ctx.sources``), never on the file system again."""
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts or len(rel.parts) > 1:
-        raise ctx.fail(where, f"{name!r}: a source is a file name in the library folder "
+        raise ctx.fail(where, f"{name[:100]!r}: a source is a file name in the library folder "
                        "(no directories, no absolute path)")
     source = ctx.file.parent / rel
-    if not source.is_file():
-        raise ctx.fail(where, f"{source.name} not found beside the metadata")
-    real = source.resolve()
-    if real.parent != folder or real.suffix != ".cu" or source.suffix != ".cu":
+    if name not in ctx.sources:
+        if rel.suffix != ".cu" or not PLAIN.fullmatch(name):
+            raise ctx.fail(where, f"{name[:100]!r}: a source is a .cu file in the library folder, its "
+                           "name letters, digits and _ . + - (at most 100)")
+        raise ctx.fail(where, f"{name} not found beside the metadata")
+    if ctx.sources[name] is None:
         raise ctx.fail(where, f"{name!r}: a source is a .cu file in the library folder "
-                       f"(this one is {real})")
+                       f"(this one is a link to {folder_safe(source)})")
     return source
+
+
+def folder_safe(path: Path) -> str:
+    """Where a link leads, for a message (or why that cannot be said)."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError):
+        return "a path that cannot be resolved"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shlex
 import tempfile
 from pathlib import Path
 
+from ..env import nvrtc_options
 from ..errors import CompileError
 from .gpu import cupy
 
@@ -23,7 +23,7 @@ OPTIONS = ("-std=c++17",)
 
 def options() -> tuple[str, ...]:
     """NVRTC options: kfuse's, then those in $KFUSE_NVRTC_OPTIONS (e.g. "-lineinfo")."""
-    return OPTIONS + tuple(shlex.split(os.environ.get("KFUSE_NVRTC_OPTIONS", "")))
+    return OPTIONS + nvrtc_options()          # a KfuseError when they do not split
 
 
 _modules: dict[tuple[str, tuple[str, ...], int], object] = {}
@@ -47,10 +47,11 @@ def excerpt(source: str, log: str, context: int = 3, most: int = 3) -> str:
 
 def save_source(source: str) -> Path:
     """Write the full generated source where the user can read it; its name is its digest."""
-    folder = Path(tempfile.gettempdir()) / "kfuse-failed"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="kfuse-failed-"))     # private (0700), a new name each time
     path = folder / f"{hashlib.sha256(source.encode()).hexdigest()[:16]}.cu"
-    path.write_text(source)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
     return path
 
 

@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..env import cache_dir, writable_folder
 from ..errors import KfuseError
+from ..fileio import MAX_LINE_BYTES, open_regular
 from ..ir.plan import Plan, plan_problem, plan_to_json
 from ..ir.program import Program
 
@@ -31,9 +33,7 @@ HEADER = {"format": "kfuse-tuning-store", "version": 1}
 
 
 def default_path() -> Path:
-    root = os.environ.get("KFUSE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kfuse")
-    return Path(root) / "tuning.jsonl"
+    return cache_dir() / "tuning.jsonl"
 
 
 def size_class(program: Program, dims: dict[int, int]) -> str:
@@ -86,17 +86,17 @@ class TuningStore:
         are complete records not containing those bytes are passed over without being parsed.
         Problems are reported; None when the file is not a store (reported too)."""
         try:
-            f = open(self.path, "rb")
+            f = open_regular(self.path)
         except FileNotFoundError:
             return
         except OSError as e:
             self.warn(f"{self.path}: cannot be read ({e.strerror or e}): ignored")
             return
         with f:
-            if _parse(f.readline()) != HEADER:
+            if _parse(f.readline(MAX_LINE_BYTES)) != HEADER:
                 self.warn(f"{self.path} is not a kfuse tuning store (or another version of it): ignored")
                 return
-            for n, line in enumerate(f, 2):
+            for n, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES), b""), 2):
                 line = line.strip()
                 if not line:
                     continue
@@ -133,7 +133,7 @@ class TuningStore:
         rec["sha256"] = _digest(rec)
         # the leading newline ends a line torn by an earlier crash (empty lines are skipped)
         line = ("\n" + json.dumps(rec, sort_keys=True) + "\n").encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        writable_folder(self.path.parent, "the tuning store")
         self._create()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
@@ -173,8 +173,11 @@ class TuningStore:
             os.unlink(tmp)
 
     def _valid_header(self) -> bool:
-        with open(self.path, "rb") as f:
-            return _parse(f.readline()) == HEADER
+        try:
+            with open_regular(self.path) as f:
+                return _parse(f.readline(MAX_LINE_BYTES)) == HEADER
+        except OSError:
+            return False
 
 
 def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:

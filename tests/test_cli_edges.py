@@ -1,0 +1,46 @@
+"""CLI rough edges of issue 44: -v/-q anywhere, shipped examples by name, no planning or notice
+before refusing for lack of a GPU (CPU)."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kfuse.cli import main, parser
+
+from test_cli import SSCAL, no_driver  # noqa: F401 - a fixture
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("argv", [["plan", SSCAL, "-v"], ["-v", "plan", SSCAL], ["plan", "-v", SSCAL],
+                                  ["cache", "list", "-v"]])
+def test_verbose_anywhere(argv):
+    assert parser().parse_args(argv).verbose == 1
+
+
+def test_quiet_after_the_command_silences_notices(capsys):
+    assert main(["plan", SSCAL, "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_flags_before_the_command_stay(capsys):
+    args = parser().parse_args(["-q", "plan", SSCAL])
+    assert args.quiet and args.verbose == 0
+
+
+@pytest.mark.parametrize("cmd", ["plan", "compile"])
+def test_shipped_example_by_name(cmd, capsys):
+    assert main([cmd, "gemver"]) == 0
+    assert "gemver" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["run", "sscal", "--size", "64"], ["tune", "sscal", "--top", "2"]])
+def test_no_notice_before_refusing_for_lack_of_a_gpu(no_driver, argv, capsys, caplog):  # noqa: F811
+    with caplog.at_level(logging.INFO, logger="kfuse"):
+        assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "GPU" in err and "calibration" not in err

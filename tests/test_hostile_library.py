@@ -1,0 +1,127 @@
+"""Forged libraries (issue 44, findings 6-10): expressions that cannot be evaluated, names that
+break the file system or the messages, metadata aimed at the CUDA text, barriers in disguise,
+and sources swapped after the load -- each a LibraryError (or ExprError) or harmless (CPU)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import kfuse
+from kfuse.errors import KfuseError, LibraryError
+from kfuse.library import expr
+from kfuse.library.loader import load_library
+
+from test_library import META, SOURCE, dump_functions, load_error, make_library, put, scal_function
+
+SCRIPT = "vector x, y;\ninput x;\ny = myscal(2, x);\nreturn y;\n"
+
+
+def with_field(key: str, value):
+    f = scal_function()
+    f[key] = value
+    return f
+
+
+@pytest.mark.parametrize("key, text", [("flops", "x // 0"), ("reference", "1/0 * x"),
+                                       ("reference", "np.sum(x, axis=5)")])
+def test_expressions_that_cannot_be_evaluated_are_refused_at_load(tmp_path, key, text):
+    """Finding 6: a division by a literal zero and an axis no operand has were load-time-valid."""
+    err = load_error(make_library(tmp_path / "lib", [with_field(key, text)]))
+    assert f"function myscal.{key}" in str(err)
+
+
+@pytest.mark.parametrize("text, scope, kind", [
+    ("x // y", {"x": 1, "y": 0}, "flops"),
+    ("-x", {"x": 3}, "flops"),
+    ("9e307 ** 8 * x", {"x": 1.0}, "reference"),
+    ("(" * 20 + "10" + "**8)" * 20 + " * x", {"x": 1.0}, "reference"),
+    ("x / y", {"x": 1, "y": 0}, "reference"),
+    ("np.dot(x, y)", {"x": [1.0, 2.0], "y": [1.0]}, "reference"),
+])
+def test_library_expressions_are_total(text, scope, kind):
+    """Finding 6: evaluation crashed (ZeroDivisionError, OverflowError) or never ended (a
+    20-deep tower of ** 8 on Python ints); now a clean ExprError, at once."""
+    import numpy as np
+    scope = {k: np.array(v) if isinstance(v, list) else v for k, v in scope.items()}
+    t0 = time.perf_counter()
+    with pytest.raises(expr.ExprError) as info:
+        expr.evaluate(text, scope, kind)
+    assert isinstance(info.value, KfuseError) and time.perf_counter() - t0 < 1
+
+
+def test_source_name_too_long_for_the_file_system(tmp_path):
+    """Finding 7: a source name of 5,000 characters was an OSError traceback."""
+    f = scal_function()
+    f["variant"][0]["source"] = "a" * 5000 + ".cu"
+    err = load_error(make_library(tmp_path / "lib", [f]))
+    assert "source" in err.field and len(str(err)) < 1000
+
+
+def test_deeply_dotted_key(tmp_path):
+    """Finding 7: a 5,000-deep dotted key was a RecursionError while the error was formatted."""
+    folder = make_library(tmp_path / "lib")
+    deep = ".".join(["a"] * 5000)
+    (folder / "fn.toml").write_text(f'[[function]]\nname = "myscal"\nkind = "map"\nparams.{deep} = 1\n')
+    err = load_error(folder)
+    assert "params" in err.field and len(str(err)) < 2000
+
+
+@pytest.mark.parametrize("meta, field", [
+    ('[library]\nname = "x\\n#error INJECTED\\n"\n', "library.name"),
+    ('[library]\nname = "a\\"b"\n', "library.name"),
+    ('[library]\nname = "t"\nversion = "1\\n#error V"\n', "library.version"),
+    ('[library]\nname = "t"\n[elements]\ntile = [true, true]\n', "elements"),
+])
+def test_metadata_aimed_at_the_cuda_text_is_refused(tmp_path, meta, field):
+    """Finding 8: a name with a newline put an #error line in the module, a quote broke #line,
+    tile = [true, true] gave #define KF_TR True."""
+    err = load_error(make_library(tmp_path / "lib", meta=meta))
+    assert err.field == field
+
+
+def test_folder_path_in_line_directives_is_sanitised(tmp_path):
+    """Finding 8: a second library's routine files are named by their path in #line directives
+    and comments; a quote or a newline in a folder's name cannot break them."""
+    folder = make_library(tmp_path / 'we"ird\nname' / "lib", meta=META)
+    src = kfuse.compile(SCRIPT, library=[folder], fuse=False).cuda_source
+    lines = [ln for ln in src.splitlines() if ln.startswith("#line") and "fn.cu" in ln]
+    assert lines and all(ln.count('"') == 2 and "\\" not in ln for ln in lines)
+    assert "name/fn.cu" not in src.split("#line")[0] and not any(ln.startswith("name/") for ln in src.splitlines())
+
+
+@pytest.mark.parametrize("body", [
+    'asm volatile("bar.sync 0;");',
+    'asm volatile("barrier.sync.aligned 0;" ::: "memory");',
+    "SYNC_ALL();",
+    "cooperative_groups::this_thread_block().sync();",
+    "namespace_cg::sync(cg::this_thread_block());",
+])
+def test_barriers_in_disguise_are_found(tmp_path, body):
+    """Finding 9: asm strings were blanked before the search, token pasting and cooperative
+    groups were not searched for."""
+    folder = make_library(tmp_path / "lib")
+    text = (folder / SOURCE).read_text().replace(
+        "void scal_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) { }",
+        "void scal_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) { " + body + " }")
+    assert body in text
+    (folder / SOURCE).write_text("#define SYNC_ALL() __sync ## threads()\n" + text)
+    err = load_error(folder)
+    assert "barrier" in str(err) and err.field.endswith("routine.compute.fn")
+
+
+def test_a_source_swapped_after_the_load_is_never_compiled(tmp_path):
+    """Finding 10: the source was read again when the module was built: a link to an outside file
+    put in its place after the check was compiled."""
+    folder = make_library(tmp_path / "lib")
+    lib = load_library(folder, shipped=True)
+    outside = tmp_path / "outside.cu"
+    outside.write_text("template <class V0, class V1>\nKF_DEVICE void scal_compute(const KfIx& ix, V0 a0, V1 a1, "
+                       "real a2) { __syncthreads(); /* OUTSIDE */ }\n")
+    os.remove(folder / SOURCE)
+    os.symlink(outside, folder / SOURCE)
+    src = kfuse.compile(SCRIPT, library=lib, fuse=False).cuda_source
+    assert "OUTSIDE" not in src and "scal_compute" in src
+    with pytest.raises(LibraryError):            # loaded again: the link leads out of the folder
+        load_library(folder, shipped=True)
