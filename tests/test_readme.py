@@ -158,3 +158,10 @@ def test_api_example_runs_on_the_gpu():
     block = next(b for b in _blocks("python") if "import cupy" in b)
     with contextlib.chdir(ROOT), contextlib.redirect_stdout(io.StringIO()):
         exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+
+
+@pytest.mark.gpu
+def test_loop_example_runs_on_the_gpu():
+    block = next(b for b in _blocks("python") if "kfuse.while_loop" in b)
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})

@@ -164,9 +164,6 @@ class Instance:
         index, entries, value), and one kf_loop_clear at the end of each step sets them for the
         next (the step before the first: ``start``).  The step's first kernel is then launched the
         ordinary way: it must wait for the step before it."""
-        if os.environ.get("KFUSE_LOOP_CLEAR", "1") == "0":      # the program's own fills, in every step
-            self.kernels, self.clears = [launch for launch, _ in self.binding.launches], []
-            return
         kept, clears = [], []
         for launch, patches in self.binding.launches:
             if launch.name == "kf_fill":
