@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import marshal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class _Entry:
         self.inputs = lowered.inputs
         outs = [("out", k) for k in range(len(lowered.outputs))]
         self.direct = lowered.returns == outs and (len(outs) == 1) == single
-        self.tail = None        # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
+        self.tail: Any = None   # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)

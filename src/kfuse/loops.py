@@ -226,8 +226,12 @@ def _shipped():
 
 # -- the traced condition -------------------------------------------------------------------------------
 class _Cond:
-    """A state entry, or arithmetic and comparisons of them, inside a while loop's ``cond``."""
+    """A state entry, or arithmetic and comparisons of them, inside a while loop's ``cond``
+    (made as a ``_CondOps``, which has the operators)."""
     __slots__ = ("e", "rank", "logical")
+
+    def __new__(cls, e: tuple, rank: int = 0, logical: bool = False):
+        return object.__new__(_CondOps if cls is _Cond else cls)
 
     def __init__(self, e: tuple, rank: int = 0, logical: bool = False):
         self.e, self.rank, self.logical = e, rank, logical
@@ -261,75 +265,97 @@ class _CondState:
 _cond_state = _CondState()
 
 
-def _arith(op: str):
-    def f(self, o):
-        return _Cond((op, self._num(op), _operand(o, op)))
-
-    def r(self, o):
-        return _Cond((op, _operand(o, op), self._num(op)))
-    return f, r
+def _arith(op: str, a, b) -> _Cond:
+    return _Cond((op, _operand(a, op), _operand(b, op)))
 
 
-def _compare(op: str):
-    def f(self, o):
-        return _Cond((op, self._num(op), _operand(o, op)), logical=True)
-    return f
+def _compare(op: str, a, b) -> _Cond:
+    return _Cond((op, _operand(a, op), _operand(b, op)), logical=True)
 
 
-def _logic(op: str, word: str):
-    def f(self, o):
-        if not (isinstance(o, _Cond) and o.logical and self.logical):
-            raise TraceError(f"{word} in a while loop's cond combines comparisons (write (a > b) {word} "
-                             "(c < d))", user_site())
-        return _Cond((op, self.e, o.e), logical=True)
-    return f
+def _logic(op: str, word: str, a: _Cond, b) -> _Cond:
+    if not (isinstance(b, _Cond) and b.logical and a.logical):
+        raise TraceError(f"{word} in a while loop's cond combines comparisons (write (a > b) {word} (c < d))",
+                         user_site())
+    return _Cond((op, a.e, b.e), logical=True)
 
 
-for _op in ("+", "-", "*", "/"):
-    _name = {"+": "add", "-": "sub", "*": "mul", "/": "truediv"}[_op]
-    _f, _r = _arith(_op)
-    setattr(_Cond, f"__{_name}__", _f)
-    setattr(_Cond, f"__r{_name}__", _r)
-for _op, _name in (("<", "lt"), ("<=", "le"), (">", "gt"), (">=", "ge"), ("==", "eq"), ("!=", "ne")):
-    setattr(_Cond, f"__{_name}__", _compare(_op))
-_Cond.__and__ = _logic("and", "&")
-_Cond.__or__ = _logic("or", "|")
-_Cond.__hash__ = object.__hash__
+class _CondOps(_Cond):
+    """The operators of ``_Cond`` (a separate class so that ``_Cond`` reads as data)."""
+    __slots__ = ()
 
+    def __add__(self, o):
+        return _arith("+", self, o)
 
-def _cond_neg(self):
-    return _Cond(("neg", self._num("-")))
+    def __radd__(self, o):
+        return _arith("+", o, self)
 
+    def __sub__(self, o):
+        return _arith("-", self, o)
 
-def _cond_abs(self):
-    return _Cond(("abs", self._num("abs()")))
+    def __rsub__(self, o):
+        return _arith("-", o, self)
 
+    def __mul__(self, o):
+        return _arith("*", self, o)
 
-def _cond_pow(self, o):
-    if o == 0.5:
-        return _Cond(("sqrt", self._num("**")))
-    if o == 2:
-        e = self._num("**")
-        return _Cond(("*", e, e))
-    raise TraceError("** in a while loop's cond: only s ** 0.5 and s ** 2", user_site())
+    def __rmul__(self, o):
+        return _arith("*", o, self)
 
+    def __truediv__(self, o):
+        return _arith("/", self, o)
 
-def _cond_invert(self):
-    if not self.logical:
-        raise TraceError("~ in a while loop's cond negates a comparison", user_site())
-    return _Cond(("not", self.e), logical=True)
+    def __rtruediv__(self, o):
+        return _arith("/", o, self)
 
+    def __lt__(self, o):
+        return _compare("<", self, o)
 
-def _cond_bool(self):
-    raise TraceError("a while loop's cond is traced once and evaluated on the device: Python's if, and, or "
-                     "and not cannot read it; combine comparisons with & | ~", user_site())
+    def __le__(self, o):
+        return _compare("<=", self, o)
 
+    def __gt__(self, o):
+        return _compare(">", self, o)
 
-_Cond.__neg__ = _cond_neg
-_Cond.__abs__ = _cond_abs
-_Cond.__pow__ = _cond_pow
-_Cond.__invert__ = _cond_invert
-_Cond.__bool__ = _cond_bool
+    def __ge__(self, o):
+        return _compare(">=", self, o)
+
+    def __eq__(self, o):
+        return _compare("==", self, o)
+
+    def __ne__(self, o):
+        return _compare("!=", self, o)
+
+    __hash__ = object.__hash__
+
+    def __and__(self, o):
+        return _logic("and", "&", self, o)
+
+    def __or__(self, o):
+        return _logic("or", "|", self, o)
+
+    def __neg__(self):
+        return _Cond(("neg", self._num("-")))
+
+    def __abs__(self):
+        return _Cond(("abs", self._num("abs()")))
+
+    def __pow__(self, o):
+        if o == 0.5:
+            return _Cond(("sqrt", self._num("**")))
+        if o == 2:
+            e = self._num("**")
+            return _Cond(("*", e, e))
+        raise TraceError("** in a while loop's cond: only s ** 0.5 and s ** 2", user_site())
+
+    def __invert__(self):
+        if not self.logical:
+            raise TraceError("~ in a while loop's cond negates a comparison", user_site())
+        return _Cond(("not", self.e), logical=True)
+
+    def __bool__(self):
+        raise TraceError("a while loop's cond is traced once and evaluated on the device: Python's if, and, or "
+                         "and not cannot read it; combine comparisons with & | ~", user_site())
 
 
 def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:

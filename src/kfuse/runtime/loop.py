@@ -122,7 +122,7 @@ class Instance:
         ex = body.compiled.executor
         ins = {name: self._source(src, 0) for name, src in body.inputs.items()}
         outs = {body.lowered.outputs[k]: self._out(k, 0) for k in range(len(body.lowered.outputs))}
-        self.pdl = None
+        self.pdl: bool | None = None       # False once a driver refused programmatic launches in a graph
         self._bind(ex, ins, outs)
         self.tmp = cp.cuda.alloc(self.binding.tmp_bytes) if self.binding.tmp_bytes else None
         # the small kernels
@@ -183,7 +183,7 @@ class Instance:
         for src, a, n, value in self.clears:
             if src == OUT:
                 ptr = self.patches[p][1][a]
-            elif src == TMP:
+            elif src == TMP and self.tmp is not None:
                 ptr = self.tmp.ptr + a
             else:
                 raise LaunchError(f"a loop step clears memory of kind {src}, which it does not own")
