@@ -3,6 +3,7 @@ before refusing for lack of a GPU (CPU)."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -44,3 +45,16 @@ def test_no_notice_before_refusing_for_lack_of_a_gpu(no_driver, argv, capsys, ca
         assert main(argv) == 1
     err = capsys.readouterr().err
     assert "GPU" in err and "calibration" not in err
+
+
+def test_calibration_notice_reads_cleanly(capsys, monkeypatch):
+    """One line: why (no GPU here), what ranks the plans, then the library and dtype, with no
+    "this machine (no GPU)/<digest>" path-like run-on."""
+    from kfuse.cost import calibrated
+    monkeypatch.setattr(calibrated, "_noticed", set())
+    monkeypatch.delenv("KFUSE_CALIBRATION", raising=False)
+    assert main(["plan", SSCAL]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and re.fullmatch(
+        r"kfuse: no GPU here: plans are ranked with the shipped NVIDIA H100 80GB HBM3 calibration "
+        r"\(library [0-9a-f]{16}, float32\)", err[0]), err
