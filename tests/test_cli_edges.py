@@ -2,6 +2,7 @@
 before refusing for lack of a GPU (CPU)."""
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -58,3 +59,17 @@ def test_calibration_notice_reads_cleanly(capsys, monkeypatch):
     assert len(err) == 1 and re.fullmatch(
         r"kfuse: no GPU here: plans are ranked with the shipped NVIDIA H100 80GB HBM3 calibration "
         r"\(library [0-9a-f]{16}, float32\)", err[0]), err
+
+
+@pytest.mark.parametrize("script", ["sscal", "axpydot", "waxpby", "gemver"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_plan_all_lines_differ_where_the_plans_differ(script, dtype, capsys):
+    """``plan --all`` without -v: two listed plans print alike only if they are the same plan (vector
+    kernels that differ only in instances per block, B8 / B32, printed alike before)."""
+    assert main(["-q", "plan", script, "--dtype", dtype, "--all", "60", "--json"]) == 0
+    plans = [json.dumps(p["kernels"], sort_keys=True) for p in json.loads(capsys.readouterr().out)["plans"]]
+    plans = [re.sub(r'"predicted_us": [0-9.e+-]+', "", p) for p in plans]
+    assert main(["-q", "plan", script, "--dtype", dtype, "--all", "60"]) == 0
+    lines = [ln.split(" us  ", 1)[1] for ln in capsys.readouterr().out.splitlines() if " us  " in ln]
+    assert len(lines) == len(plans)
+    assert len(set(zip(lines, plans))) == len(set(lines)) == len(set(plans))

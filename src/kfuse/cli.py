@@ -275,8 +275,9 @@ def _script_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the plan (and --all's plans) as JSON")
     p.add_argument("--explain", action="store_true", help="list every fusion, and why each refused one was refused")
     p.add_argument("--all", type=_positive, nargs="?", const=20, default=0, metavar="K",
-                   help="list the first K plans (default 20) in predicted order (with -v: every macro, "
-                        "serial iterations I and instances per block B of each kernel)")
+                   help="list the first K plans (default 20) in predicted order, one line each: per kernel its "
+                        "calls, <loop, unroll U, span S, serial iterations I, instances per block B, each "
+                        "call's variant and macros> (with -v: every macro by name, I and B always)")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.add_argument("--timings", action="store_true",
                    help="print the time of each compiler pass (library, parse, space, rank, search, layout, emit)")

@@ -127,11 +127,14 @@ def _plan_json(plan) -> dict:
 
 
 def _plan_line(plan, full: bool) -> str:
-    """One line per plan for ``plan --all``: calls, loop, unroll, span, variants and every macro of
-    each kernel (``wide16/TC256``: BY first; ``full``: spelled out, serial iterations and instances
-    per block too)."""
+    """One line per plan for ``plan --all``: calls, loop, unroll, span, serial iterations (when not
+    automatic), instances per block (when more than one), variants and every macro of each kernel
+    (``wide16/TC256``: BY first), so that plans that differ print differently; ``full``: spelled
+    out, with I and B always."""
     def kernel(k) -> str:
         text = ", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}" + (f" S{k.span}" if k.span > 1 else "")
+        if not full:
+            text += (f" I{k.iters}" if k.iters else "") + (f" B{k.ipb}" if k.ipb > 1 else "")
         if full:
             text += f" I{k.iters or 'auto'} B{k.ipb}" + "".join(
                 f" {kc.variant.name}" + ("[" + ",".join(f"{m}={v}" for m, v in kc.macros) + "]" if kc.macros else "")
