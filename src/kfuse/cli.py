@@ -11,9 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_util import (EXIT_ERROR, EXIT_USAGE, MAX_SIZE, _bench_size, _bytes, _check_memory,  # noqa: F401
-                       _device_free, _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu,
-                       _write_output, flags_anywhere, plan_dot, script_path)
+from .cli_util import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MAX_SIZE, ArgumentParser,  # noqa: F401
+                       GpuRequiredError, UsageExit, _bench_size, _bytes, _check_memory, _device_free,
+                       _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu, _write_output,
+                       error_json, flags_anywhere, json_option, kfuse_error_json, plan_dot, print_json,
+                       script_path, wants_json)
 from . import env
 from .errors import KfuseError
 
@@ -41,11 +43,16 @@ def cmd_compile(args) -> int:
     from .api import compile as kcompile
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
+    source = prog.cuda_source
     if args.output:
-        _write_output(args.output, prog.cuda_source)
-        log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines")
-    else:
-        sys.stdout.write(prog.cuda_source)
+        _write_output(args.output, source)
+        log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(source.splitlines())} lines")
+    if args.json:
+        print_json({"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
+                    "kernels": len(prog.kernels), "lines": len(source.splitlines()), "output": args.output,
+                    **({} if args.output else {"cuda_source": source}), "plan": _plan_json(prog.plan)})
+    elif not args.output:
+        sys.stdout.write(source)
     return 0
 
 
@@ -60,19 +67,21 @@ def cmd_plan(args) -> int:
                     vector_on_strips=args.vector_on_strips)
     elapsed = time.perf_counter() - t0
     search = prog.search
-    if args.graph:                  # DOT alone, so that it pipes into Graphviz
+    if args.graph and not args.json:        # DOT alone, so that it pipes into Graphviz
         print(plan_dot(prog))
         return 0
     if args.json:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                "model": search.model.name if search is not None else None,
                "planned_s": round(elapsed, 6), "plan": _plan_json(prog.plan)}
+        if args.graph:
+            doc["graph"] = plan_dot(prog)
         if search is not None and args.all:
             doc["plans"] = [_plan_json(p) for p in itertools.islice(search.plans(), args.all)]
         if args.timings:
             prog.cuda_source
             doc["timings_s"] = {k: round(v, 6) for k, v in prog.timings.seconds.items()}
-        print(json.dumps(doc, indent=1))
+        print_json(doc)
         return 0
     print(prog.describe())
     if search is not None:
@@ -109,26 +118,28 @@ def cmd_run(args) -> int:
     got = got if isinstance(got, tuple) else (got,)
     ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
     tol = 1e-5 if args.dtype == "float32" else 1e-12
-    ok = True
     errors = {}
     for v, g in zip(p.outputs, got):
         err = relative_error(cp.asnumpy(g), ref[v.id], mag[v.id])
-        ok &= err < tol
         errors[v.name] = err
         if not args.json:
             print(f"  {v.name:10s} error {err:.2e} (relative to the magnitude of its terms) "
                   f"{'ok' if err < tol else 'WRONG'}")
     from .runtime.timing import median_us
     t = median_us(prog.bind(**dev), reps=args.reps, cold_l2=True)    # bound: launches only, kfuse's own outputs
+    wrong = [name for name, err in errors.items() if not err < tol]
     if args.json:
-        print(json.dumps({"script": str(args.script), "name": p.name, "dtype": args.dtype,
-                          "sizes": {d.name: dims[d.id] for d in p.dims}, "ok": bool(ok), "tolerance": tol,
-                          "errors": {k: float(v) for k, v in errors.items()}, "time_us": round(t, 3),
-                          "reps": args.reps, "kernels": len(prog.kernels), "plan": _plan_json(prog.plan)},
-                         indent=1))
+        doc = {"script": str(args.script), "name": p.name, "dtype": args.dtype,
+               "sizes": {d.name: dims[d.id] for d in p.dims}, "ok": not wrong, "tolerance": tol,
+               "errors": {k: float(v) for k, v in errors.items()}, "time_us": round(t, 3),
+               "reps": args.reps, "kernels": len(prog.kernels), "plan": _plan_json(prog.plan)}
+        if wrong:
+            doc["error"] = error_json("wrong_result", f"{', '.join(wrong)}: error over the tolerance {tol:g} "
+                                      "(relative to the magnitude of its terms)", EXIT_ERROR)
+        print_json(doc)
     else:
         print(f"  time {t:.1f} us (median of {args.reps} runs, CUDA events), {len(prog.kernels)} kernel(s)")
-    return 0 if ok else EXIT_ERROR
+    return EXIT_ERROR if wrong else 0
 
 
 def cmd_bench(args) -> int:
@@ -155,7 +166,20 @@ def cmd_bench(args) -> int:
     for line in [f"wrote {p}" for p in written] + notes:
         log.info(line)
     failed = [r for r in run.records if r.contender == KFUSE and r.status != OK]
+    if args.json:
+        _bench_json(written, notes, [(r.sequence, r.dtype, r.status, r.note) for r in failed])
     return EXIT_ERROR if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
+
+
+def _bench_json(written, notes, failed) -> None:
+    """bench --json: the files written, the notes, and kfuse's failures (sequence, dtype, status,
+    note) with an error when there are any."""
+    doc: dict = {"written": [str(p) for p in written], "notes": list(notes),
+                 "failed": [{"sequence": s, "dtype": d, "status": st, "note": n} for s, d, st, n in failed]}
+    if failed:
+        doc["error"] = error_json("wrong_result", f"kfuse failed or was wrong on {len(failed)} case(s): " +
+                                  ", ".join(f"{s} ({d}): {st}" for s, d, st, _ in failed), EXIT_ERROR)
+    print_json(doc)
 
 
 def _bench_per_call(args, dtypes) -> int:
@@ -173,9 +197,12 @@ def _bench_per_call(args, dtypes) -> int:
                             log=log.info)
     env = environment(shlex.join(["kfuse", *args.argv]))
     header = f"{env.get('gpu', '')}; {shlex.join(['kfuse', *args.argv])}"
-    for path in write_outputs(rows, bw, Path(args.out), header):
+    written = write_outputs(rows, bw, Path(args.out), header)
+    for path in written:
         log.info(f"wrote {path}")
-    wrong = [r for row in rows for k, r in row.records.items() if k.startswith("kfuse") and r.status != OK]
+    wrong = [(row, k, r) for row in rows for k, r in row.records.items() if k.startswith("kfuse") and r.status != OK]
+    if args.json:
+        _bench_json(written, [], [(r.sequence, r.dtype, f"{k}: {r.status}", r.note) for _, k, r in wrong])
     return EXIT_ERROR if wrong else 0
 
 
@@ -193,7 +220,7 @@ def cmd_tune(args) -> int:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                "plan": _plan_json(best.plan)}
         doc.update(getattr(best, "tuning", None) or {})
-        print(json.dumps(doc, indent=1))
+        print_json(doc)
     else:
         print(best.describe())
     return 0
@@ -206,18 +233,22 @@ def cmd_calibrate(args) -> int:
     from .env import writable_folder
     from .runtime.gpu import have_gpu
     if not have_gpu():
-        raise KfuseError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
+        raise GpuRequiredError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
                          "device are needed); without one, kfuse ranks plans by a shipped calibration or "
                          "the transfer model")
     lib = load_library(*(args.library or []))
     out = Path(args.out) if args.out else user_path()
     writable_folder(out.parent, "the calibration")      # before the measurements, not after
     reuse = [] if args.fresh else [c for p in search_paths() for c in read_file(p)]
+    written = []
     for dtype in dict.fromkeys(args.dtype or ["float32", "float64"]):
         cal = calibrate(lib, dtype, quick=args.quick, reuse=reuse)
         write_entry(out, cal)
         reuse.append(cal)
+        written.append({"gpu": cal.gpu, "library": cal.library, "dtype": cal.dtype})
         log.info(f"wrote {out}: calibration of {cal.describe()}")
+    if args.json:
+        print_json({"out": str(out), "calibrations": written})
     return 0
 
 
@@ -243,6 +274,9 @@ def cmd_report(args) -> int:
                                  checkpoint=checkpoint, rounds=args.retime)
     checkpoint(results, header)
     log.info(f"wrote {out}")
+    if args.json:
+        print_json({"out": str(out), "json": str(out.with_suffix(".json")),
+                    "sequences": [r.to_json() for r in results]})
     return 0
 
 
@@ -266,13 +300,14 @@ def _script_commands(sub) -> None:
                    "dimension not named; default: the model's, 8192 per matrix side, 2^24 per vector); the "
                    "code runs at any size")
     _on_strips(p)
+    json_option(p, "print the kernel count, the plan and the CUDA source (its path with -o) as JSON, or the error")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("plan", help="print the plan: kernels, calls in each, launch configuration")
     common(p)
     p.add_argument("--graph", action="store_true",
                    help="print only the dependency graph as Graphviz DOT, each kernel a cluster "
                         "(kfuse plan X.kf --graph | dot -Tpng > plan.png)")
-    p.add_argument("--json", action="store_true", help="print the plan (and --all's plans) as JSON")
+    json_option(p, "print the plan (and --all's plans) as JSON, or the error")
     p.add_argument("--explain", action="store_true", help="list every fusion, and why each refused one was refused")
     p.add_argument("--all", type=_positive, nargs="?", const=20, default=0, metavar="K",
                    help="list the first K plans (default 20) in predicted order, one line each: per kernel its "
@@ -292,7 +327,7 @@ def _script_commands(sub) -> None:
                    help="size of a script dimension (repeatable); a bare N sets every dimension not named")
     p.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default: a fresh one)")
     p.add_argument("--reps", type=_positive, default=50, help="timed runs, median reported (default 50)")
-    p.add_argument("--json", action="store_true", help="print the errors, time and plan as JSON")
+    json_option(p, "print the errors, time and plan as JSON, or the error")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
     common(p)
@@ -301,7 +336,7 @@ def _script_commands(sub) -> None:
                    help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
     p.add_argument("--reps", type=_positive, default=30, help="timed runs per plan, median (default 30)")
     p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
-    p.add_argument("--json", action="store_true", help="print the winner, its time and whether it was stored as JSON")
+    json_option(p, "print the winner, its time and whether it was stored as JSON, or the error")
     p.set_defaults(fn=cmd_tune)
 
 
@@ -328,6 +363,7 @@ def _measure_commands(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
     p.add_argument("--no-torch-compile", action="store_true", help="skip the (slow to compile) torch.compile peer")
+    json_option(p, "print the files written and kfuse's failures as JSON, or the error")
     p.set_defaults(fn=cmd_bench)
     p = sub.add_parser("calibrate", help="measure every library routine in simulated fusion environments (GPU)",
                        description="Time every routine of every function, variant and macro value of the library "
@@ -341,6 +377,7 @@ def _measure_commands(sub) -> None:
                    help="element type (repeatable; default both)")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer environments and repetitions")
     p.add_argument("--fresh", action="store_true", help="measure every routine again (reuse nothing)")
+    json_option(p, "print the calibration file and its new entries as JSON, or the error")
     p.set_defaults(fn=cmd_calibrate)
     p = sub.add_parser("report", help="prediction report: rank of the measured best, first choice vs best, "
                                       "times to plan and search (the paper's Tables 4 and 5; GPU)")
@@ -359,6 +396,7 @@ def _measure_commands(sub) -> None:
     p.add_argument("--random", type=int, default=0, metavar="K",
                    help="report on K random scripts of the generator instead (written beside the report)")
     p.add_argument("--seed", type=int, default=0, help="first seed of --random (default 0)")
+    json_option(p, "print the files written and every sequence's measured plans as JSON, or the error")
     p.set_defaults(fn=cmd_report)
 
 
@@ -367,15 +405,18 @@ def _cache_commands(sub) -> None:
                        description="The tuning store (winners of `kfuse tune`) and the calibration files "
                                    "(`kfuse calibrate`) kfuse reads; clear removes the user's own files only "
                                    "(never the calibrations shipped with kfuse).")
+    json_option(p, "as after the action")
     csub = p.add_subparsers(dest="action", required=True, metavar="{list,show,clear}", help="what to do")
     q = csub.add_parser("list", help="one line per file: path, kind, entries")
-    q.add_argument("--json", action="store_true", help="print as JSON")
+    json_option(q, "print as JSON, or the error")
     q = csub.add_parser("show", help="every tuning record and calibration entry")
-    q.add_argument("--json", action="store_true", help="print as JSON")
+    json_option(q, "print as JSON, or the error")
     q = csub.add_parser("clear", help="remove the user's tuning store and calibration file")
     q.add_argument("--tuning", action="store_true", help="only the tuning store")
     q.add_argument("--calibration", action="store_true", help="only the calibration file")
-    q.add_argument("-y", "--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    q.add_argument("-y", "--yes", action="store_true", help="do not ask (required when stdin is not a terminal, "
+                   "and with --json)")
+    json_option(q, "print the files removed and those refused as JSON, or the error")
     p.set_defaults(fn=cmd_cache)
 
 
@@ -384,7 +425,7 @@ def cmd_cache(args) -> int:
     if args.action == "list":
         rows = cache.listing()
         if args.json:
-            print(json.dumps(rows, indent=1))
+            print_json(rows)
         else:
             for r in rows:
                 print(f"{r['kind']:11s} {r['entries']:5d} entr{'y' if r['entries'] == 1 else 'ies'}  "
@@ -392,28 +433,37 @@ def cmd_cache(args) -> int:
         return 0
     if args.action == "show":
         doc = cache.show()
-        print(json.dumps(doc, indent=1) if args.json else cache.show_text(doc))
+        if args.json:
+            print_json(doc)
+        else:
+            print(cache.show_text(doc))
         return 0
     which = [k for k, on in (("tuning", args.tuning), ("calibration", args.calibration)) if on] \
         or ["tuning", "calibration"]
     targets, refused = cache.clear_targets(which)
     for why in refused:
         log.warning(why)
-    if not targets:
-        log.info("nothing to clear")
-        return EXIT_ERROR if refused else 0
-    if not args.yes:
-        if not sys.stdin.isatty():
+    if targets and not args.yes:
+        if args.json or not sys.stdin.isatty():     # no question where stdout is JSON or stdin no terminal
             raise KfuseError("cache clear removes " + ", ".join(map(str, targets)) + "; confirm with --yes")
         answer = input("remove " + ", ".join(map(str, targets)) + "? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             return EXIT_ERROR
+    if not targets:
+        log.info("nothing to clear")
+    removed: list[str] = []
     for path in targets:
         try:
             cache.remove(path)
         except OSError as e:
             raise KfuseError(f"cannot remove {path}: {e.strerror or e}") from None
+        removed.append(str(path))
         log.info(f"removed {path}")
+    if args.json:
+        doc: dict = {"removed": removed, "refused": list(refused)}
+        if refused:
+            doc["error"] = error_json("refused", "; ".join(refused), EXIT_ERROR)
+        print_json(doc)
     return EXIT_ERROR if refused else 0
 
 
@@ -423,13 +473,15 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA",
+    ap = ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA",
                                  epilog="Exit status: 0 success, 1 a kfuse error (bad script, no GPU, a wrong "
                                         "result), 2 a usage error.")
     ap.add_argument("--version", action="version", version=f"kfuse {_version()}")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="more detail (debug messages; plan --all: "
                     "every macro)")
     ap.add_argument("-q", "--quiet", action="store_true", help="errors only (no notices or progress)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document on stdout: the command's result, "
+                    "or an object with an error field (kind, message, exit code) on any failure")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
                             help="what to do (kfuse COMMAND -h for its options)")
     _script_commands(sub)
@@ -458,8 +510,14 @@ def _configure_logging(verbose: int, quiet: bool) -> logging.Handler:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)        # usage errors exit with 2 here
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser().parse_args(argv)    # usage errors exit with 2 here
+    except UsageExit as e:
+        if wants_json(argv):
+            print_json({"error": error_json("usage", e.message, EXIT_USAGE)})
+        raise
+    args.argv = argv
     logger = logging.getLogger("kfuse")
     saved = (logger.level, logger.propagate)
     handler = _configure_logging(args.verbose, args.quiet)
@@ -470,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except KfuseError as e:
         logger.error(str(e))
+        if args.json:
+            print_json({"error": kfuse_error_json(e)})
         return EXIT_ERROR
     except BrokenPipeError:
         # the reader went away (kfuse plan x | head -1): stop quietly, as other tools do
@@ -481,7 +541,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("kfuse: interrupted", file=sys.stderr)
-        return 130
+        if args.json:
+            print_json({"error": error_json("interrupted", "interrupted", EXIT_INTERRUPTED)})
+        return EXIT_INTERRUPTED
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
