@@ -405,7 +405,7 @@ def _cache_commands(sub) -> None:
                        description="The tuning store (winners of `kfuse tune`) and the calibration files "
                                    "(`kfuse calibrate`) kfuse reads; clear removes the user's own files only "
                                    "(never the calibrations shipped with kfuse).")
-    json_option(p, "as after the action")
+    json_option(p, "the same as --json after the action (kfuse cache --json list)")
     csub = p.add_subparsers(dest="action", required=True, metavar="{list,show,clear}", help="what to do")
     q = csub.add_parser("list", help="one line per file: path, kind, entries")
     json_option(q, "print as JSON, or the error")
@@ -460,7 +460,7 @@ def cmd_cache(args) -> int:
         removed.append(str(path))
         log.info(f"removed {path}")
     if args.json:
-        doc: dict = {"removed": removed, "refused": list(refused)}
+        doc = {"removed": removed, "refused": list(refused)}
         if refused:
             doc["error"] = error_json("refused", "; ".join(refused), EXIT_ERROR)
         print_json(doc)
