@@ -183,7 +183,8 @@ def test_no_calibration_falls_back_to_the_transfer_model_with_one_notice(lib):
     assert choose_model(lib, "float32", warn=msgs.append) is DEFAULT_MACHINE
     assert choose_model(lib, "float32", warn=msgs.append) is DEFAULT_MACHINE
     assert len(msgs) == 1
-    assert f"no calibration for this machine (no GPU)/{lib.digest} (float32); using the transfer model" in msgs[0]
+    assert msgs[0] == (f"kfuse: no calibration of this library: plans are ranked with the transfer model (library "
+                       f"{lib.digest}, float32); run `kfuse calibrate` on a GPU, with --library DIR for your own library")
 
 
 def test_shipped_calibration_is_used_with_a_notice(tmp_path, lib):
@@ -191,8 +192,8 @@ def test_shipped_calibration_is_used_with_a_notice(tmp_path, lib):
     msgs = []
     model = choose_model(lib, "float32", warn=msgs.append)
     assert isinstance(model, CalibratedModel) and model.cal.gpu == "NVIDIA H100 80GB HBM3"
-    assert msgs == [f"kfuse: no calibration for this machine (no GPU)/{lib.digest} (float32); "
-                    "using the shipped NVIDIA H100 80GB HBM3 calibration"]
+    assert msgs == ["kfuse: no GPU here: plans are ranked with the shipped NVIDIA H100 80GB HBM3 calibration "
+                    f"(library {lib.digest}, float32)"]
     # a dtype the calibration does not cover: the transfer model, with a notice
     msgs.clear()
     assert choose_model(lib, "float64", warn=msgs.append) is DEFAULT_MACHINE and "transfer model" in msgs[0]
@@ -213,7 +214,9 @@ def test_another_gpus_calibration_takes_this_gpus_multiprocessor_facts(tmp_path,
     monkeypatch.setattr(gpu, "current_device_info", lambda: dict(A100))
     msgs = []
     model = choose_model(lib, "float32", warn=msgs.append)
-    assert "using the shipped NVIDIA H100 80GB HBM3 calibration with this GPU's 108 multiprocessors" in msgs[0]
+    assert msgs[0].startswith("kfuse: no calibration of this NVIDIA A100-SXM4-80GB: plans are ranked with the shipped "
+                              f"NVIDIA H100 80GB HBM3 calibration (library {lib.digest}, float32), with this GPU's "
+                              "108 multiprocessors")
     assert model.cal.gpu == h100.gpu and model.cal.probes == h100.probes
     assert {k: model.cal.device[k] for k in A100} == A100
     assert h100.device["sms"] == 132        # the calibration read from disk is not changed
@@ -264,7 +267,7 @@ def test_calibration_env_var_selects_or_disables(tmp_path, lib, monkeypatch):
     monkeypatch.setenv("KFUSE_CALIBRATION", str(path))
     msgs = []
     assert isinstance(choose_model(lib, "float32", warn=msgs.append), CalibratedModel)
-    assert "using the Some GPU calibration in" in msgs[0]
+    assert "plans are ranked with the Some GPU calibration in" in msgs[0]
     monkeypatch.setenv("KFUSE_CALIBRATION", "off")
     assert choose_model(lib, "float32", warn=msgs.append) is DEFAULT_MACHINE
 
@@ -401,7 +404,7 @@ def test_cli_plan_names_the_model(capsys):
     from kfuse.cli import main
     assert main(["plan", str(ROOT / "examples" / "bicgk.kf")]) == 0
     out = capsys.readouterr()
-    assert "ranked by the transfer model" in out.out and "using the transfer model" in out.err
+    assert "ranked by the transfer model" in out.out and "plans are ranked with the transfer model" in out.err
 
 
 # ---- the host side of kfuse calibrate, on a CuPy stand-in ------------------------------------

@@ -45,6 +45,20 @@ def test_cli_page_names_every_command_and_option():
     assert "--json" in text
 
 
+def test_cli_page_lists_each_commands_options_in_its_section():
+    """Each command's own options (--json included) in its section's table; -v and -q, taken by
+    every command, in the global options."""
+    text = (DOCS / "cli.md").read_text()
+    sections = dict(re.findall(r"^#+ `(kfuse[^`]*)`\n(.*?)(?=^#)", text + "\n#", re.M | re.S))
+    sections["kfuse"] = text.split("## Global options", 1)[1].split("\n## ", 1)[0]
+    missing = []
+    for name, action in _cli_actions():
+        if name != "kfuse" and action.dest in ("verbose", "quiet"):
+            continue
+        missing += [f"{name} {o}" for o in action.option_strings if f"`{o}`" not in sections.get(name, "")]
+    assert missing == []
+
+
 def test_python_api_page_names_every_public_member():
     from kfuse.compiled import CompiledScript
     from kfuse.decorator import JitFunction

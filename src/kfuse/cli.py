@@ -1,20 +1,22 @@
-"""Command line: kfuse compile | plan | run | bench | tune | calibrate | report | cache.
+"""Command line: kfuse compile | plan | run | bench | tune | calibrate | report | cache (bench,
+calibrate and report in cli_measure).
 
 Exit status: 0 success; 1 a kfuse error (a bad script, a missing GPU, a wrong result...);
 2 a usage error (argparse: an unknown option, a malformed value)."""
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
-from pathlib import Path
 
-from .cli_util import (EXIT_ERROR, EXIT_USAGE, MAX_SIZE, _bench_size, _bytes, _check_memory,  # noqa: F401
-                       _device_free, _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu,
-                       _write_output, flags_anywhere, plan_dot, script_path)
+from .cli_util import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MAX_SIZE, ArgumentParser,  # noqa: F401
+                       GpuRequiredError, UsageExit, _bench_size, _bytes, _check_memory, _device_free,
+                       _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu, _write_output,
+                       error_json, flags_anywhere, json_option, kfuse_error_json, plan_dot, print_json,
+                       script_path, wants_json)
 from . import env
+from .cli_measure import measure_commands
 from .errors import KfuseError
 
 log = logging.getLogger("kfuse")
@@ -41,11 +43,16 @@ def cmd_compile(args) -> int:
     from .api import compile as kcompile
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
+    source = prog.cuda_source
     if args.output:
-        _write_output(args.output, prog.cuda_source)
-        log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(prog.cuda_source.splitlines())} lines")
-    else:
-        sys.stdout.write(prog.cuda_source)
+        _write_output(args.output, source)
+        log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(source.splitlines())} lines")
+    if args.json:
+        print_json({"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
+                    "kernels": len(prog.kernels), "lines": len(source.splitlines()), "output": args.output,
+                    **({} if args.output else {"cuda_source": source}), "plan": _plan_json(prog.plan)})
+    elif not args.output:
+        sys.stdout.write(source)
     return 0
 
 
@@ -60,19 +67,21 @@ def cmd_plan(args) -> int:
                     vector_on_strips=args.vector_on_strips)
     elapsed = time.perf_counter() - t0
     search = prog.search
-    if args.graph:                  # DOT alone, so that it pipes into Graphviz
+    if args.graph and not args.json:        # DOT alone, so that it pipes into Graphviz
         print(plan_dot(prog))
         return 0
     if args.json:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                "model": search.model.name if search is not None else None,
                "planned_s": round(elapsed, 6), "plan": _plan_json(prog.plan)}
+        if args.graph:
+            doc["graph"] = plan_dot(prog)
         if search is not None and args.all:
             doc["plans"] = [_plan_json(p) for p in itertools.islice(search.plans(), args.all)]
         if args.timings:
             prog.cuda_source
             doc["timings_s"] = {k: round(v, 6) for k, v in prog.timings.seconds.items()}
-        print(json.dumps(doc, indent=1))
+        print_json(doc)
         return 0
     print(prog.describe())
     if search is not None:
@@ -109,73 +118,27 @@ def cmd_run(args) -> int:
     got = got if isinstance(got, tuple) else (got,)
     ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
     tol = 1e-5 if args.dtype == "float32" else 1e-12
-    ok = True
     errors = {}
     for v, g in zip(p.outputs, got):
         err = relative_error(cp.asnumpy(g), ref[v.id], mag[v.id])
-        ok &= err < tol
         errors[v.name] = err
         if not args.json:
             print(f"  {v.name:10s} error {err:.2e} (relative to the magnitude of its terms) "
                   f"{'ok' if err < tol else 'WRONG'}")
     from .runtime.timing import median_us
     t = median_us(prog.bind(**dev), reps=args.reps, cold_l2=True)    # bound: launches only, kfuse's own outputs
+    wrong = [name for name, err in errors.items() if not err < tol]
     if args.json:
-        print(json.dumps({"script": str(args.script), "name": p.name, "dtype": args.dtype,
-                          "sizes": {d.name: dims[d.id] for d in p.dims}, "ok": bool(ok), "tolerance": tol,
-                          "errors": {k: float(v) for k, v in errors.items()}, "time_us": round(t, 3),
-                          "reps": args.reps, "kernels": len(prog.kernels), "plan": _plan_json(prog.plan)},
-                         indent=1))
+        doc = {"script": str(args.script), "name": p.name, "dtype": args.dtype,
+               "sizes": {d.name: dims[d.id] for d in p.dims}, "ok": not wrong, "tolerance": tol,
+               "errors": {k: float(v) for k, v in errors.items()}, "time_us": round(t, 3),
+               "reps": args.reps, "kernels": len(prog.kernels), "plan": _plan_json(prog.plan)}
+        if wrong:
+            doc["error"] = error_json("wrong_result", f"{', '.join(wrong)}: error over the tolerance {tol:g} "
+                                      "(relative to the magnitude of its terms)", EXIT_ERROR)
+        print_json(doc)
     else:
         print(f"  time {t:.1f} us (median of {args.reps} runs, CUDA events), {len(prog.kernels)} kernel(s)")
-    return 0 if ok else EXIT_ERROR
-
-
-def cmd_bench(args) -> int:
-    import shlex
-
-    from .bench import BenchOptions, resolve_sequences, run_bench, write_outputs
-    from .bench.records import KFUSE, OK
-    dtypes = []
-    for d in args.dtype or ["float32"]:
-        dtypes += ["float32", "float64"] if d == "both" else [d]
-    if args.per_call:
-        return _bench_per_call(args, tuple(dict.fromkeys(dtypes)))
-    args.n = 8192 if args.n is None else args.n
-    args.N = 2**26 if args.N is None else args.N
-    sequences = tuple(resolve_sequences(args.seq)) if args.seq else ()
-    _require_gpu("bench")
-    opts = BenchOptions(n=args.n, N=args.N, dtypes=tuple(dict.fromkeys(dtypes)),
-                        sequences=sequences,
-                        reps=args.reps, warmup=args.warmup, torch_compile=not args.no_torch_compile,
-                        seed=args.seed, command=shlex.join(["kfuse", *args.argv]))
-    out = Path(args.out)
-    run = run_bench(opts, checkpoint=lambda r: write_outputs(r, out, charts=False))
-    written, notes = write_outputs(run, out)
-    for line in [f"wrote {p}" for p in written] + notes:
-        log.info(line)
-    failed = [r for r in run.records if r.contender == KFUSE and r.status != OK]
-    return EXIT_ERROR if failed else 0     # kfuse wrong or failing somewhere (peers' failures are only reported)
-
-
-def _bench_per_call(args, dtypes) -> int:
-    import shlex
-
-    from .bench import resolve_sequences
-    from .bench.harness import default_sequences, environment
-    from .bench.percall import SIZE_CLASSES, run_per_call, write_outputs
-    from .bench.records import OK
-    classes = SIZE_CLASSES if args.n is None and args.N is None else (
-        (args.n or SIZE_CLASSES[0][0], args.N or SIZE_CLASSES[0][1]),)
-    paths = resolve_sequences(args.seq) if args.seq else default_sequences()
-    _require_gpu("bench")
-    rows, bw = run_per_call(paths, dtypes, classes, seed=args.seed, torch_compile=not args.no_torch_compile,
-                            log=log.info)
-    env = environment(shlex.join(["kfuse", *args.argv]))
-    header = f"{env.get('gpu', '')}; {shlex.join(['kfuse', *args.argv])}"
-    for path in write_outputs(rows, bw, Path(args.out), header):
-        log.info(f"wrote {path}")
-    wrong = [r for row in rows for k, r in row.records.items() if k.startswith("kfuse") and r.status != OK]
     return EXIT_ERROR if wrong else 0
 
 
@@ -193,56 +156,9 @@ def cmd_tune(args) -> int:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                "plan": _plan_json(best.plan)}
         doc.update(getattr(best, "tuning", None) or {})
-        print(json.dumps(doc, indent=1))
+        print_json(doc)
     else:
         print(best.describe())
-    return 0
-
-
-def cmd_calibrate(args) -> int:
-    from .calibration.measure import calibrate
-    from .cost.store import read_file, search_paths, user_path, write_entry
-    from .library.loader import load_library
-    from .env import writable_folder
-    from .runtime.gpu import have_gpu
-    if not have_gpu():
-        raise KfuseError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
-                         "device are needed); without one, kfuse ranks plans by a shipped calibration or "
-                         "the transfer model")
-    lib = load_library(*(args.library or []))
-    out = Path(args.out) if args.out else user_path()
-    writable_folder(out.parent, "the calibration")      # before the measurements, not after
-    reuse = [] if args.fresh else [c for p in search_paths() for c in read_file(p)]
-    for dtype in dict.fromkeys(args.dtype or ["float32", "float64"]):
-        cal = calibrate(lib, dtype, quick=args.quick, reuse=reuse)
-        write_entry(out, cal)
-        reuse.append(cal)
-        log.info(f"wrote {out}: calibration of {cal.describe()}")
-    return 0
-
-
-def cmd_report(args) -> int:
-    from .bench import resolve_sequences
-    from .bench.harness import default_sequences
-    from .bench.prediction import markdown, random_scripts, run_report
-    out = Path(args.out)
-    if out.is_dir():
-        raise KfuseError(f"--out {args.out}: is a folder; give a file name")
-    _require_gpu("report")          # before the output folder is made
-    if args.random:
-        paths = random_scripts(out.parent / f"{out.stem}-scripts", args.random, args.seed)
-    else:
-        paths = resolve_sequences(args.seq) if args.seq else default_sequences()
-    out.parent.mkdir(parents=True, exist_ok=True)
-
-    def checkpoint(results, header):
-        out.write_text(markdown(results, header))
-        out.with_suffix(".json").write_text(json.dumps({"header": header, "sequences": [r.to_json() for r in results]},
-                                                       indent=1))
-    results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
-                                 checkpoint=checkpoint, rounds=args.retime)
-    checkpoint(results, header)
-    log.info(f"wrote {out}")
     return 0
 
 
@@ -266,17 +182,19 @@ def _script_commands(sub) -> None:
                    "dimension not named; default: the model's, 8192 per matrix side, 2^24 per vector); the "
                    "code runs at any size")
     _on_strips(p)
+    json_option(p, "print the kernel count, the plan and the CUDA source (its path with -o) as JSON, or the error")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("plan", help="print the plan: kernels, calls in each, launch configuration")
     common(p)
     p.add_argument("--graph", action="store_true",
                    help="print only the dependency graph as Graphviz DOT, each kernel a cluster "
                         "(kfuse plan X.kf --graph | dot -Tpng > plan.png)")
-    p.add_argument("--json", action="store_true", help="print the plan (and --all's plans) as JSON")
+    json_option(p, "print the plan (and --all's plans) as JSON, or the error")
     p.add_argument("--explain", action="store_true", help="list every fusion, and why each refused one was refused")
     p.add_argument("--all", type=_positive, nargs="?", const=20, default=0, metavar="K",
-                   help="list the first K plans (default 20) in predicted order (with -v: every macro, "
-                        "serial iterations I and instances per block B of each kernel)")
+                   help="list the first K plans (default 20) in predicted order, one line each: per kernel its "
+                        "calls, <loop, unroll U, span S, serial iterations I, instances per block B, each "
+                        "call's variant and macros> (with -v: every macro by name, I and B always)")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.add_argument("--timings", action="store_true",
                    help="print the time of each compiler pass (library, parse, space, rank, search, layout, emit)")
@@ -291,7 +209,7 @@ def _script_commands(sub) -> None:
                    help="size of a script dimension (repeatable); a bare N sets every dimension not named")
     p.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default: a fresh one)")
     p.add_argument("--reps", type=_positive, default=50, help="timed runs, median reported (default 50)")
-    p.add_argument("--json", action="store_true", help="print the errors, time and plan as JSON")
+    json_option(p, "print the errors, time and plan as JSON, or the error")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
     common(p)
@@ -300,65 +218,8 @@ def _script_commands(sub) -> None:
                    help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
     p.add_argument("--reps", type=_positive, default=30, help="timed runs per plan, median (default 30)")
     p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
-    p.add_argument("--json", action="store_true", help="print the winner, its time and whether it was stored as JSON")
+    json_option(p, "print the winner, its time and whether it was stored as JSON, or the error")
     p.set_defaults(fn=cmd_tune)
-
-
-def _measure_commands(sub) -> None:
-    """bench, calibrate, report: measurement campaigns on the GPU."""
-    p = sub.add_parser("bench", help="benchmark the examples against cuBLAS, PyTorch eager and torch.compile (GPU)",
-                       description="Measure the copy bandwidth, then check (against a float64 NumPy reference) "
-                                   "and time kfuse's plan, cuBLAS through CuPy, PyTorch eager and torch.compile "
-                                   "on each sequence; write results.md, results.csv, env.json and PNG charts.")
-    p.add_argument("--n", type=_bench_size, default=None, help="size of every dimension of a script with a matrix "
-                   "(default 8192; --per-call: 1024 and 8192)")
-    p.add_argument("--N", type=_bench_size, default=None, help="size of every dimension of a script without a "
-                   "matrix (default 2^26; --per-call: 2^20 and 2^26)")
-    p.add_argument("--per-call", action="store_true",
-                   help="wall time per call from a Python loop (plain, repeated and bound calls, cuBLAS, torch "
-                        "eager, torch.compile default and reduce-overhead) at n = 1024 / N = 2^20 and "
-                        "n = 8192 / N = 2^26; writes per-call.md, per-call.csv, per-call.png")
-    p.add_argument("--dtype", action="append", choices=["float32", "float64", "both"], default=None,
-                   help="element type (repeatable, or 'both'; default float32)")
-    p.add_argument("--seq", action="append", default=None, metavar="NAME",
-                   help="sequence: an example's name (gemver) or a .kf path (repeatable; default all examples)")
-    p.add_argument("--reps", type=_positive, default=100, help="timed repetitions, median reported (default 100)")
-    p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
-    p.add_argument("--no-torch-compile", action="store_true", help="skip the (slow to compile) torch.compile peer")
-    p.set_defaults(fn=cmd_bench)
-    p = sub.add_parser("calibrate", help="measure every library routine in simulated fusion environments (GPU)",
-                       description="Time every routine of every function, variant and macro value of the library "
-                                   "(shipped BLAS plus --library folders) in simulated fusion environments, plus "
-                                   "launch overhead, clears and barriers; write the calibration (keyed by GPU name, "
-                                   "library digest and dtype) that ranks plans from then on.")
-    p.add_argument("--library", action="append", default=None, metavar="DIR",
-                   help="also calibrate this library folder (repeatable); routines measured before are reused")
-    p.add_argument("--out", help="calibration file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/calibration.json)")
-    p.add_argument("--dtype", action="append", choices=["float32", "float64"], default=None,
-                   help="element type (repeatable; default both)")
-    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer environments and repetitions")
-    p.add_argument("--fresh", action="store_true", help="measure every routine again (reuse nothing)")
-    p.set_defaults(fn=cmd_calibrate)
-    p = sub.add_parser("report", help="prediction report: rank of the measured best, first choice vs best, "
-                                      "times to plan and search (the paper's Tables 4 and 5; GPU)")
-    p.add_argument("--seq", action="append", default=None, metavar="NAME",
-                   help="sequence: an example's name or a .kf path (repeatable; default all examples)")
-    p.add_argument("--top", type=_positive, default=20, metavar="K", help="plans measured per sequence (default 20)")
-    p.add_argument("--n", type=_bench_size, default=8192, help="every dimension of a script with a matrix "
-                   "(default 8192)")
-    p.add_argument("--N", type=_bench_size, default=2**26, help="every dimension of a script without a matrix "
-                   "(default 2^26)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="element type (default float32)")
-    p.add_argument("--reps", type=_positive, default=20, help="timed repetitions per plan, median (default 20)")
-    p.add_argument("--retime", type=int, default=5, metavar="R",
-                   help="time the first choice and the measured best again in turns, R rounds (default 5; 0: not)")
-    p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
-    p.add_argument("--random", type=int, default=0, metavar="K",
-                   help="report on K random scripts of the generator instead (written beside the report)")
-    p.add_argument("--seed", type=int, default=0, help="first seed of --random (default 0)")
-    p.set_defaults(fn=cmd_report)
 
 
 def _cache_commands(sub) -> None:
@@ -366,15 +227,18 @@ def _cache_commands(sub) -> None:
                        description="The tuning store (winners of `kfuse tune`) and the calibration files "
                                    "(`kfuse calibrate`) kfuse reads; clear removes the user's own files only "
                                    "(never the calibrations shipped with kfuse).")
+    json_option(p, "the same as --json after the action (kfuse cache --json list)")
     csub = p.add_subparsers(dest="action", required=True, metavar="{list,show,clear}", help="what to do")
     q = csub.add_parser("list", help="one line per file: path, kind, entries")
-    q.add_argument("--json", action="store_true", help="print as JSON")
+    json_option(q, "print as JSON, or the error")
     q = csub.add_parser("show", help="every tuning record and calibration entry")
-    q.add_argument("--json", action="store_true", help="print as JSON")
+    json_option(q, "print as JSON, or the error")
     q = csub.add_parser("clear", help="remove the user's tuning store and calibration file")
     q.add_argument("--tuning", action="store_true", help="only the tuning store")
     q.add_argument("--calibration", action="store_true", help="only the calibration file")
-    q.add_argument("-y", "--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
+    q.add_argument("-y", "--yes", action="store_true", help="do not ask (required when stdin is not a terminal, "
+                   "and with --json)")
+    json_option(q, "print the files removed and those refused as JSON, or the error")
     p.set_defaults(fn=cmd_cache)
 
 
@@ -383,7 +247,7 @@ def cmd_cache(args) -> int:
     if args.action == "list":
         rows = cache.listing()
         if args.json:
-            print(json.dumps(rows, indent=1))
+            print_json(rows)
         else:
             for r in rows:
                 print(f"{r['kind']:11s} {r['entries']:5d} entr{'y' if r['entries'] == 1 else 'ies'}  "
@@ -391,28 +255,37 @@ def cmd_cache(args) -> int:
         return 0
     if args.action == "show":
         doc = cache.show()
-        print(json.dumps(doc, indent=1) if args.json else cache.show_text(doc))
+        if args.json:
+            print_json(doc)
+        else:
+            print(cache.show_text(doc))
         return 0
     which = [k for k, on in (("tuning", args.tuning), ("calibration", args.calibration)) if on] \
         or ["tuning", "calibration"]
     targets, refused = cache.clear_targets(which)
     for why in refused:
         log.warning(why)
-    if not targets:
-        log.info("nothing to clear")
-        return EXIT_ERROR if refused else 0
-    if not args.yes:
-        if not sys.stdin.isatty():
+    if targets and not args.yes:
+        if args.json or not sys.stdin.isatty():     # no question where stdout is JSON or stdin no terminal
             raise KfuseError("cache clear removes " + ", ".join(map(str, targets)) + "; confirm with --yes")
         answer = input("remove " + ", ".join(map(str, targets)) + "? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             return EXIT_ERROR
+    if not targets:
+        log.info("nothing to clear")
+    removed: list[str] = []
     for path in targets:
         try:
             cache.remove(path)
         except OSError as e:
             raise KfuseError(f"cannot remove {path}: {e.strerror or e}") from None
+        removed.append(str(path))
         log.info(f"removed {path}")
+    if args.json:
+        doc = {"removed": removed, "refused": list(refused)}
+        if refused:
+            doc["error"] = error_json("refused", "; ".join(refused), EXIT_ERROR)
+        print_json(doc)
     return EXIT_ERROR if refused else 0
 
 
@@ -422,17 +295,19 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA",
+    ap = ArgumentParser(prog="kfuse", description="Automatic kernel fusion of BLAS-like scripts into CUDA",
                                  epilog="Exit status: 0 success, 1 a kfuse error (bad script, no GPU, a wrong "
                                         "result), 2 a usage error.")
     ap.add_argument("--version", action="version", version=f"kfuse {_version()}")
     ap.add_argument("-v", "--verbose", action="count", default=0, help="more detail (debug messages; plan --all: "
                     "every macro)")
     ap.add_argument("-q", "--quiet", action="store_true", help="errors only (no notices or progress)")
+    ap.add_argument("--json", action="store_true", help="print one JSON document on stdout: the command's result, "
+                    "or an object with an error field (kind, message, exit code) on any failure")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
                             help="what to do (kfuse COMMAND -h for its options)")
     _script_commands(sub)
-    _measure_commands(sub)
+    measure_commands(sub)
     _cache_commands(sub)
     flags_anywhere(sub)
     return ap
@@ -457,8 +332,14 @@ def _configure_logging(verbose: int, quiet: bool) -> logging.Handler:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)        # usage errors exit with 2 here
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser().parse_args(argv)    # usage errors exit with 2 here
+    except UsageExit as e:
+        if wants_json(argv):
+            print_json({"error": error_json("usage", e.message, EXIT_USAGE)})
+        raise
+    args.argv = argv
     logger = logging.getLogger("kfuse")
     saved = (logger.level, logger.propagate)
     handler = _configure_logging(args.verbose, args.quiet)
@@ -469,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except KfuseError as e:
         logger.error(str(e))
+        if args.json:
+            print_json({"error": kfuse_error_json(e)})
         return EXIT_ERROR
     except BrokenPipeError:
         # the reader went away (kfuse plan x | head -1): stop quietly, as other tools do
@@ -480,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("kfuse: interrupted", file=sys.stderr)
-        return 130
+        if args.json:
+            print_json({"error": error_json("interrupted", "interrupted", EXIT_INTERRUPTED)})
+        return EXIT_INTERRUPTED
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])

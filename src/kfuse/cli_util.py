@@ -1,13 +1,17 @@
 """Helpers of the command line: argument types, size and memory checks, output files, the GPU
-check, plan text for --all, --json and --graph."""
+check, plan text for --all, --json (documents and errors) and --graph."""
 from __future__ import annotations
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
-from .errors import KfuseError
+from .errors import (CalibrationError, CompileError, FusionError, KfuseError, LaunchError, LibraryError,
+                     ScriptError)
 
 EXIT_ERROR = 1      # kfuse refused or failed
 EXIT_USAGE = 2      # argparse's usage errors
+EXIT_INTERRUPTED = 130
 MAX_SIZE = 2**48    # no array dimension beyond this (a size, or a power such as 2^26)
 
 
@@ -22,12 +26,16 @@ def _positive(text: str) -> int:
     return value
 
 
+class GpuRequiredError(KfuseError):
+    """A command that runs kernels found no usable GPU (``"kind": "no_gpu"`` under --json)."""
+
+
 def _require_gpu(what: str) -> None:
     """Refuse a command that measures or runs on a GPU when none is usable (checked before it
     writes anything)."""
     from .runtime.gpu import have_gpu
     if not have_gpu():
-        raise KfuseError(f"{what} runs kernels on a GPU and none is usable here (CuPy, a CUDA driver and a "
+        raise GpuRequiredError(f"{what} runs kernels on a GPU and none is usable here (CuPy, a CUDA driver and a "
                          "device are needed: pip install 'kfuse[gpu]'); `kfuse compile` and `kfuse plan` "
                          "work without one")
 
@@ -127,11 +135,14 @@ def _plan_json(plan) -> dict:
 
 
 def _plan_line(plan, full: bool) -> str:
-    """One line per plan for ``plan --all``: calls, loop, unroll, span, variants and every macro of
-    each kernel (``wide16/TC256``: BY first; ``full``: spelled out, serial iterations and instances
-    per block too)."""
+    """One line per plan for ``plan --all``: calls, loop, unroll, span, serial iterations (when not
+    automatic), instances per block (when more than one), variants and every macro of each kernel
+    (``wide16/TC256``: BY first), so that plans that differ print differently; ``full``: spelled
+    out, with I and B always."""
     def kernel(k) -> str:
         text = ", ".join(kc.call.name for kc in k.calls) + f" <{k.loop} U{k.unroll}" + (f" S{k.span}" if k.span > 1 else "")
+        if not full:
+            text += (f" I{k.iters}" if k.iters else "") + (f" B{k.ipb}" if k.ipb > 1 else "")
         if full:
             text += f" I{k.iters or 'auto'} B{k.ipb}" + "".join(
                 f" {kc.variant.name}" + ("[" + ",".join(f"{m}={v}" for m, v in kc.macros) + "]" if kc.macros else "")
@@ -205,3 +216,64 @@ def flags_anywhere(sub) -> None:
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 flags_anywhere(action)
+
+
+# ---- --json: one document on stdout, success or failure ----------------------------------------------
+class UsageExit(SystemExit):
+    """argparse's usage error (exit status 2), with its message kept for --json."""
+
+    def __init__(self, message: str):
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors raise UsageExit (usage and message on stderr, as argparse
+    prints them), so that ``main`` can say them as JSON too; subcommands' parsers are of this
+    class as well."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        text = f"{self.prog}: error: {message}"
+        print(text, file=sys.stderr)
+        raise UsageExit(text)
+
+
+def wants_json(argv: list[str]) -> bool:
+    """--json among the options (before a bare ``--``): known before parsing, for usage errors."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
+# the kind of a kfuse error under --json, most specific class first
+_KINDS: tuple[tuple[type[KfuseError], str], ...] = (
+    (ScriptError, "script"), (LibraryError, "library"), (GpuRequiredError, "no_gpu"),
+    (CompileError, "compile"), (FusionError, "fusion"), (LaunchError, "launch"),
+    (CalibrationError, "calibration"))
+
+
+def error_json(kind: str, message: str, exit_code: int, **fields) -> dict:
+    """The ``error`` field of a --json document: kind, message (as on stderr, without "kfuse: "),
+    exit status, and what else locates it."""
+    return {"kind": kind, "message": message, "exit_code": exit_code, **fields}
+
+
+def kfuse_error_json(e: KfuseError) -> dict:
+    """``error_json`` of a kfuse error; a script error adds file, line and column (None where
+    unknown) and its message without them, a library error its file and field."""
+    kind = next((k for cls, k in _KINDS if isinstance(e, cls)), "error")
+    where: dict = {}
+    if isinstance(e, ScriptError):
+        where = {"file": e.file, "line": e.line or None, "column": e.column or None, "reason": e.bare}
+    elif isinstance(e, LibraryError):
+        where = {"file": e.file, "field": e.field}
+    return error_json(kind, str(e), EXIT_ERROR, **where)
+
+
+def print_json(doc: dict | list) -> None:
+    print(json.dumps(doc, indent=1))
+
+
+def json_option(p: argparse.ArgumentParser, help: str) -> None:
+    """--json on a command, with no default of its own (``kfuse --json plan x.kf`` works as
+    ``kfuse plan x.kf --json``; the main parser's default is False)."""
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=help)

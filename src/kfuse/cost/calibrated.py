@@ -394,17 +394,19 @@ def choose_model(lib: Library, dtype: str, warn=None):
     exact, other = find(gpu, lib.digest, dtype, warn=warn or logging.getLogger("kfuse").warning)
     if exact is not None:
         return CalibratedModel(exact)
-    where = f"{gpu or 'this machine (no GPU)'}/{lib.digest} ({dtype})"
+    # one line: why, what ranks the plans, then the library and dtype it was asked for
+    why = "no GPU here" if gpu is None else f"no calibration of this {gpu}"
+    which = f"(library {lib.digest}, {dtype})"
     if other is not None:
         here = on_this_gpu(other)
-        facts = (f" with this GPU's {here.device['sms']} multiprocessors (`kfuse calibrate` measures this GPU)"
+        facts = (f", with this GPU's {here.device['sms']} multiprocessors (`kfuse calibrate` measures this GPU)"
                  if here is not other else "")
+        source = (f"the shipped {other.gpu} calibration" if Path(other.source).parent == SHIPPED else
+                  f"the {other.gpu} calibration in {other.source}")
         notice_once(("other", gpu, lib.digest, dtype, other.key),
-                    f"no calibration for {where}; using the shipped {other.gpu} calibration{facts}"
-                    if Path(other.source).parent == SHIPPED else
-                    f"no calibration for {where}; using the {other.gpu} calibration in {other.source}{facts}", warn)
+                    f"{why}: plans are ranked with {source} {which}{facts}", warn)
         return CalibratedModel(here)
     hint = "run `kfuse calibrate` on a GPU, with --library DIR for your own library"
     notice_once(("transfer", gpu, lib.digest, dtype),
-                f"no calibration for {where}; using the transfer model ({hint})", warn)
+                f"no calibration of this library: plans are ranked with the transfer model {which}; {hint}", warn)
     return transfer_on_this_gpu()
