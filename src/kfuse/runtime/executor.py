@@ -8,7 +8,13 @@ scalars into the prepared argument blocks and launches on the caller's stream (t
 stream with torch tensors, CuPy's otherwise, or ``stream=``).  A scalar input given as a 0-d
 device array is patched like an array (its pointer: the kernels read it by address); the
 signature says which scalars come so, and the first call that binds them so takes the program
-planned for it (``CompiledScript.for_device_scalars``).
+planned for it (``CompiledScript.resolve``: the runtime's one question to the compiler).
+
+A loop whose outputs feed its inputs (``x, r = step(A, x, r)``) drops the results of the call
+before last: the binding keeps the blocks and CuPy arrays of its last few calls and reuses one
+whose arrays nobody else holds (``_unused``), so such a loop allocates nothing, builds no arrays
+and meets the same few pointer sets, whose graphs replay.  A raw pointer kept without the array
+(``x.data.ptr``) does not hold it; a view, slice or DLPack capsule of it does.
 
 Launches replay from a CUDA graph when a program makes several launches and the same pointers and
 scalars come again (a loop over the same arrays): the launches are captured once on a private
