@@ -28,39 +28,24 @@ import numpy as np
 import kfuse
 
 
-# -- the methods: one step each, over operators ---------------------------------------------------------
+# -- the methods: one step each, over operators (the solvers' updates are the examples') ------------------
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "solvers"))
+from bicg import bicg_update            # noqa: E402 - the examples folder is no package
+from bicgstab import bicgstab_update    # noqa: E402
+from cg import cg_update                # noqa: E402
+
+
 def cg(A, x, r, p, rr):
-    q = A @ p
-    alpha = rr / (p @ q)
-    x = x + alpha * p
-    r = r - alpha * q
-    rr_new = r @ r
-    return A, x, r, r + (rr_new / rr) * p, rr_new
+    return (A, *cg_update(A, x, r, p, rr))
 
 
 def bicg(A, x, r, rt, p, pt, rho):
-    q = A @ p
-    qt = A.T @ pt
-    alpha = rho / (pt @ q)
-    x = x + alpha * p
-    r = r - alpha * q
-    rt = rt - alpha * qt
-    rho_new = rt @ r
-    beta = rho_new / rho
-    return A, x, r, rt, r + beta * p, rt + beta * pt, rho_new
+    return (A, *bicg_update(A, x, r, rt, p, pt, rho))
 
 
 def bicgstab(A, x, r, r0, p, rho):
-    v = A @ p
-    alpha = rho / (r0 @ v)
-    s = r - alpha * v
-    t = A @ s
-    omega = (t @ s) / (t @ t)
-    x = x + alpha * p + omega * s
-    r = s - omega * t
-    rho_new = r0 @ r
-    beta = (rho_new / rho) * (alpha / omega)
-    return A, x, r, r0, r + beta * (p - omega * v), rho_new
+    x, r, p, rho = bicgstab_update(A, x, r, r0, p, rho)
+    return A, x, r, r0, p, rho
 
 
 def power(A, x, lam):
