@@ -10,6 +10,10 @@ alternating) at 20-200 calls; each in float32 and float64.  Per case the snapsho
 
     python benchmarks/plan_identity.py record snapshot.json     # write a snapshot
     python benchmarks/plan_identity.py compare snapshot.json    # plan again, list the differences
+    python benchmarks/plan_identity.py --large record large.json   # long scripts (500-2000 calls)
+
+benchmarks/plan_identity.json and plan_identity_large.json are the snapshots taken before the
+planning-scale work (issue 44, finding 5).
 """
 import argparse
 import hashlib
@@ -25,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RANDOM_SEEDS = range(1000, 1200)                    # default sizes: 2-10 calls
 BOUNDED = [(seed, n) for n in (13, 20, 30, 50, 80, 120, 200) for seed in (1, 2, 3)]
 SHAPES = [(kind, n) for kind in ("chain", "wide", "matrix-wide", "alternating") for n in (20, 50, 100, 200)]
+# --large: long scripts (seconds to minutes each before issue 44, finding 5), float32 only
+LARGE_RANDOM = [(1, 500), (2, 500), (1, 1000), (2, 1000), (1, 2000)]
+LARGE_SHAPES = [("chain", 1000), ("chain", 2000), ("wide", 1000), ("matrix-wide", 500), ("alternating", 1000)]
 
 
 def _chain(n):
@@ -54,8 +61,13 @@ def _alternating(n):
 SHAPE_TEXT = {"chain": _chain, "wide": _wide, "matrix-wide": _mwide, "alternating": _alternating}
 
 
-def cases() -> list[tuple[str, dict]]:
-    """(key, how to make and compile the script) for every case, both dtypes."""
+def cases(large: bool = False) -> list[tuple[str, dict]]:
+    """(key, how to make and compile the script) for every case, both dtypes; with ``large``
+    only the long scripts."""
+    if large:
+        return ([(f"random/{seed}x{n}/float32", {"seed": seed, "calls": n, "dtype": "float32"})
+                 for seed, n in LARGE_RANDOM]
+                + [(f"{kind}/{n}/float32", {"kind": kind, "calls": n, "dtype": "float32"}) for kind, n in LARGE_SHAPES])
     out = []
     for dtype in ("float32", "float64"):
         for path in sorted((ROOT / "examples").glob("*.kf")):
@@ -96,10 +108,10 @@ def _run(item):
     return key, run_case(spec)
 
 
-def snapshot(jobs: int) -> dict:
-    todo = cases()
+def snapshot(jobs: int, large: bool = False) -> dict:
+    todo = cases(large)
     with ProcessPoolExecutor(jobs) as pool:
-        return dict(pool.map(_run, todo, chunksize=4))
+        return dict(pool.map(_run, todo, chunksize=1 if large else 4))
 
 
 def compare(old: dict, new: dict) -> list[str]:
@@ -121,11 +133,12 @@ def main(argv=None):
     ap.add_argument("action", choices=("record", "compare"))
     ap.add_argument("file")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--large", action="store_true", help="the long scripts only (plan_identity_large.json)")
     args = ap.parse_args(argv)
     # a fresh cache folder: no tuning store, no calibration of this machine (the shipped one ranks)
     os.environ["KFUSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="kfuse-identity-")
     t0 = time.perf_counter()
-    new = snapshot(args.jobs)
+    new = snapshot(args.jobs, args.large)
     total = time.perf_counter() - t0
     if args.action == "record":
         Path(args.file).write_text(json.dumps(new, sort_keys=True) + "\n")
