@@ -41,6 +41,7 @@ class DependencyGraph:
             for v in c.outputs:
                 producer[v.id] = c.index
         self.producer = producer
+        self.returned = frozenset(v.id for v in program.outputs)    # the values the script returns
         self._topo: tuple[int, ...] | None = None
         self._desc: list[int] | None = None
         self._anc: list[int] | None = None
