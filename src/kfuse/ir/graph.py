@@ -48,9 +48,9 @@ class DependencyGraph:
         self.shared_inputs: dict[int, list[int]] = {v: cs for v, cs in readers.items() if len(cs) > 1}
         # per call, the values of ``shared_inputs`` it reads (each once, in first-read order)
         self.shared_of: list[list[int]] = [[] for _ in range(n)]
-        for v, cs in self.shared_inputs.items():
-            for c in dict.fromkeys(cs):
-                self.shared_of[c].append(v)
+        for vid, cs in self.shared_inputs.items():
+            for reader in dict.fromkeys(cs):
+                self.shared_of[reader].append(vid)
 
     def edges_within(self, calls) -> list[tuple[int, int]]:
         """The edges (producer, consumer) between calls of ``calls``, in the order of
