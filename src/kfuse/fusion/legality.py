@@ -102,11 +102,9 @@ def one_pass_exchanges(program: Program, graph: DependencyGraph, fusion: frozens
     """(producer, consumer, value, reduced axes) of each reduction result a fused call uses whole
     (not as partial sums): legal only in one pass, with variants spanning the reduced axes."""
     out = []
-    for (p, c), values in sorted(graph.edge_values.items()):
-        if p not in fusion or c not in fusion:
-            continue
+    for p, c in sorted(graph.edges_within(fusion)):
         prod, cons = program.calls[p], program.calls[c]
-        for v in values:
+        for v in graph.edge_values[(p, c)]:
             o = next(q for q, x in zip(prod.function.outputs, prod.outputs) if x is v)
             if not o.reduce:
                 continue
@@ -123,11 +121,9 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
     in the same block: a variant of the producer spans the reduced axes whole (and one of the
     consumer walks the same strips), so the global barrier becomes a block barrier.  Whether the
     rows fit that block depends on the sizes: ``fits_at`` decides per implementation."""
-    for (p, c), values in graph.edge_values.items():
-        if p not in fusion or c not in fusion:
-            continue
+    for p, c in graph.edges_within(fusion):
         prod, cons = program.calls[p], program.calls[c]
-        for v in values:
+        for v in graph.edge_values[(p, c)]:
             out = next(q for q, o in zip(prod.function.outputs, prod.outputs) if o is v)
             for q, a in zip(cons.function.inputs, cons.args):
                 if isinstance(a, ScalarArg) and a.reads(v):
@@ -252,12 +248,14 @@ def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[in
     """A fusion must save global transfers: its calls must be connected by values they exchange or
     inputs they share (read once for all)."""
     links: dict[int, set[int]] = {i: set() for i in fusion}
-    for (p, c) in graph.edge_values:
-        if p in fusion and c in fusion:
-            links[p].add(c)
-            links[c].add(p)
-    for v, readers in graph.shared_inputs.items():
-        inside = [r for r in readers if r in fusion]
+    for p, c in graph.edges_within(fusion):
+        links[p].add(c)
+        links[c].add(p)
+    readers: dict[int, list[int]] = {}      # shared values read inside, by their readers inside
+    for i in sorted(fusion):
+        for v in graph.shared_of[i]:
+            readers.setdefault(v, []).append(i)
+    for v, inside in readers.items():
         for a, b in combinations(inside, 2):
             if _same_element(program, v, a, b):
                 links[a].add(b)

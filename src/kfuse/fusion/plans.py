@@ -19,6 +19,7 @@ from ..ir.plan import Plan
 from ..ir.program import Program
 from ..library.schema import Library, Variant
 from ..passes import no_timer
+from .blocks import BlockGraph
 from .legality import (call_set, fallback_lines, fits_at, one_pass_exchanges, why_not_horizontal,
                        stalls_streams, without_fallbacks, without_serial_sections)
 from .ties import DEFAULT_BY, preference, sorted_lazily
@@ -298,29 +299,53 @@ class PlanSearch:
     def _greedy_partitions(self) -> list[tuple[frozenset[int], ...]]:
         """Bounded search: from one kernel per call, repeatedly merge the blocks of the fusion that
         saves the most predicted time (a fusion made of whole blocks, keeping the kernel graph
-        acyclic), until none saves; that partition, and one kernel per call."""
+        acyclic), until none saves; that partition, and one kernel per call.
+
+        The options are kept in a heap keyed by (-saving, calls) and offered again only when a
+        merge changes the blocks of one of their calls (a fusion's saving depends on nothing else),
+        so each merge costs the fusions it touches, not all of them; whether a merge keeps the
+        kernel graph acyclic is checked on the blocks between the merged ones (``BlockGraph``).
+        An option refused for a cycle is dropped until its blocks change: merging other blocks
+        keeps every path, so it stays refused.  The merges are those of scanning every option
+        each round, best first (the search before issue 44, finding 5)."""
         n = len(self.program.calls)
         best = {c: r[0][0] for c, r in self.ranked.items()}
         where = {i: frozenset({i}) for i in range(n)}
         fusions = [c for c in self.ranked if len(c) > 1]
-        while True:
-            options = []
-            for c in fusions:
-                parts = {where[i] for i in c}
-                if len(parts) < 2 or any(not b <= c for b in parts):
-                    continue
-                saving = sum(best[b] for b in parts) - best[c]
-                if saving > 0:
-                    options.append((-saving, sorted(c), c, parts))
-            options.sort(key=lambda t: (t[0], t[1]))
-            for _, _, c, parts in options:
-                blocks = (set(where.values()) - parts) | {c}
-                if self._kernel_order(list(blocks)) is not None:
-                    for i in c:
-                        where[i] = c
-                    break
-            else:
-                break
+        touching: dict[int, list[frozenset[int]]] = {}       # call -> the fusions holding it
+        for c in fusions:
+            for i in c:
+                touching.setdefault(i, []).append(c)
+        dag = BlockGraph(self.graph)
+        heap: list[tuple[float, list[int], int]] = []
+        current: dict[frozenset[int], tuple[float, list[int]]] = {}     # fusion -> its live key
+        number = {c: k for k, c in enumerate(fusions)}
+
+        def offer(c: frozenset[int]) -> None:
+            current.pop(c, None)
+            parts = {where[i] for i in c}
+            if len(parts) < 2 or any(not b <= c for b in parts):
+                return
+            saving = sum(best[b] for b in parts) - best[c]
+            if saving > 0:
+                key = (-saving, sorted(c))
+                current[c] = key
+                heapq.heappush(heap, (key[0], key[1], number[c]))
+
+        for c in fusions:
+            offer(c)
+        while heap:
+            neg, calls, k = heapq.heappop(heap)
+            c = fusions[k]
+            if current.get(c) != (neg, calls):
+                continue            # stale: its blocks changed since
+            del current[c]
+            if dag.merge(c) is None:
+                continue            # a cycle: refused while its blocks stay as they are
+            for i in c:
+                where[i] = c
+            for f in dict.fromkeys(f for i in c for f in touching[i]):
+                offer(f)
         order = self.graph.topological_order()
         singles = tuple(frozenset({i}) for i in order)
         chosen = tuple(self._ordered(set(where.values())))
@@ -336,25 +361,31 @@ class PlanSearch:
         return order
 
     def _kernel_order(self, blocks) -> list[frozenset[int]] | None:
+        """The blocks (a partition of the calls) in launch order: a topological order of the
+        kernel graph, the ready kernel with the smallest call first; None when it has a cycle.
+        Linear in the calls and edges (but for the heap of ready kernels)."""
         where = {c: n for n, b in enumerate(blocks) for c in b}
-        succ: dict[int, set[int]] = {n: set() for n in range(len(blocks))}
-        for (p, c) in self.graph.edge_values:
-            if where[p] != where[c]:
-                succ[where[p]].add(where[c])
-        indeg = {n: 0 for n in succ}
-        for n in succ:
-            for m in succ[n]:
+        succ: list[set[int]] = [set() for _ in blocks]
+        succs = self.graph.succs
+        for p, n in where.items():
+            for c in succs[p]:
+                m = where[c]
+                if m != n:
+                    succ[n].add(m)
+        indeg = [0] * len(blocks)
+        for targets in succ:
+            for m in targets:
                 indeg[m] += 1
-        ready = sorted((min(blocks[n]), n) for n in succ if indeg[n] == 0)
+        ready = [(min(blocks[n]), n) for n in range(len(blocks)) if indeg[n] == 0]
+        heapq.heapify(ready)
         result = []
         while ready:
-            _, n = ready.pop(0)
+            _, n = heapq.heappop(ready)
             result.append(blocks[n])
             for m in succ[n]:
                 indeg[m] -= 1
                 if indeg[m] == 0:
-                    ready.append((min(blocks[m]), m))
-            ready.sort()
+                    heapq.heappush(ready, (min(blocks[m]), m))
         return result if len(result) == len(blocks) else None
 
     # -- counts ----------------------------------------------------------------------------

@@ -106,7 +106,7 @@ class Space:
 
 def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
     """Values a kernel running these calls must write: returned, or read by a call outside."""
-    returned = {v.id for v in program.outputs}
+    returned = graph.returned
     out = set()
     for i in calls:
         for v in program.calls[i].outputs:
