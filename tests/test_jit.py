@@ -324,7 +324,7 @@ def test_explain_and_cuda_source_show_the_last_signature(fake):  # noqa: F811
     def both(A, p, r):
         return A @ p, A.T @ r
     f = kfuse.jit(both, calibration=False)
-    with pytest.raises(KfuseError, match="has not been called yet"):
+    with pytest.raises(KfuseError, match="has not been called or compiled yet"):
         f.explain()
     q, s = f(FakeArray((40, 50)), FakeArray((50,)), FakeArray((40,)))
     assert q[0] == "view" and s[0] == "view"
@@ -463,3 +463,19 @@ def test_vector_on_strips_is_an_option_and_part_of_the_key():
     (k,) = asked.compile(Asq, v).plan.kernels
     assert [kc.call.function.name for kc in k.calls] == ["gemv", "dot"] and any(kc.on_rows for kc in k.calls)
     assert plain.cache_key(Asq, v) != asked.cache_key(Asq, v)
+
+
+def test_compile_sets_what_script_explain_and_cuda_source_describe():
+    """After ``fn.compile(...)`` (no call, NumPy arrays), ``.script``, ``.explain()`` and
+    ``.cuda_source`` describe that signature; ``fn.trace(...)`` shows the script at a prompt."""
+    def step(A, p):
+        q = A @ p
+        return q, p @ q
+    f = kfuse.jit(step, calibration=False)
+    A, p = np.zeros((64, 64), np.float32), np.zeros(64, np.float32)
+    prog = f.compile(A, p)
+    assert f.compiled is prog
+    assert "gemv(A, p)" in f.script and "gemv(A, p)" in f.explain() and "__global__" in f.cuda_source
+    traced = f.trace(A, p)
+    assert repr(traced) == str(traced) == traced.script.rstrip("\n")
+    assert repr(traced).startswith("# traced") and "return" in repr(traced)

@@ -230,7 +230,8 @@ class JitFunction:
         NumPy arrays will do)."""
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
-        return self._entry(args).compiled
+        self.last = self._entry(args)       # .script, .explain() and .cuda_source describe it
+        return self.last.compiled
 
     def _entry(self, args) -> _Entry:
         specs, dtype = self.specs(args)
@@ -248,7 +249,8 @@ class JitFunction:
     # -- what the last call ran ------------------------------------------------------------------
     def _last(self) -> _Entry:
         if self.last is None:
-            raise KfuseError(f"{self.fn.__name__} has not been called yet (or use .compile(*args))")
+            raise KfuseError(f"{self.fn.__name__} has not been called or compiled yet (call it, or use "
+                             ".compile(*args): NumPy arrays will do)")
         return self.last
 
     @property

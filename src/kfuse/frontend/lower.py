@@ -28,7 +28,7 @@ from .trace import RANK_WORDS, Node, Site, Trace, lit
 _RESERVED = {"input", "return", "scalar", "vector", "matrix", "sqrt", "out", "sync", "stream"}
 
 
-@dataclass
+@dataclass(repr=False)
 class Lowered:
     script: str
     inputs: list[tuple[str, int]]          # (script input name, argument index), declaration order
@@ -38,6 +38,12 @@ class Lowered:
     sites: dict[int, Site] = field(default_factory=dict)     # script line -> the user's line
     leaves: dict[int, tuple] = field(default_factory=dict)   # id(node) -> ("out", k) | ("arg", i): expr leaves
     sizes: dict[str, int] = field(default_factory=dict)      # size name -> size at trace time
+
+    def __repr__(self) -> str:
+        """The traced script (what ``fn.trace(...)`` shows at a prompt)."""
+        return self.script.rstrip("\n")
+
+    __str__ = __repr__
 
 
 def _is_one(n: Node) -> bool:
