@@ -5,7 +5,7 @@ saving first, up to HORIZONTAL_CALLS calls a kernel; candidates are kernels at m
 HORIZONTAL_WINDOW apart in launch order."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 from ..ir.graph import DependencyGraph
@@ -33,18 +33,19 @@ class HorizontalInputs:
     vector_on_strips: bool
 
 
-@dataclass
+@dataclass(frozen=True)
 class Horizontal:
     """What the pass found: the merged partition (None: nothing merged), the kernels it ranked for
     the merges it tried (to add to the search's), and what it tried, in words, for explain()."""
-    partition: Partition | None = None
-    ranked: dict[frozenset[int], Ranked] = field(default_factory=dict)
-    log: list[str] = field(default_factory=list)
+    partition: Partition | None
+    ranked: Mapping[frozenset[int], Ranked]
+    log: tuple[str, ...]
 
 
 def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
     """Merge kernels of partition ``base`` (in launch order) pair by pair, the most saving first."""
-    out = Horizontal()
+    found: dict[frozenset[int], Ranked] = {}
+    log: list[str] = []
     blocks = list(base)
     tried: set[frozenset[int]] = set()
     while True:
@@ -55,8 +56,8 @@ def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
                 if u in tried or len(u) > HORIZONTAL_CALLS:
                     continue
                 tried.add(u)
-                saving, verdict = _saving(inputs, out.ranked, a, b)
-                out.log.append(f"{call_set(a)} + {call_set(b)}: {verdict}")
+                saving, verdict = _saving(inputs, found, a, b)
+                log.append(f"{call_set(a)} + {call_set(b)}: {verdict}")
                 if saving > 0 and (best is None or saving > best[0]):
                     merged = [x for x in blocks if x not in (a, b)] + [u]
                     order = kernel_order(inputs.graph, merged)
@@ -65,9 +66,7 @@ def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
         if best is None:
             break
         blocks = best[1]
-    if set(blocks) != set(base):
-        out.partition = tuple(blocks)
-    return out
+    return Horizontal(tuple(blocks) if set(blocks) != set(base) else None, found, tuple(log))
 
 
 def _saving(inputs: HorizontalInputs, found: dict[frozenset[int], Ranked], a: frozenset[int],

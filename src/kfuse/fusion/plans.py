@@ -100,8 +100,9 @@ class PlanSearch:
         with timer("rank"):
             self.ranked, self.sized_out = rank_space(self.space, self.ranker)
         with timer("search"):
-            self.partitions: list[Partition] = (exhaustive_partitions(self.graph, self.ranked) if self.space.bounded is None
-                                                else self._greedy_partitions())
+            self.partitions: list[Partition] = (
+                exhaustive_partitions(self.graph, self.ranked) if self.space.bounded is None
+                else greedy_partitions(self.graph, len(program.calls), self.ranked))
         if self.space.bounded is not None:
             with timer("space"):
                 self.ranked.update(refine_chosen(self.space, lib, self.partitions[0], self.ranker.score, spans,
@@ -112,9 +113,6 @@ class PlanSearch:
             with timer("horizontal"):
                 self._horizontal()
 
-    def _greedy_partitions(self) -> list[Partition]:
-        return greedy_partitions(self.graph, len(self.program.calls), self.ranked)
-
     def _horizontal(self) -> None:
         """The horizontal pass (``horizontal.py``) over the best partition; the merged partition,
         if any, is added to the partitions (its plans ranked with the others)."""
@@ -124,7 +122,7 @@ class PlanSearch:
                                                  self.ranker, self.ranked, self.vector_on_strips),
                                 tuple(ordered(self.graph, self.partitions[best])))
         self.ranked.update(found.ranked)
-        self.horizontal_log = found.log
+        self.horizontal_log = list(found.log)
         if found.partition is not None:
             self.partitions.append(found.partition)
 
