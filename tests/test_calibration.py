@@ -224,7 +224,7 @@ def test_another_gpus_calibration_takes_this_gpus_multiprocessor_facts(tmp_path,
     prog = kfuse.compile(GEMV, dtype="float32", sizes={"A.rows": 8192, "A.cols": 8192}, tuned=False,
                         calibration=True)
     code = prog.search.ranked[next(iter(prog.search.ranked))][0][2]
-    got = prog.search._iterations(code)
+    got = prog.search.ranker.iterations(code)
     assert got == code.launch.iterations(prog.search.dims, target_blocks(108, 2048, code.launch.threads))
     assert got != code.launch.iterations(prog.search.dims, target_blocks(132, 2048, code.launch.threads))
     # the transfer model (no calibration of the library, or calibration=False): the same facts
@@ -233,7 +233,7 @@ def test_another_gpus_calibration_takes_this_gpus_multiprocessor_facts(tmp_path,
     assert plain.search.model.sms == 108 and plain.search.model.device["sms"] == 108
     assert "108 multiprocessors" in plain.search.model.name
     code = plain.search.ranked[next(iter(plain.search.ranked))][0][2]
-    assert plain.search._iterations(code) == code.launch.iterations(
+    assert plain.search.ranker.iterations(code) == code.launch.iterations(
         plain.search.dims, target_blocks(108, 2048, code.launch.threads))
     assert choose_model(lib, "float64", warn=[].append).sms == 108
     # the calibration's own GPU, or no GPU: its facts as measured

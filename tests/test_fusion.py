@@ -186,7 +186,8 @@ def test_kernels_looping_along_j_stack_at_most_two_tiles():
     """A span across a loop along j stacks tiles along i; spans of 4 there never measured best and
     ran up to 1.76x slower (docs/design.md, "Spans along the rows"): not built.  A
     loop along i keeps every span."""
-    from kfuse.fusion.space import MAX_SPAN_LOOP_J, SPANS
+    from kfuse.fusion.prune import MAX_SPAN_LOOP_J
+    from kfuse.fusion.space import SPANS
     c = best("gemver", tuned=False, calibration=False)
     built = {(i.loop, i.span) for impls in c.search.space.impls.values() for i, _ in impls}
     assert {s for lp, s in built if lp == "i"} == set(SPANS)
@@ -240,10 +241,10 @@ def test_serial_sections_beside_other_calls_only_where_the_grid_is_one_wave(lib)
         ranked = [code for _, _, code in search.ranked[three]]
         built = [code for _, code in search.space.impls[three]]
         assert any(not c.serial_in_loop for c in ranked)
-        assert not any(c.serial_in_loop and search._waves(c) > 1 for c in ranked), n
+        assert not any(c.serial_in_loop and search.ranker.waves(c) > 1 for c in ranked), n
         if n > 1024:
-            assert any(c.serial_in_loop and search._waves(c) > 1 for c in built), n     # built, left out
+            assert any(c.serial_in_loop and search.ranker.waves(c) > 1 for c in built), n     # built, left out
             assert "with a serial section in the loop beside other calls, on a full GPU (left out)" in search.explain()
         else:       # every grid is one wave or less: kept
-            assert any(c.serial_in_loop for c in ranked) and all(search._waves(c) <= 1 for c in built)
+            assert any(c.serial_in_loop for c in ranked) and all(search.ranker.waves(c) <= 1 for c in built)
             assert "serial section" not in search.explain()

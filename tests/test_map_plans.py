@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 import kfuse
+from kfuse.fusion.prune import Prune
 from kfuse.ir.plan import plan_to_json
 from kfuse.tuning import search
 
@@ -42,7 +43,8 @@ def test_a_map_with_a_plain_implementation_exchanges_nothing(name, dtype):
     assert all(code.barriers == 0 and code.launch.smem_bytes_per_real == 0 for _, code in fused)
     assert len({impl.variants for impl, _ in fused}) >= 2, "both uniform mappings remain"
     reasons = {k for calls, p in prog.search.space.pruned.items() for k, v in p.items() if v}
-    assert "exchanging between mappings (one without exists)" in reasons
+    assert Prune.BETWEEN_MAPPINGS in reasons
+    assert str(Prune.BETWEEN_MAPPINGS) == "exchanging between mappings (one without exists)"
 
 
 @pytest.mark.parametrize("dtype, n", [("float64", 4096), ("float64", 1024), ("float32", 8192)])

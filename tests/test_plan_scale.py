@@ -9,7 +9,11 @@ import kfuse
 from kfuse.frontend import parse_script
 from kfuse.frontend.random_scripts import random_script
 from kfuse.fusion.blocks import BlockGraph
+from kfuse.cost.transfer import DEFAULT_MACHINE
+from kfuse.fusion.partition import greedy_partitions, kernel_order, ordered
 from kfuse.fusion.plans import PlanSearch
+from kfuse.fusion.rank import Ranker, entries_of, planning_dims, rank_space
+from kfuse.fusion.space import build_space
 from kfuse.ir.graph import DependencyGraph
 
 from test_random_scripts import plan_is_valid
@@ -27,13 +31,12 @@ def test_a_thousand_random_calls_plan(lib):
     assert seconds < 30
 
 
-def _scanned_greedy(search: PlanSearch) -> tuple[frozenset[int], ...]:
+def _scanned_greedy(graph, calls, ranked) -> tuple[frozenset[int], ...]:
     """The greedy partition as planned before issue 44: each round scans every option, best
     saving first, and takes the first whose merge keeps the kernel order acyclic."""
-    n = len(search.program.calls)
-    best = {c: r[0][0] for c, r in search.ranked.items()}
-    where = {i: frozenset({i}) for i in range(n)}
-    fusions = [c for c in search.ranked if len(c) > 1]
+    best = {c: r[0][0] for c, r in ranked.items()}
+    where = {i: frozenset({i}) for i in range(calls)}
+    fusions = [c for c in ranked if len(c) > 1]
     while True:
         options = []
         for c in fusions:
@@ -45,26 +48,25 @@ def _scanned_greedy(search: PlanSearch) -> tuple[frozenset[int], ...]:
                 options.append((-saving, sorted(c), c, parts))
         options.sort(key=lambda t: (t[0], t[1]))
         for _, _, c, parts in options:
-            if search._kernel_order(list((set(where.values()) - parts) | {c})) is not None:
+            if kernel_order(graph, list((set(where.values()) - parts) | {c})) is not None:
                 for i in c:
                     where[i] = c
                 break
         else:
-            return tuple(search._ordered(set(where.values())))
-
-
-class _Checked(PlanSearch):
-    def _greedy_partitions(self):
-        found = super()._greedy_partitions()
-        self.scanned = _scanned_greedy(self)
-        return found
+            return tuple(ordered(graph, set(where.values())))
 
 
 def test_greedy_partition_merges_as_the_scan_did(lib):
     for seed, n in ((1, 40), (2, 80), (3, 150), (4, 60)):
-        search = _Checked(parse_script(random_script(lib, seed, calls=n).text, lib), lib, horizontal=False)
-        assert search.space.bounded is not None
-        assert search.partitions[0] == search.scanned, (seed, n)
+        program = parse_script(random_script(lib, seed, calls=n).text, lib)
+        dims = planning_dims(program, None)
+        space = build_space(program, lib, dims=dims)
+        assert space.bounded is not None
+        ranked, _ = rank_space(space, Ranker(DEFAULT_MACHINE, dims, entries_of(program, dims), 4))
+        greedy = greedy_partitions(space.graph, n, ranked)
+        assert greedy[0] == _scanned_greedy(space.graph, n, ranked), (seed, n)
+        search = PlanSearch(program, lib, horizontal=False)
+        assert search.partitions[0] == greedy[0], (seed, n)
 
 
 def test_block_graph_refuses_exactly_the_cyclic_merges(lib):

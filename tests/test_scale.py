@@ -55,7 +55,7 @@ def test_shared_layouts_rank_like_separate_ones(lib, seed):
         alone, _ = implementations(program, space.graph, lib, calls, sampled=space.bounded is not None)
         if len(calls) > 1 and space.bounded is not None and calls in {b for b in search.partitions[0]}:
             continue        # refined: more implementations than the sampled ones
-        assert _described(program, search._rank(alone)) == _described(program, ranked), sorted(calls)
+        assert _described(program, search.ranker.rank(alone)) == _described(program, ranked), sorted(calls)
 
 
 def test_repeated_shapes_are_laid_out_once(lib):

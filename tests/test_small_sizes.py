@@ -34,11 +34,11 @@ def _first_kernel(prog):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_small_sizes_take_no_unroll_beyond_the_iterations(tmp_path, dtype):
     s, impl, code = _first_kernel(_compile(tmp_path, 1000, dtype))
-    iters = s._iterations(code)
+    iters = s.ranker.iterations(code)
     assert iters == 1 and impl.unroll == 1, (iters, impl)
     # large sizes still unroll (many serial iterations per block)
     s, impl, code = _first_kernel(_compile(tmp_path, 8192, dtype))
-    assert s._iterations(code) >= 4 and impl.unroll > 1
+    assert s.ranker.iterations(code) >= 4 and impl.unroll > 1
 
 
 def test_an_unroll_beyond_the_iterations_is_priced_as_the_iterations(tmp_path):
@@ -48,7 +48,7 @@ def test_an_unroll_beyond_the_iterations_is_priced_as_the_iterations(tmp_path):
     codes = [c for ranked in s.ranked.values() for _, im, c in ranked if len(im.calls) == 2]
     by_unroll = {}
     for c in codes:
-        if s._iterations(c) == 1:
+        if s.ranker.iterations(c) == 1:
             key = (tuple(kc.describe() for kc in c.spec.calls), c.spec.span, c.spec.ipb, c.spec.loop)
             by_unroll.setdefault(key, {})[c.spec.unroll] = s.model.kernel_time(c, s.dims, s.entries, s.itemsize)
     pairs = [t for t in by_unroll.values() if 1 in t and len(t) > 1]

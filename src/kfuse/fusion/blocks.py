@@ -1,7 +1,7 @@
 """The kernel graph of a partition that grows by merges: blocks of calls as nodes, an edge where a
 call of one block feeds a call of another; kept with a topological order updated at each merge.
 
-The bounded search (``PlanSearch._greedy_partitions``) merges blocks one fusion at a time and
+The bounded search (``partition.greedy_partitions``) merges blocks one fusion at a time and
 must refuse a merge that would make the kernel graph cyclic (a path leaving the merged blocks
 and coming back).  Checking that by ordering the whole partition again costs time linear in the
 script per candidate, quadratic over a long script (issue 44, finding 5).  Here the check and

@@ -218,7 +218,7 @@ def without_serial_sections(fitting: list, fills_gpu) -> list:
 
 def fallback_lines(ranked: dict, built: dict, misfit) -> list[str]:
     """Lines of ``explain()`` for lone calls whose best implementation takes a ``fallback`` variant:
-    why no implementation of the variant it stands in for fits (``misfit``: PlanSearch._misfit,
+    why no implementation of the variant it stands in for fits (``misfit``: rank.Ranker.misfit,
     the reason of the widest such strip)."""
     out = []
     for calls, impls in ranked.items():

@@ -26,13 +26,12 @@ from ..ir.program import Program, ScalarArg
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
     mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
 from .legality import call_set, why_not
+from .prune import MAX_SPAN_LOOP_J, Prune
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
 # a loop along j stacks its span's tiles along i: spans of 4 there are not built, and spans of 2
 # are priced as spans of 1 (docs/design.md, "Spans along the rows")
-MAX_SPAN_LOOP_J = 2
-TALL_SPANS = f"spanning more than {MAX_SPAN_LOOP_J} tiles along i in a loop along j (not built)"   # explain()'s count
 MAX_ORDERS = 6
 
 
@@ -97,7 +96,7 @@ class Space:
     fusions: list[Fusion] = field(default_factory=list)
     refused: dict[frozenset[int], str] = field(default_factory=dict)
     impls: dict[frozenset[int], list[tuple[Implementation, KernelCode]]] = field(default_factory=dict)
-    pruned: dict[frozenset[int], dict[str, int]] = field(default_factory=dict)
+    pruned: dict[frozenset[int], dict[Prune, int]] = field(default_factory=dict)
     bounded: str | None = None      # what a bounded search left out (None: exhaustive)
     shapes: dict = field(default_factory=dict, repr=False)     # implementations by fusion shape
     memo: ScheduleMemo = field(default_factory=ScheduleMemo, repr=False)    # kernels analysed
@@ -210,7 +209,7 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
                     spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None,
                     memo: ScheduleMemo | None = None, dims: dict[int, int] | None = None
-                    ) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
+                    ) -> tuple[list[tuple[Implementation, KernelCode]], dict[Prune, int]]:
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
     kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
     (bounded search of a large script): one call order, the variant choices of
@@ -237,10 +236,10 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
                      spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None,
-                     dims: dict[int, int] | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[str, int]]:
+                     dims: dict[int, int] | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[Prune, int]]:
     nesting = max(program.calls[i].function.nesting for i in calls)   # 1-level calls beside 2-level ones: on strips
     stores = stores_of(program, graph, calls)
-    pruned = {"refused by the builder": 0, "dominated in on-chip memory": 0, "unrolled with no serial loop": 0}
+    pruned = {Prune.REFUSED: 0, Prune.DOMINATED: 0, Prune.UNROLLED_WITHOUT_LOOP: 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     spans = tuple(spans) if nesting == 2 else (1,)
     orders = _orders(graph, calls)[:1] if sampled else _orders(graph, calls)
@@ -263,27 +262,27 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 fitting = strip_widths(program, order, variants, other_choices, dims)
                 skipped = prod(len(o) for o in other_choices) - prod(len(o) for o in fitting)
                 if skipped:
-                    key = "with strip widths that cannot fit these sizes (not built)"
+                    key = Prune.STRIPS_TOO_WIDE
                     pruned[key] = (pruned.get(key, 0) + skipped * len(by_choices) * len(ipb_choices)
                                    * sum(len(c) for c in copies_of.values()))
                 other_choices = fitting
             for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 copies = copies_of[loop]
-                pruned[TALL_SPANS] = pruned.get(TALL_SPANS, 0) + len(UNROLLS) * len(spans) - len(copies)
+                pruned[Prune.TALL_SPANS] = pruned.get(Prune.TALL_SPANS, 0) + len(UNROLLS) * len(spans) - len(copies)
                 try:
                     codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
                 except FusionError:
-                    pruned["refused by the builder"] += len(copies)
+                    pruned[Prune.REFUSED] += len(copies)
                     continue
                 for (unroll, span), code in zip(copies, codes):
                     if isinstance(code, FusionError):
-                        pruned["refused by the builder"] += 1
+                        pruned[Prune.REFUSED] += 1
                         continue
                     if unroll > 1 and not code.launch.carried and not code.launch.iters:
                         # nothing to amortise across a serial loop (ir/kernel.py, KernelSpec.iterations): unrolled copies
                         # hold registers and buy nothing (docs/design.md, "Unrolling")
-                        pruned["unrolled with no serial loop"] += 1
+                        pruned[Prune.UNROLLED_WITHOUT_LOOP] += 1
                         continue
                     impl = base if (unroll, span) == (1, 1) else replace(base, unroll=unroll, span=span)
                     _keep(built, pruned, impl, code, chosen)
@@ -305,7 +304,7 @@ def _between_mappings(code: KernelCode) -> bool:
     return any(len(v) > 1 for v in ids.values())
 
 
-def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], pruned: dict[str, int]
+def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], pruned: dict[Prune, int]
                            ) -> list[tuple[Implementation, KernelCode]]:
     """Implementations passing values between calls of different mappings (shared memory, a
     barrier) are dropped when the same calls fuse without: it buys another access width, which one
@@ -313,13 +312,13 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     mappings').  So is a map kernel needing any shared memory."""
     between = [_between_mappings(code) for _, code in found]     # each kernel's steps walked once
     if any(between) and not all(between):
-        pruned["exchanging between mappings (one without exists)"] = sum(between)
+        pruned[Prune.BETWEEN_MAPPINGS] = sum(between)
         found = [ic for ic, b in zip(found, between) if not b]
     if not any(not code.launch.carried and not _exchanges(code) for _, code in found):
         return found
     kept = [(impl, code) for impl, code in found if code.launch.carried or not _exchanges(code)]
     if len(kept) < len(found):
-        pruned["a map exchanging through shared memory (one without exists)"] = len(found) - len(kept)
+        pruned[Prune.MAP_EXCHANGES] = len(found) - len(kept)
     return kept
 
 
@@ -329,7 +328,7 @@ def _keep(built, pruned, impl: Implementation, code: KernelCode, chosen: tuple) 
     key = (chosen, impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb, impl.span)
     old = built.get(key)
     if old is not None:
-        pruned["dominated in on-chip memory"] += 1
+        pruned[Prune.DOMINATED] += 1
         if old[1].launch.smem_bytes_per_real <= code.launch.smem_bytes_per_real:
             return
     built[key] = (impl, code)

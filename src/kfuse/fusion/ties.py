@@ -1,4 +1,4 @@
-"""Tie-breaks among implementations the model predicts alike (``PlanSearch._rank``): choices that
+"""Tie-breaks among implementations the model predicts alike (``rank.Ranker.rank``): choices that
 measured best where the calibration sees no difference (docs/design.md, 'Tie-breaks')."""
 from __future__ import annotations
 

@@ -1,0 +1,104 @@
+"""The horizontal pass: in the best partition, kernels whose calls exchange nothing, of one nesting
+and instance space (``legality.why_not_horizontal``), share a kernel when the model predicts the
+shared one faster than the two (a launch saved; nothing saved in transfers), pair by pair, most
+saving first, up to HORIZONTAL_CALLS calls a kernel; candidates are kernels at most
+HORIZONTAL_WINDOW apart in launch order."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..ir.graph import DependencyGraph
+from ..ir.program import Program
+from ..library.schema import Library
+from .legality import call_set, why_not_horizontal
+from .partition import Partition, kernel_order
+from .rank import Ranked, Ranker
+from .space import Space, implementations
+
+HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
+HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
+
+
+@dataclass(frozen=True)
+class HorizontalInputs:
+    """What the pass reads: the program, its space and the ranking of its blocks so far."""
+    program: Program
+    graph: DependencyGraph
+    lib: Library
+    space: Space
+    spans: tuple[int, ...]
+    ranker: Ranker
+    ranked: Mapping[frozenset[int], Ranked]
+    vector_on_strips: bool
+
+
+@dataclass(frozen=True)
+class Horizontal:
+    """What the pass found: the merged partition (None: nothing merged), the kernels it ranked for
+    the merges it tried (to add to the search's), and what it tried, in words, for explain()."""
+    partition: Partition | None
+    ranked: Mapping[frozenset[int], Ranked]
+    log: tuple[str, ...]
+
+
+def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
+    """Merge kernels of partition ``base`` (in launch order) pair by pair, the most saving first."""
+    found: dict[frozenset[int], Ranked] = {}
+    log: list[str] = []
+    blocks = list(base)
+    tried: set[frozenset[int]] = set()
+    while True:
+        best = None
+        for n, a in enumerate(blocks):
+            for b in blocks[n + 1:n + 1 + HORIZONTAL_WINDOW]:
+                u = a | b
+                if u in tried or len(u) > HORIZONTAL_CALLS:
+                    continue
+                tried.add(u)
+                saving, verdict = _saving(inputs, found, a, b)
+                log.append(f"{call_set(a)} + {call_set(b)}: {verdict}")
+                if saving > 0 and (best is None or saving > best[0]):
+                    merged = [x for x in blocks if x not in (a, b)] + [u]
+                    order = kernel_order(inputs.graph, merged)
+                    if order is not None:
+                        best = (saving, order)
+        if best is None:
+            break
+        blocks = best[1]
+    return Horizontal(tuple(blocks) if set(blocks) != set(base) else None, found, tuple(log))
+
+
+def _saving(inputs: HorizontalInputs, found: dict[frozenset[int], Ranked], a: frozenset[int],
+            b: frozenset[int]) -> tuple[float, str]:
+    """(predicted seconds saved by running kernels a and b as one, the verdict in words); a merge
+    ranked here is added to ``found``."""
+    u = a | b
+
+    def ranking(x: frozenset[int]) -> Ranked:
+        return inputs.ranked[x] if x in inputs.ranked else found[x]
+
+    if u not in inputs.ranked and u not in found:
+        program, graph = inputs.program, inputs.graph
+        reason = why_not_horizontal(program, graph, a, b, inputs.vector_on_strips)
+        if reason:
+            return 0.0, "not fused: " + reason
+        # the variants each kernel has now; every shared choice (block size, unroll, ...) tried
+        chosen = {c: v for x in (a, b) for c, v in zip(ranking(x)[0][1].order, ranking(x)[0][1].variants)}
+        impls, _ = implementations(program, graph, inputs.lib, u, inputs.spans, sampled=True,
+                                   variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=inputs.space.shapes,
+                                   memo=inputs.space.memo)
+        if not impls:
+            return 0.0, "not fused: no implementation can be built (resources or mappings)"
+        ranked = inputs.ranker.rank(impls)
+        if not ranked:      # built, but none fits these sizes (strips of rows too long)
+            return 0.0, "not fused: no implementation fits these sizes"
+        found[u] = ranked
+    apart, together = ranking(a)[0][0] + ranking(b)[0][0], ranking(u)[0][0]
+    # the launch saved is not counted: kernels queued back to back (graph replay, early launch)
+    # hide it, and merged streams are no faster (docs/design.md, "Horizontal fusion")
+    saving = apart - together - inputs.ranker.model.launch_seconds
+    if saving > 0:
+        return saving, f"one kernel, predicted {together * 1e6:.1f} us against {apart * 1e6:.1f} apart"
+    return 0.0, (f"not fused: predicted {together * 1e6:.1f} us as one kernel, {apart * 1e6:.1f} apart: "
+                 "no saving beyond a launch")
