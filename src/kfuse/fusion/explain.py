@@ -8,9 +8,11 @@ from typing import Mapping, Sequence
 
 from ..ir.graph import DependencyGraph
 from ..ir.program import Program
-from .legality import call_set, fallback_lines, one_pass_exchanges
+from .horizontal import Tried
+from .legality import fallback_lines, one_pass_exchanges
 from .partition import Partition, count_plans
 from .prune import Prune, render
+from .reasons import Misfit, NoImplementation, call_set
 from .rank import Ranked, Ranker
 from .space import Space
 
@@ -23,9 +25,9 @@ class Findings:
     space: Space
     ranker: Ranker
     ranked: dict[frozenset[int], Ranked]
-    sized_out: Mapping[frozenset[int], str]
+    sized_out: Mapping[frozenset[int], Misfit | NoImplementation]
     partitions: Sequence[Partition]
-    horizontal_log: Sequence[str]
+    horizontal_log: Sequence[Tried]
 
 
 def count_implementations(ranked: Mapping[frozenset[int], Ranked]) -> int:
@@ -42,7 +44,7 @@ def one_pass(f: Findings, calls: frozenset[int]) -> str | None:
     p, c, v, axes = ex[0]
     what = f"the reduction over {''.join(axes)} of c{p} ({f.program.calls[p].text()})"
     if calls not in f.ranked:
-        reason = f.sized_out.get(calls, "no implementation can be built (resources or mappings)")
+        reason = f.sized_out.get(calls, NoImplementation.BUILT)
         return f"two passes at these sizes: {what} cannot complete within a block or a cluster: {reason}"
     code = f.ranked[calls][0][2]
     L = code.launch

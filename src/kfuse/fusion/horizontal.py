@@ -6,18 +6,63 @@ HORIZONTAL_WINDOW apart in launch order."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Union
 
 from ..ir.graph import DependencyGraph
 from ..ir.program import Program
 from ..library.schema import Library
-from .legality import call_set, why_not_horizontal
+from .legality import why_not_horizontal
 from .partition import Partition, kernel_order
 from .rank import Ranked, Ranker
+from .reasons import Dependent, NoImplementation, Refusal, call_set
 from .space import Space, implementations
 
 HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in launch order are paired
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
+
+
+@dataclass(frozen=True)
+class NotFused:
+    """Verdict: the two kernels may not share one (``reason``)."""
+    reason: Dependent | Refusal | NoImplementation
+
+    def __str__(self) -> str:
+        return f"not fused: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Merged:
+    """Verdict: one kernel, predicted ``together`` seconds against ``apart`` for the two."""
+    together: float
+    apart: float
+
+    def __str__(self) -> str:
+        return f"one kernel, predicted {self.together * 1e6:.1f} us against {self.apart * 1e6:.1f} apart"
+
+
+@dataclass(frozen=True)
+class NoSaving:
+    """Verdict: one kernel saves nothing beyond a launch (``together``, ``apart``: predicted seconds)."""
+    together: float
+    apart: float
+
+    def __str__(self) -> str:
+        return (f"not fused: predicted {self.together * 1e6:.1f} us as one kernel, {self.apart * 1e6:.1f} apart: "
+                "no saving beyond a launch")
+
+
+Verdict = Union[NotFused, Merged, NoSaving]
+
+
+@dataclass(frozen=True)
+class Tried:
+    """A pair of kernels (their calls ``a``, ``b``) the pass tried, and its verdict."""
+    a: frozenset[int]
+    b: frozenset[int]
+    verdict: Verdict
+
+    def __str__(self) -> str:
+        return f"{call_set(self.a)} + {call_set(self.b)}: {self.verdict}"
 
 
 @dataclass(frozen=True)
@@ -36,16 +81,16 @@ class HorizontalInputs:
 @dataclass(frozen=True)
 class Horizontal:
     """What the pass found: the merged partition (None: nothing merged), the kernels it ranked for
-    the merges it tried (to add to the search's), and what it tried, in words, for explain()."""
+    the merges it tried (to add to the search's), and what it tried, for explain()."""
     partition: Partition | None
     ranked: Mapping[frozenset[int], Ranked]
-    log: tuple[str, ...]
+    log: tuple[Tried, ...]
 
 
 def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
     """Merge kernels of partition ``base`` (in launch order) pair by pair, the most saving first."""
     found: dict[frozenset[int], Ranked] = {}
-    log: list[str] = []
+    log: list[Tried] = []
     blocks = list(base)
     tried: set[frozenset[int]] = set()
     while True:
@@ -57,7 +102,7 @@ def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
                     continue
                 tried.add(u)
                 saving, verdict = _saving(inputs, found, a, b)
-                log.append(f"{call_set(a)} + {call_set(b)}: {verdict}")
+                log.append(Tried(a, b, verdict))
                 if saving > 0 and (best is None or saving > best[0]):
                     merged = [x for x in blocks if x not in (a, b)] + [u]
                     order = kernel_order(inputs.graph, merged)
@@ -70,8 +115,8 @@ def horizontal_pass(inputs: HorizontalInputs, base: Partition) -> Horizontal:
 
 
 def _saving(inputs: HorizontalInputs, found: dict[frozenset[int], Ranked], a: frozenset[int],
-            b: frozenset[int]) -> tuple[float, str]:
-    """(predicted seconds saved by running kernels a and b as one, the verdict in words); a merge
+            b: frozenset[int]) -> tuple[float, Verdict]:
+    """(predicted seconds saved by running kernels a and b as one, the verdict); a merge
     ranked here is added to ``found``."""
     u = a | b
 
@@ -82,23 +127,22 @@ def _saving(inputs: HorizontalInputs, found: dict[frozenset[int], Ranked], a: fr
         program, graph = inputs.program, inputs.graph
         reason = why_not_horizontal(program, graph, a, b, inputs.vector_on_strips)
         if reason:
-            return 0.0, "not fused: " + reason
+            return 0.0, NotFused(reason)
         # the variants each kernel has now; every shared choice (block size, unroll, ...) tried
         chosen = {c: v for x in (a, b) for c, v in zip(ranking(x)[0][1].order, ranking(x)[0][1].variants)}
         impls, _ = implementations(program, graph, inputs.lib, u, inputs.spans, sampled=True,
                                    variants_of=lambda o: [tuple(chosen[c] for c in o)], shapes=inputs.space.shapes,
                                    memo=inputs.space.memo)
         if not impls:
-            return 0.0, "not fused: no implementation can be built (resources or mappings)"
+            return 0.0, NotFused(NoImplementation.BUILT)
         ranked = inputs.ranker.rank(impls)
         if not ranked:      # built, but none fits these sizes (strips of rows too long)
-            return 0.0, "not fused: no implementation fits these sizes"
+            return 0.0, NotFused(NoImplementation.FITS)
         found[u] = ranked
     apart, together = ranking(a)[0][0] + ranking(b)[0][0], ranking(u)[0][0]
     # the launch saved is not counted: kernels queued back to back (graph replay, early launch)
     # hide it, and merged streams are no faster (docs/design.md, "Horizontal fusion")
     saving = apart - together - inputs.ranker.model.launch_seconds
     if saving > 0:
-        return saving, f"one kernel, predicted {together * 1e6:.1f} us against {apart * 1e6:.1f} apart"
-    return 0.0, (f"not fused: predicted {together * 1e6:.1f} us as one kernel, {apart * 1e6:.1f} apart: "
-                 "no saving beyond a launch")
+        return saving, Merged(together, apart)
+    return 0.0, NoSaving(together, apart)

@@ -1,7 +1,8 @@
 """Legality of a fusion: each rule returns None when it allows the set of calls, else a reason.
 
 Rules look only at the program (what the calls compute and exchange); whether a particular
-implementation fits on chip is decided when its kernel is built (``FusionError``).
+implementation fits on chip is decided when its kernel is built (``FusionError``).  Reasons are
+values (``reasons.py``); ``str()`` of a reason is its sentence in ``explain()``.
 """
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from itertools import combinations
 from ..ir.graph import DependencyGraph
 from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
+from .reasons import (Cycle, Dependent, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers, NothingShared,
+                      OtherInstances, PartialsOfMap, Reason, ReductionBarrier, Refusal, ScalarBarrier, SmallerCluster,
+                      Spills, Uncovered, UnlinkedRows)
 
 
 def _calls(program: Program, fusion: frozenset[int]) -> list[Call]:
@@ -27,7 +31,7 @@ def on_strips(call: Call) -> bool:
 
 
 def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int],
-                 on_strips_rows: bool = False) -> str | None:
+                 on_strips_rows: bool = False) -> NestingDiffers | UnlinkedRows | None:
     """Calls of different nesting depth share a kernel only on strips, and only when asked for
     (``on_strips_rows``: ``kfuse.compile(..., vector_on_strips=True)``): the matrix calls' tiles
     span the rows (j) whole, one block each, and each vector call runs once per strip on its rows
@@ -40,17 +44,14 @@ def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int
         flat = [c for c in calls if c.function.nesting == min(depths)]
         if on_strips_rows and all(map(on_rows, flat)) and all(map(on_strips, deep)):
             return _unlinked_rows(graph, fusion, {c.index for c in deep}, flat)
-        why = ("a kernel walks one nesting; vector calls on the rows of strips: vector_on_strips=True"
-               if not on_strips_rows else
-               next((f"no variant of {c.function.name} runs on the rows of strips" for c in flat if not on_rows(c)),
-                    None) or next(f"no variant of {c.function.name} walks strips of whole rows"
-                                  for c in deep if not on_strips(c)))
-        return (f"nesting depths {sorted(depths)} differ: {deep[0].text()} walks instances over "
-                f"{max(depths)} axes, {flat[0].text()} over {min(depths)} ({why})")
+        lacking = None if not on_strips_rows else (next((c for c in flat if not on_rows(c)), None)
+                                                   or next(c for c in deep if not on_strips(c)))
+        return NestingDiffers(tuple(sorted(depths)), deep[0], flat[0], on_strips_rows, lacking)
     return None
 
 
-def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int], flat: list[Call]) -> str | None:
+def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int], flat: list[Call]
+                   ) -> UnlinkedRows | None:
     """Vector calls gain from the rows of strips only through values they share with the matrix
     calls there (a gemv's result read on its rows, a vector a gemtv reads along i): each must be
     linked to a matrix call of the fusion by values passed inside it, directly or through other
@@ -67,11 +68,10 @@ def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int
     lone = next((c for c in flat if c.index not in reach), None)
     if lone is None:
         return None
-    return (f"{lone.text()} shares no value with the matrix calls on strips it would join "
-            f"(a vector call runs on the strips' rows only to use or feed what they compute)")
+    return UnlinkedRows(lone)
 
 
-def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
+def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> OtherInstances | None:
     """Producer and consumer instances must meet in one thread block: the calls must walk the same
     instance space (same dimensions along every axis; a vector call on the rows of strips walks
     the rows, the first axis of the matrix calls)."""
@@ -80,7 +80,7 @@ def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[i
     for c in calls:
         if c.axes != first.axes[:len(c.axes)]:
             names = lambda call: "x".join(program.dims[d].name for d in call.axes)  # noqa: E731
-            return f"{c.text()} walks {names(c)} instances, {first.text()} walks {names(first)}"
+            return OtherInstances(c, names(c), first, names(first))
     return None
 
 
@@ -113,7 +113,8 @@ def one_pass_exchanges(program: Program, graph: DependencyGraph, fusion: frozens
     return out
 
 
-def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
+def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozenset[int]
+                      ) -> ScalarBarrier | IndexBarrier | ReductionBarrier | PartialsOfMap | None:
     """Every value passed between fused calls must stay in the instance that made it: the consumer
     reads the same element the producer wrote; a reduction's result is used in the kernel that
     computes it only as partial sums by an input that accumulates them linearly into a reduction
@@ -127,29 +128,25 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
             out = next(q for q, o in zip(prod.function.outputs, prod.outputs) if o is v)
             for q, a in zip(cons.function.inputs, cons.args):
                 if isinstance(a, ScalarArg) and a.reads(v):
-                    return (f"{cons.text()} takes {v.name} as a scalar argument, which {prod.text()} "
-                            "computes from every instance: a global barrier")
+                    return ScalarBarrier(cons, prod, v)
                 if a is not v:
                     continue
                 if q.index != out.index:
-                    return (f"{cons.text()} reads {v.name} along {''.join(q.index) or '-'}, "
-                            f"{prod.text()} makes it along {''.join(out.index) or '-'}: a global barrier")
+                    return IndexBarrier(cons, prod, v, ''.join(q.index), ''.join(out.index))
                 if out.reduce and not q.partial:
                     axes = reduced_axes(prod, out)
                     if spans_whole(prod, cons, axes):
                         continue            # one pass: the reduction completes within a block
-                    return (f"{cons.text()} uses the reduction result {v.name} of {prod.text()}: a global barrier "
-                            f"(no variants of {prod.function.name} and {cons.function.name} span "
-                            f"{''.join(axes)} whole)")
+                    return ReductionBarrier(cons, prod, v, axes)
                 if q.partial and not out.reduce:
-                    return f"{cons.text()} takes partial sums as {q.name}, but {v.name} is a map result"
+                    return PartialsOfMap(cons, q.name, v)
     return None
 
 
 MAX_REGISTERS_PER_THREAD = 255
 
 
-def fits_at(code, dims: dict[int, int], itemsize: int) -> str | None:
+def fits_at(code, dims: dict[int, int], itemsize: int) -> Misfit | None:
     """A kernel whose variants span an axis whole (a strip of whole rows) is correct only where
     one instance -- or a thread-block cluster's instances, for cluster variants -- covers that
     axis at the sizes at hand, and worth it only where its elements fit the block's registers:
@@ -164,24 +161,21 @@ def fits_at(code, dims: dict[int, int], itemsize: int) -> str | None:
             continue
         length, extent = dims[L.axis_dims[n]], L.axis_extent[n]
         C = L.cluster if n == L.cluster_axis else 1       # blocks spanning the axis together
-        what = "rows" if axis == "j" else "columns"
         if -(-length // extent) > C:
-            return (f"{what} of {length} do not fit a strip of {extent} x {C} blocks (one cluster must cover them)"
-                    if C > 1 else f"{what} of {length} do not fit a strip of {extent} (one block must cover them)")
+            return Uncovered(axis, length, extent, C)
         narrower = [v for kc in code.spec.calls if axis in kc.variant.whole and kc.variant.tile is not None
                     for side in [kc.variant.tile[0 if axis == "i" else 1]] if isinstance(side, str)
                     for v in kc.variant.macros[side] if length <= v * C and v < extent]
         if narrower:
-            return f"{what} of {length} fit a narrower strip than {extent}" + (f" x {C} blocks" if C > 1 else "")
+            return NarrowerStrip(axis, length, extent, C)
         smaller = [c for kc in code.spec.calls if kc.variant.cluster
                    for c in kc.variant.macros[kc.variant.cluster] if length <= c * extent and c < C]
         if smaller:
-            return f"{what} of {length} fit a cluster of {min(smaller)} blocks of {extent}"
+            return SmallerCluster(axis, length, min(smaller), extent)
     words = L.strip_registers(itemsize)
     cap = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // L.threads)
     if words > cap:
-        return (f"its elements take {words} registers per thread at {itemsize * 8}-bit entries and "
-                f"{L.threads} threads (at most {cap}: they would spill)")
+        return Spills(words, itemsize, L.threads, cap)
     return None
 
 
@@ -230,7 +224,7 @@ def fallback_lines(ranked: dict, built: dict, misfit) -> list[str]:
     return out
 
 
-def no_cycle_outside(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
+def no_cycle_outside(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> Cycle | None:
     """No dependency path may leave the fusion and come back (that call would have to run inside)."""
     inside = down = up = 0
     for a in fusion:
@@ -240,11 +234,11 @@ def no_cycle_outside(program: Program, graph: DependencyGraph, fusion: frozenset
     between = down & up & ~inside
     if between:
         x = (between & -between).bit_length() - 1          # the first such call
-        return f"{program.calls[x].text()} depends on the fusion and the fusion depends on it"
+        return Cycle(program.calls[x])
     return None
 
 
-def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> str | None:
+def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> NothingShared | None:
     """A fusion must save global transfers: its calls must be connected by values they exchange or
     inputs they share (read once for all)."""
     links: dict[int, set[int]] = {i: set() for i in fusion}
@@ -267,14 +261,8 @@ def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[in
             seen.add(y)
             stack.append(y)
     if seen != set(fusion):
-        lonely = program.calls[min(set(fusion) - seen)]
-        return f"{lonely.text()} shares no data with the rest of the fusion: nothing saved"
+        return NothingShared(program.calls[min(set(fusion) - seen)])
     return None
-
-
-def call_set(calls) -> str:
-    """Calls as the explanations name them: ``{c0, c2}``."""
-    return "{" + ", ".join(f"c{i}" for i in sorted(calls)) + "}"
 
 
 def _same_element(program: Program, vid: int, a: int, b: int) -> bool:
@@ -288,14 +276,15 @@ RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, save
 HORIZONTAL_RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside)
 
 
-def _rule(rule, program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool) -> str | None:
+def _rule(rule, program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool
+          ) -> Reason | None:
     if rule is same_nesting:
         return same_nesting(program, graph, fusion, on_strips_rows)
     return rule(program, graph, fusion)
 
 
 def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[int], b: frozenset[int],
-                       on_strips_rows: bool = False) -> str | None:
+                       on_strips_rows: bool = False) -> Dependent | Refusal | None:
     """Horizontal fusion: two kernels' calls that exchange nothing (no dependency path between
     them either way) may share a kernel -- nothing is saved in transfers, one launch is -- when
     they have one nesting depth and instance space.  None when allowed, else the reason."""
@@ -306,22 +295,22 @@ def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[in
     bits = sum(1 << x for x in b)
     if (down_a | up_a) & bits:
         first, second = (a, b) if down_a & bits else (b, a)
-        return f"dependent: {call_set(second)} depends on {call_set(first)}"
+        return Dependent(first, second)
     for rule in HORIZONTAL_RULES:
         reason = _rule(rule, program, graph, a | b, on_strips_rows)
         if reason:
-            return f"{rule.__name__}: {reason}"
+            return Refusal(rule.__name__, reason)
     return None
 
 
 def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool = False
-            ) -> str | None:
-    """The first rule that refuses the fusion, as 'rule: reason'; None when it is legal
+            ) -> Refusal | None:
+    """The first rule that refuses the fusion (its name and reason); None when it is legal
     (``on_strips_rows``: vector calls may share a kernel with matrix calls on strips)."""
     if len(fusion) < 2:
         return None
     for rule in RULES:
         reason = _rule(rule, program, graph, fusion, on_strips_rows)
         if reason:
-            return f"{rule.__name__}: {reason}"
+            return Refusal(rule.__name__, reason)
     return None

@@ -23,8 +23,9 @@ from ..ir.program import Program
 from ..library.schema import Library, Variant
 from ..passes import no_timer
 from . import explain as explainer
-from .horizontal import HorizontalInputs, horizontal_pass
+from .horizontal import HorizontalInputs, Tried, horizontal_pass
 from .partition import Partition, count_plans, exhaustive_partitions, greedy_partitions, ordered, refine_chosen
+from .reasons import Misfit, NoImplementation
 from .rank import Ranked, Ranker, entries_of, planning_dims, rank_space
 from .space import SPANS, Space, build_space, stores_of
 from .ties import DEFAULT_BY
@@ -96,7 +97,7 @@ class PlanSearch:
         self.itemsize = itemsize
         self.ranker = Ranker(self.model, self.dims, self.entries, itemsize, clusters)
         self.ranked: dict[frozenset[int], Ranked]
-        self.sized_out: dict[frozenset[int], str]     # fusions no implementation of fits these sizes
+        self.sized_out: dict[frozenset[int], Misfit | NoImplementation]     # fusions no implementation of fits these sizes
         with timer("rank"):
             self.ranked, self.sized_out = rank_space(self.space, self.ranker)
         with timer("search"):
@@ -108,7 +109,7 @@ class PlanSearch:
                 self.ranked.update(refine_chosen(self.space, lib, self.partitions[0], self.ranker.score, spans,
                                                  self.ranker.rank))
         self.horizontal = horizontal
-        self.horizontal_log: list[str] = []     # what the horizontal pass tried, for explain()
+        self.horizontal_log: list[Tried] = []   # what the horizontal pass tried, for explain()
         if horizontal:
             with timer("horizontal"):
                 self._horizontal()

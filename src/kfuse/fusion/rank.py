@@ -11,6 +11,7 @@ from ..cost.transfer import H100_FACTS
 from ..ir.kernel import target_blocks
 from ..ir.program import Program
 from .legality import fits_at, stalls_streams, without_fallbacks, without_serial_sections
+from .reasons import Misfit, NarrowerStrip, NoImplementation, Spills
 from .space import Implementation, Space
 from .ties import preference, sorted_lazily
 
@@ -58,19 +59,19 @@ class Ranker:
             got = self._scores[id(code)] = (t, code)
         return got[0]
 
-    def fits(self, code: KernelCode) -> str | None:
+    def fits(self, code: KernelCode) -> Misfit | None:
         """Why the kernel cannot run at these sizes (``legality.fits_at``); None when it can."""
         return fits_at(code, self.dims, self.itemsize)
 
-    def misfit(self, impls: Iterable[tuple[Implementation, KernelCode]]) -> str:
+    def misfit(self, impls: Iterable[tuple[Implementation, KernelCode]]) -> Misfit | NoImplementation:
         """Why no implementation of a fusion fits the sizes at hand (the widest strip's reason)."""
         reasons = [(code, self.fits(code)) for _, code in impls]
-        real = [(code, r) for code, r in reasons if r and "narrower" not in r]
-        regs = [(code.launch.strip_registers(self.itemsize), r) for code, r in real if "registers" in r]
+        real = [(code, r) for code, r in reasons if r is not None and not isinstance(r, NarrowerStrip)]
+        regs = [(code.launch.strip_registers(self.itemsize), r) for code, r in real if isinstance(r, Spills)]
         if regs:        # some strip covers the rows, but none fits the registers: the fewest
             return min(regs, key=lambda wr: wr[0])[1]
         return (max(real, key=lambda cr: max(cr[0].launch.axis_extent) * cr[0].launch.cluster)[1] if real
-                else "no implementation fits these sizes")
+                else NoImplementation.FITS)
 
     def rank(self, impls: list[tuple[Implementation, KernelCode]]) -> Ranked:
         """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
@@ -113,11 +114,12 @@ class Ranker:
         return L.grid(self.dims, self.iterations(code)) / (resident * dev["max_threads_per_sm"] / L.threads * dev["sms"])
 
 
-def rank_space(space: Space, ranker: Ranker) -> tuple[dict[frozenset[int], Ranked], dict[frozenset[int], str]]:
+def rank_space(space: Space, ranker: Ranker
+               ) -> tuple[dict[frozenset[int], Ranked], dict[frozenset[int], Misfit | NoImplementation]]:
     """(fusion -> its ranked implementations, fusion -> why none of its implementations fits these
     sizes) over the space's fusions and single calls."""
     ranked: dict[frozenset[int], Ranked] = {}
-    sized_out: dict[frozenset[int], str] = {}
+    sized_out: dict[frozenset[int], Misfit | NoImplementation] = {}
     for calls, impls in space.impls.items():
         found = ranker.rank(impls)
         if found:

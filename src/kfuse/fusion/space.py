@@ -25,8 +25,9 @@ from ..library.schema import Library
 from ..ir.program import Program, ScalarArg
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
     mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
-from .legality import call_set, why_not
+from .legality import why_not
 from .prune import MAX_SPAN_LOOP_J, Prune
+from .reasons import NoImplementation, Refusal, call_set
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
@@ -94,7 +95,7 @@ class Space:
     program: Program
     graph: DependencyGraph
     fusions: list[Fusion] = field(default_factory=list)
-    refused: dict[frozenset[int], str] = field(default_factory=dict)
+    refused: dict[frozenset[int], Refusal | NoImplementation] = field(default_factory=dict)
     impls: dict[frozenset[int], list[tuple[Implementation, KernelCode]]] = field(default_factory=dict)
     pruned: dict[frozenset[int], dict[Prune, int]] = field(default_factory=dict)
     bounded: str | None = None      # what a bounded search left out (None: exhaustive)
@@ -116,7 +117,7 @@ def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -
 
 
 def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8, budget: int | None = None,
-                      on_strips_rows: bool = False) -> tuple[list[Fusion], dict] | None:
+                      on_strips_rows: bool = False) -> tuple[list[Fusion], dict[frozenset[int], Refusal]] | None:
     """Legal fusions of two or more calls, and the reason each refused candidate was refused.
     With a ``budget``: None as soon as the single calls' and the legal fusions' implementations
     would take more than ``budget`` layouts (the search then cannot be exhaustive)."""
@@ -383,7 +384,7 @@ def _grow(program: Program, graph: DependencyGraph, max_size: int, per_call: int
     nbrs = _neighbours(program, graph)
     seen: set[frozenset[int]] = set()
     legal: list = []
-    refused: dict = {}
+    refused: dict[frozenset[int], Refusal] = {}
     examined = 0
     for start in range(len(program.calls)):
         frontier = [frozenset({start})]
@@ -429,7 +430,8 @@ def build_space(program: Program, lib: Library, spans: tuple[int, ...] = SPANS, 
         found = enumerate_fusions(program, graph, budget=None if exhaustive else BUILD_BUDGET,
                                   on_strips_rows=on_strips_rows)
         if found is not None:       # within the budget (or exhaustive asked for)
-            space.fusions, space.refused = found
+            space.fusions = found[0]
+            space.refused.update(found[1])
             _fill(space, lib, spans, sampled=False)
             return space
     fusions, refused, examined = grow_fusions(program, graph, on_strips_rows=on_strips_rows)
@@ -492,7 +494,7 @@ def _fill(space: Space, lib: Library, spans, sampled: bool) -> None:
             space.impls[calls] = impls
         elif len(calls) > 1:
             if not sampled or len(space.refused) < MAX_REFUSALS_KEPT:
-                space.refused[calls] = "no implementation can be built (resources or mappings)"
+                space.refused[calls] = NoImplementation.BUILT
         else:
             raise FusionError(f"{program.calls[min(calls)].text()}: no implementation can be built")
     space.fusions = [f for f in space.fusions if f.calls in space.impls]
