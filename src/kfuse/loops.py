@@ -49,7 +49,7 @@ import numpy as np
 from .decorator import JitFunction, _code_key, _dtype, compile_lowered
 from .errors import KfuseError, TraceError
 from .frontend.lower import lower
-from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, trace, user_site
+from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from .library.loader import load_library
 from .runtime.control import expression
 
@@ -83,12 +83,8 @@ def _rebuild(kind, leaves: list):
 
 
 def _site(fn) -> Site:
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return user_site()
-    import linecache
-    return Site(code.co_filename, code.co_firstlineno, 0, linecache.getline(code.co_filename,
-                                                                           code.co_firstlineno).rstrip("\n"))
+    """Where errors about ``fn`` as a whole point: its definition, or the caller's line."""
+    return definition_site(fn) if hasattr(fn, "__code__") else user_site()
 
 
 def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
@@ -206,7 +202,8 @@ def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
     else:
         if not callable(fn) or not hasattr(fn, "__code__"):
             raise TraceError(f"{what}: the body must be a Python function, got {type(fn).__name__}", user_site())
-        library, options = _shipped(), (True, True, True, False)
+        # @kfuse.jit's defaults; the loader keeps the shipped library it loaded
+        library, options = load_library(), (True, True, True, False)
     key = (what, _code_key(fn), library.digest, dtype.name, indexed, kind,
            tuple((s.kind, len(s.shape)) for s in specs), repr(options))
     body = _BODIES.get(key)
@@ -215,23 +212,10 @@ def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
     return body, leaves
 
 
-_LIBRARY: list = []
-
-
-def _shipped():
-    if not _LIBRARY:
-        _LIBRARY.append(load_library())
-    return _LIBRARY[0]
-
-
 # -- the traced condition -------------------------------------------------------------------------------
 class _Cond:
-    """A state entry, or arithmetic and comparisons of them, inside a while loop's ``cond``
-    (made as a ``_CondOps``, which has the operators)."""
+    """A state entry, or arithmetic and comparisons of them, inside a while loop's ``cond``."""
     __slots__ = ("e", "rank", "logical")
-
-    def __new__(cls, e: tuple, rank: int = 0, logical: bool = False):
-        return object.__new__(_CondOps if cls is _Cond else cls)
 
     def __init__(self, e: tuple, rank: int = 0, logical: bool = False):
         self.e, self.rank, self.logical = e, rank, logical
@@ -245,44 +229,6 @@ class _Cond:
             raise TraceError(f"{what} of a comparison in a while loop's cond: combine comparisons with "
                              "& | ~", user_site())
         return self.e
-
-
-def _operand(x, what: str) -> tuple:
-    if isinstance(x, _Cond):
-        return x._num(what)
-    if isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(x, bool):
-        consts = _cond_state.consts
-        consts.append(float(x))
-        return ("const", len(consts) - 1)
-    raise TraceError(f"{what}: a while loop's cond combines state scalars with numbers, not with a "
-                     f"{type(x).__name__}", user_site())
-
-
-class _CondState:
-    consts: list = []
-
-
-_cond_state = _CondState()
-
-
-def _arith(op: str, a, b) -> _Cond:
-    return _Cond((op, _operand(a, op), _operand(b, op)))
-
-
-def _compare(op: str, a, b) -> _Cond:
-    return _Cond((op, _operand(a, op), _operand(b, op)), logical=True)
-
-
-def _logic(op: str, word: str, a: _Cond, b) -> _Cond:
-    if not (isinstance(b, _Cond) and b.logical and a.logical):
-        raise TraceError(f"{word} in a while loop's cond combines comparisons (write (a > b) {word} (c < d))",
-                         user_site())
-    return _Cond((op, a.e, b.e), logical=True)
-
-
-class _CondOps(_Cond):
-    """The operators of ``_Cond`` (a separate class so that ``_Cond`` reads as data)."""
-    __slots__ = ()
 
     def __add__(self, o):
         return _arith("+", self, o)
@@ -358,11 +304,39 @@ class _CondOps(_Cond):
                          "and not cannot read it; combine comparisons with & | ~", user_site())
 
 
+def _operand(x, what: str) -> tuple:
+    if isinstance(x, _Cond):
+        return x._num(what)
+    if isinstance(x, (int, float, np.floating, np.integer)) and not isinstance(x, bool):
+        _CONSTS.append(float(x))
+        return ("const", len(_CONSTS) - 1)
+    raise TraceError(f"{what}: a while loop's cond combines state scalars with numbers, not with a "
+                     f"{type(x).__name__}", user_site())
+
+
+_CONSTS: list[float] = []      # the numbers of the condition being traced (cst[k] in its kernels)
+
+
+def _arith(op: str, a, b) -> _Cond:
+    return _Cond((op, _operand(a, op), _operand(b, op)))
+
+
+def _compare(op: str, a, b) -> _Cond:
+    return _Cond((op, _operand(a, op), _operand(b, op)), logical=True)
+
+
+def _logic(op: str, word: str, a: _Cond, b) -> _Cond:
+    if not (isinstance(b, _Cond) and b.logical and a.logical):
+        raise TraceError(f"{word} in a while loop's cond combines comparisons (write (a > b) {word} (c < d))",
+                         user_site())
+    return _Cond((op, a.e, b.e), logical=True)
+
+
 def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:
     """``cond`` traced over the state: its expression (leaves are state entries) and numbers."""
     if not callable(cond):
         raise TraceError(f"while_loop: cond must be a function of the state, got {type(cond).__name__}", user_site())
-    _cond_state.consts = []
+    _CONSTS.clear()
     values = [_Cond(("leaf", j), len(s.shape)) for j, s in enumerate(specs)]
     try:
         out = cond(_rebuild(kind, values))
@@ -378,7 +352,7 @@ def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:
                          "(e.g. s[3] > tol)", _site(cond))
     if not out.logical:
         raise TraceError("while_loop: cond returns a number, not a comparison (write s > 0, not s)", _site(cond))
-    return out.e, list(_cond_state.consts)
+    return out.e, list(_CONSTS)
 
 
 # -- running ------------------------------------------------------------------------------------------

@@ -59,6 +59,13 @@ def user_site() -> Site:
     return Site(f.f_code.co_filename, line, col, linecache.getline(f.f_code.co_filename, line).rstrip("\n"))
 
 
+def definition_site(fn) -> Site:
+    """The line that defines ``fn``: where errors about a whole function point."""
+    code = fn.__code__
+    return Site(getattr(code, "co_filename", "<function>"), code.co_firstlineno, 0,
+                linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
+
+
 class Node:
     """One operation of the traced function.  ``kind``: arg, lit, matvec, scale, add, outer, dot,
     bin, neg, sqrt, call, out, T.  ``uses`` counts the nodes (and returns) that read it: a node
@@ -434,9 +441,7 @@ def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
     function whose definition errors about the whole function name (default ``fn``; a loop's
     body when ``fn`` is kfuse's wrapper of it)."""
     tracer = Tracer(library)
-    code = (site_of or fn).__code__
-    here = Site(getattr(code, "co_filename", "<function>"), code.co_firstlineno, 0,
-                linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
+    here = definition_site(site_of or fn)
     args = [Node("arg", {"array": len(s.shape), "dscalar": 0, "scalar": 0}[s.kind], data=s, site=here,
                  shape=s.shape) for s in specs]
     prev = getattr(_state, "tracer", None)
