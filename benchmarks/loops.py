@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "so
 from bicg import bicg_update            # noqa: E402 - the examples folder is no package
 from bicgstab import bicgstab_update    # noqa: E402
 from cg import cg_update                # noqa: E402
+import solvers                          # noqa: E402 - benchmarks/solvers.py: its CuPy event adapter
 
 
 def cg(A, x, r, p, rr):
@@ -240,21 +241,7 @@ def main(argv=None) -> int:
         torch = None
 
     def cupy_events():
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-
-        class E:
-            def __init__(self, e):
-                self.e = e
-
-            def record(self):
-                self.e.record()
-
-            def synchronize(self):
-                self.e.synchronize()
-
-            def elapsed_time(self, other):
-                return cp.cuda.get_elapsed_time(self.e, other.e)
-        return E(e0), E(e1), cp.cuda.get_current_stream().synchronize
+        return (*solvers.cupy_events(), cp.cuda.get_current_stream().synchronize)
 
     def torch_events():
         return (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),

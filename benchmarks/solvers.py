@@ -163,6 +163,27 @@ def torch_compile_solver(kind, mode=None):
 
 
 # -- running and timing ---------------------------------------------------------------------------------
+class CupyEvent:
+    """A CuPy CUDA event with torch.cuda.Event's methods (record, synchronize, elapsed_time in ms)."""
+
+    def __init__(self):
+        import cupy as cp
+        self.cp, self.e = cp, cp.cuda.Event()
+
+    def record(self):
+        self.e.record()
+
+    def synchronize(self):
+        self.e.synchronize()
+
+    def elapsed_time(self, other):
+        return self.cp.cuda.get_elapsed_time(self.e, other.e)
+
+
+def cupy_events():
+    return CupyEvent(), CupyEvent()
+
+
 def run(kind, start, step, A, b, iters):
     x = b * 0
     r, s = start(A, b, x)
@@ -214,23 +235,6 @@ def main(argv=None) -> int:
         import torch
     except ImportError:
         torch = None
-
-    def cupy_events():
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-
-        class E:
-            def __init__(self, e):
-                self.e = e
-
-            def record(self):
-                self.e.record()
-
-            def synchronize(self):
-                self.e.synchronize()
-
-            def elapsed_time(self, other):
-                return cp.cuda.get_elapsed_time(self.e, other.e)
-        return E(e0), E(e1)
 
     def torch_events():
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
