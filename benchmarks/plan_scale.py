@@ -9,30 +9,18 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 CASE = r'''
 import json, resource, sys, time
 import kfuse
 from kfuse.frontend.random_scripts import random_script
 kind, n, seed, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-def chain(n):
-    body = [f"v{i + 1} = axpy(a, v{i}, x);" for i in range(n)]
-    return ("scalar a; vector x, " + ", ".join(f"v{i}" for i in range(n + 1)) + "; input a, x, v0;\n"
-            + "\n".join(body) + f"\nreturn v{n};")
-def wide(n):
-    body = [f"y{i} = axpy(a, x, z);" if i % 2 else f"y{i} = scal(a, x);" for i in range(n)]
-    return ("scalar a; vector x, z, " + ", ".join(f"y{i}" for i in range(n)) + "; input a, x, z;\n"
-            + "\n".join(body) + "\nreturn " + ", ".join(f"y{i}" for i in range(n)) + ";")
-def mwide(n):
-    body = [f"y{i} = gemv(A, x);" if i % 2 else f"y{i} = gemtv(A, x);" for i in range(n)]
-    return ("matrix A; vector x, " + ", ".join(f"y{i}" for i in range(n)) + "; input A, x;\n"
-            + "\n".join(body) + "\nreturn " + ", ".join(f"y{i}" for i in range(n)) + ";")
-def alternating(n):
-    body = [f"v{i + 1} = {'gemv' if i % 2 == 0 else 'gemtv'}(A, v{i});" for i in range(n)]
-    return ("matrix A; vector " + ", ".join(f"v{i}" for i in range(n + 1)) + "; input A, v0;\n"
-            + "\n".join(body) + f"\nreturn v{n};")
+sys.path.insert(0, sys.argv[5])      # this folder: the shapes are plan_identity.SHAPE_TEXT
+from plan_identity import SHAPE_TEXT
 lib = kfuse.load_library()
-src = {"chain": chain, "wide": wide, "matrix-wide": mwide, "alternating": alternating}.get(kind)
+src = SHAPE_TEXT.get(kind)
 text = src(n) if src else random_script(lib, seed, calls=n).text
 t0 = time.perf_counter()
 prog = kfuse.compile(text, calibration=(model == "calibrated"), tuned=False)
@@ -55,7 +43,7 @@ def main(argv=None):
     for kind in args.kinds.split(","):
         for n in (int(x) for x in args.calls.split(",")):
             try:
-                out = subprocess.run([sys.executable, "-c", CASE, kind, str(n), "1", args.model], capture_output=True,
+                out = subprocess.run([sys.executable, "-c", CASE, kind, str(n), "1", args.model, str(HERE)], capture_output=True,
                                      text=True, timeout=args.limit)
             except subprocess.TimeoutExpired:
                 print(f"{kind:12s} {n:5d} {'>' + str(int(args.limit)):>8s}")
