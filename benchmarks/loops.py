@@ -102,19 +102,25 @@ def kfuse_plain(method):
     return run
 
 
-def kfuse_fori(method):
+def _mode(run, mode: str):
+    """``run`` with device loops made as ``mode`` says (runtime/persistent.py: auto, on, off)."""
+    from kfuse.runtime import persistent
+
+    def wrapped(state, steps):
+        old, persistent.MODE = persistent.MODE, mode
+        try:
+            return run(state, steps)
+        finally:
+            persistent.MODE = old
+    return wrapped
+
+
+def kfuse_fori(method, mode: str = "auto"):
     step = METHODS[method][0]
-    return lambda state, steps: kfuse.fori_loop(0, steps, lambda i, s: step(*s), state)
+    return _mode(lambda state, steps: kfuse.fori_loop(0, steps, lambda i, s: step(*s), state), mode)
 
 
-def kfuse_fori_strips(method):
-    """The device loop with the body compiled with ``vector_on_strips=True`` (a product's result
-    feeds its dot in the product's kernel: fewer launches per step)."""
-    step = kfuse.jit(METHODS[method][0], vector_on_strips=True)
-    return lambda state, steps: kfuse.fori_loop(0, steps, lambda i, s: step(*s), state)
-
-
-def kfuse_while(method):
+def kfuse_while(method, mode: str = "auto"):
     """The condition always holds (a NaN too): ``steps`` steps, checked on the device after each."""
     step, k = METHODS[method][0], SOLVERS[method]
 
@@ -123,7 +129,7 @@ def kfuse_while(method):
         if s.iterations != steps:
             raise RuntimeError(f"{s.iterations} steps taken, {steps} asked for")
         return s
-    return run
+    return _mode(run, mode)
 
 
 def torch_eager(method):
@@ -232,7 +238,10 @@ def main(argv=None) -> int:
                     "methods reaches rounding in 30: BiCGSTAB in float32 breaks down after about 40)")
     ap.add_argument("--unroll", type=int, default=30, help="steps per torch.compile reduce-overhead graph")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--peers", nargs="+", default=["eager", "compile", "unrolled", "cupy"])
+    ap.add_argument("--peers", nargs="*", default=["eager", "compile", "unrolled", "cupy"])
+    ap.add_argument("--kfuse", nargs="*", default=["modes", "while", "plain"],
+                    help="kfuse contenders beside the device loop (default settings): its two modes forced "
+                    "(graphs, persistent), the while loop, the plain loop")
     args = ap.parse_args(argv)
     import cupy as cp
     try:
@@ -258,11 +267,14 @@ def main(argv=None) -> int:
                        "limit": passes * n * n * np.dtype(dtype).itemsize / bandwidth * 1e6}
                 ref = reference(method, problem(method, n, "float64", lambda v, d: np.asarray(v, np.float64)),
                                 args.check)
-                contenders = [("kfuse device loop", kfuse_fori, "cupy"),
-                              ("kfuse device loop, vector_on_strips", kfuse_fori_strips, "cupy")]
-                if method in SOLVERS:
+                contenders = [("kfuse device loop", kfuse_fori, "cupy")]
+                if "modes" in args.kfuse:
+                    contenders += [("kfuse device loop, graphs", lambda m: kfuse_fori(m, "off"), "cupy"),
+                                   ("kfuse device loop, persistent", lambda m: kfuse_fori(m, "on"), "cupy")]
+                if method in SOLVERS and "while" in args.kfuse:
                     contenders.append(("kfuse while_loop", kfuse_while, "cupy"))
-                contenders.append(("kfuse plain loop", kfuse_plain, "cupy"))
+                if "plain" in args.kfuse:
+                    contenders.append(("kfuse plain loop", kfuse_plain, "cupy"))
                 if torch is not None:
                     if "eager" in args.peers:
                         contenders.append(("torch eager", torch_eager, "torch"))

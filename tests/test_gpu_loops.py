@@ -52,8 +52,8 @@ def _poisoned(cp, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("n", [517, 1000])
-def test_fori_loop_equals_the_steps_made_one_by_one(n, dtype):
+@pytest.mark.parametrize("n", [517, 1000, 2053])
+def test_fori_loop_equals_the_steps_made_one_by_one(n, dtype, fori_mode):
     import cupy as cp
     import cg
     rng = np.random.default_rng(n)
@@ -86,7 +86,7 @@ def test_fori_loop_equals_the_steps_made_one_by_one(n, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fori_loop_counter_passed_on_and_computed_entries(dtype):
+def test_fori_loop_counter_passed_on_and_computed_entries(dtype, fori_mode):
     """The body reads i; an entry takes another entry's value (a swap); an entry is scalar
     arithmetic of the program's results (a tail kernel)."""
     import cupy as cp
@@ -140,12 +140,28 @@ def test_while_loop_solvers_converge_and_stop_where_a_host_loop_stops(solver, dt
     assert _rel(x, cp.asnumpy(state[0]).astype(np.float64)) < 100 * TOL[dtype]
 
 
-@pytest.fixture(params=["chunks", "graph"])
+@pytest.fixture(params=["chunks", "graph", "persistent"])
 def while_mode(request, monkeypatch):
-    """Both ways a while loop runs: chunks launched from the host, one conditional WHILE node."""
-    from kfuse.runtime import loop
+    """The three ways a while loop runs: chunks launched from the host, one conditional WHILE
+    node, one persistent kernel (checked to have run: ``persistent_ran``)."""
+    from kfuse.runtime import loop, persistent
     monkeypatch.setattr(loop, "WHILE_GRAPH", request.param == "graph")
-    return request.param
+    monkeypatch.setattr(persistent, "MODE", "on" if request.param == "persistent" else "off")
+    before = persistent.Persistent.launches
+    yield request.param
+    if request.param == "persistent":
+        assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
+
+
+@pytest.fixture(params=["graphs", "persistent"])
+def fori_mode(request, monkeypatch):
+    """Both ways a fori loop runs: graphs of many steps, one persistent kernel."""
+    from kfuse.runtime import persistent
+    monkeypatch.setattr(persistent, "MODE", "on" if request.param == "persistent" else "off")
+    before = persistent.Persistent.launches
+    yield request.param
+    if request.param == "persistent":
+        assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

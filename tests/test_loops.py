@@ -151,3 +151,58 @@ def test_long_expressions_need_no_recursion():
     for _ in range(5000):
         e = ("+", e, ("num", 1.0))
     assert c_expr(e).count("+") == 5000
+
+
+def _persistent_source(body, n, dtype):
+    """The persistent kernel's module of a body's program at size n, with the argument struct
+    types read from the device functions' own parameter structs (the runtime takes them from
+    the bound launches; the static_assert in the kernel checks that both agree)."""
+    import ctypes
+    import re
+    from kfuse.runtime import persistent
+    c = body.compiled
+    r = c.resolve((), {d: n for d in range(len(c.program.dims))})
+    real = ctypes.c_double if dtype == "float64" else ctypes.c_float
+    ct = {"real*": ctypes.c_void_p, "const real*": ctypes.c_void_p, "long long": ctypes.c_longlong,
+          "int": ctypes.c_int, "real": real}
+    kernels = []
+    for k in r.kernels:
+        text, _ = k.device_function()
+        members = re.search(r"struct \w+_args \{[^\n]*\n(.*?)\n\};", text, re.S).group(1)
+        types = tuple(ct[m.strip().rstrip(";").rsplit(" ", 1)[0].strip()] for m in members.splitlines())
+        kernels.append(persistent.Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
+    m = len(kernels)
+    shape = persistent.Shape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
+                             (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)
+    return r.persistent_source(persistent.kernel_text(shape, np.dtype(dtype))), r
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("solver,n", [("cg", 37), ("cg", 1000), ("bicgstab", 300), ("bicg", 4096)])
+def test_persistent_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
+    """A body's kernels as device functions in one persistent kernel, with every kind of phase
+    (clears early, late and at the end, a tail with a copy, scalar arithmetic and the counter)."""
+    from test_nvcc import nvcc_compile
+    mod = __import__(solver)
+    Ah, vh, zh = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
+    state = {"cg": (Ah, zh, vh, vh, vh, zh), "bicg": (Ah, zh, vh, vh, vh, vh, vh, zh, zh),
+             "bicgstab": (Ah, zh, vh, vh, vh, vh, zh, zh)}[solver]
+    body, _ = loops._body(getattr(mod, f"{solver}_body"), False, state, "while_loop")
+    src, r = _persistent_source(body, n, dtype)
+    for k in r.kernels:
+        assert f"{k.launch.kernel}_dev(s.k" in src and "__global__" not in k.device_function()[0]
+        assert "blockIdx" not in k.device_function()[0] and "__syncthreads" not in k.device_function()[0]
+    assert src.count("kf_grid_sync(kf_bar);") == len(r.kernels) + 2
+    nvcc_compile(nvcc, src, tmp_path, f"persistent_{solver}_{n}")
+
+
+def test_clears_are_placed_between_their_uses():
+    from kfuse.runtime.persistent import place_clears
+    big = 1 << 30
+    # used last in phase 0 of 3 phases: cleared in the last; used last in the last phase but first
+    # in phase 1: cleared before, in phase 0; used in the last phase and accumulated in phase 0:
+    # a phase of its own at the end
+    assert place_clears([0, 2, 2], [2, 1, 0], 2) == [(2, True), (0, False), (3, True)]
+    # never a late clear in phase 0 (the condition reads the next step's outputs there)
+    assert place_clears([-1], [0], 0) == [(1, True)]
+    assert place_clears([-1], [big], 0) == [(0, False)]

@@ -77,6 +77,13 @@ class CompiledScript:
                                                  + self.describe())
         return self._own_source
 
+    def persistent_source(self, kernel: str) -> str:
+        """The module of a persistent kernel (``kernel``'s text, made by
+        ``runtime/persistent.py``) that runs this program's kernels as device functions, one after
+        the other in one launch (a device loop's steps)."""
+        return module_source(self.kernels, self.library, self.dtype, title=f"persistent loop over script "
+                             f"{self.program.file} ({self.program.name})\n" + self.describe(), persistent=kernel)
+
     def share_source(self, source: str) -> None:
         """Build this program's GPU modules from ``source``, a module that holds its kernels among
         others (tuning/measure.py: one NVRTC compile for many candidate plans)."""

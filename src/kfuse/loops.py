@@ -390,7 +390,7 @@ def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
     if not converged:
         warnings.warn(f"while_loop stopped at max_iterations={max_iterations} with its condition still true",
                       LoopWarning, stacklevel=2)
-    result = _rebuild(body.kind, inst.finish("saved" if steps else "initial", leaves))
+    result = _rebuild(body.kind, inst.finish(inst.while_result(steps), leaves))
     if isinstance(result, tuple):
         result = LoopState(result)
         result.iterations, result.converged = steps, converged

@@ -26,7 +26,24 @@ from .layout import Access, Layout, Step
 
 def render(lay: Layout) -> tuple[str, tuple[str, ...]]:
     """(the __global__ function, the shared-view struct definitions it needs)."""
-    e = _Emitter(lay)
+    return _render(lay, False)
+
+
+def render_device(lay: Layout) -> tuple[str, tuple[str, ...]]:
+    """(the kernel as a device function, the shared-view struct definitions it needs), for a
+    persistent kernel that runs many kernels one after the other (``codegen/persistent.py``).
+
+    The device function ``<name>_dev(args, block, blocks, smem)`` is the kernel's body for one
+    block: ``<name>_args`` holds its parameters in the kernel's order (the argument block a
+    launch of the kernel takes, as a struct), the block number and count replace ``blockIdx.x``
+    and ``gridDim.x`` (the persistent kernel walks the kernel's blocks itself), its shared
+    memory is the caller's, and its local barrier is a named barrier over its own threads (a
+    persistent block may be wider than the kernel's: the extra warps skip it)."""
+    return _render(lay, True)
+
+
+def _render(lay: Layout, device: bool) -> tuple[str, tuple[str, ...]]:
+    e = _Emitter(lay, device)
     e.head()
     e.indices()
     e.declarations()
@@ -63,8 +80,9 @@ def _is_load(s: Step) -> bool:
 class _Emitter:
     """The emission state: the layout read, the lines and view structs written."""
 
-    def __init__(self, lay: Layout):
+    def __init__(self, lay: Layout, device: bool = False):
         assert lay.frame is not None, "a finished layout has its frame"
+        self.device = device
         self.lay, self.spec, self.pl, self.fr = lay, lay.spec, lay.placement, lay.frame
         spec = lay.spec
         self.nest, self.U, self.V, self.L = spec.nesting, spec.unroll, spec.span, spec.loop
@@ -131,7 +149,11 @@ class _Emitter:
         w(f"#ifndef KF_ORDER_{spec.name}")
         w(f"#define KF_ORDER_{spec.name} 0")
         w("#endif")
-        self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem, self.cluster)
+        if self.device:
+            assert self.cluster == 1, "a kernel of clusters runs only as its own launch"
+            self.out += sk.device_open(spec.name, self.params())
+        else:
+            self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem, self.cluster)
         for g in fr.args:
             if g.kind == "array" and g.value is not None:
                 w(sk.global_view(g.name, g.value.type))
@@ -145,7 +167,10 @@ class _Emitter:
             w(f"    constexpr int order = KF_ORDER_{spec.name};   // block order (runtime/order.py)")
         w("    if (order & 4) kf_allow_next();   // the next kernel may launch now (it waits for this one)")
         w("    const int kf_rev = (order & 1) ^ ((order & 8) ? kf_flip : 0);   // bit 3: mirrored on every other call")
-        w("    const long long kf_b = kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
+        if self.device:
+            w("    const long long kf_b = kf_rev ? kf_nblk - 1 - kf_blk : kf_blk;")
+        else:
+            w("    const long long kf_b = kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
         if self.nest == 1:
             self.out += sk.unnested_indices(self.T, spec.ipb, "kf_b")
         else:
@@ -155,7 +180,8 @@ class _Emitter:
                 nb = f"nb_{other}"
                 w(f"    const long long nb_{other} = (n_{other} + {V - 1}) / {V};   // blocks across the loop, "
                   f"{V} instances each")
-            w(f"    const long long kf_groups = gridDim.x / {nb};   // block groups along the loop")
+            w(f"    const long long kf_groups = {'kf_nblk' if self.device else 'gridDim.x'} / {nb};   "
+              "// block groups along the loop")
             if self.strided:
                 w(f"    const long long first_{L} = (order & 2) ? kf_b % kf_groups : kf_b / {nb};   // loop axis {L}: "
                   "this group's first instance, then every kf_groups-th")
@@ -276,6 +302,9 @@ class _Emitter:
         if s.barrier and self.cluster > 1:
             self.w(f"{indent}kf_cluster_sync();   // cluster barrier: shared data changes hands across "
                    f"the cluster's {self.cluster} blocks")
+        elif s.barrier and self.device:
+            self.w(f"{indent}kf_bar_sync({self.fr.threads});   // local barrier of this kernel's threads: shared data "
+                   "changes hands")
         elif s.barrier:
             self.w(f"{indent}__syncthreads();   // local barrier: shared data changes hands")
         self.out += self.clear(s, indent, u, v) if s.kind == "clear" else self.routine_call(s, indent, u, v)

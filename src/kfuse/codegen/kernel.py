@@ -9,7 +9,7 @@ from typing import Callable
 from ..errors import FusionError
 from ..ir.kernel import KernelSpec, LaunchInfo
 from ..library.schema import Library
-from .emit import render
+from .emit import render, render_device
 from .layout import (MAX_REGISTER_SLOTS, MAX_SHARED_BYTES, Access, Element, Layout, Placement, Step,
                      copy_layouts, layout, replace)
 from .schedule import ScheduleMemo
@@ -40,6 +40,13 @@ class KernelCode:
     def views(self) -> tuple[str, ...]:
         """Shared-view struct definitions it needs."""
         return self._text[1]
+
+    def device_function(self) -> tuple[str, tuple[str, ...]]:
+        """(the kernel as a device function for a persistent kernel, the view structs it
+        needs): ``emit.render_device`` of the same layout."""
+        render_fn = self.render
+        assert isinstance(render_fn, partial), "a kernel renders from its layout"
+        return render_device(*render_fn.args)
 
     @property
     def barriers(self) -> int:

@@ -32,6 +32,21 @@ def kernel_open(name: str, threads: int, params: list[str], smem: int, cluster: 
     return lines
 
 
+def device_open(name: str, params: list[str]) -> list[str]:
+    """A kernel's parameters as a struct (``<name>_args``, in the kernel's order: the argument
+    block of its launch) and the head of its body as a device function of one block, up to its
+    opening brace and the parameters' names taken from the struct (``emit.render_device``)."""
+    def member(p: str) -> str:
+        return p.replace("__restrict__ ", "")
+    lines = [f"struct {name}_args {{   // {name}'s parameters, in its order"]
+    lines += [f"    {member(p)};" for p in params]
+    lines += ["};",
+              f"KF_DEVICE void {name}_dev(const {name}_args& kf_a, long long kf_blk, long long kf_nblk, real* kf_smem)",
+              "{"]
+    lines += [f"    {p} = kf_a.{p.split()[-1]};" for p in params]
+    return lines
+
+
 def global_view(name: str, typ: str, notes: bool = True) -> str:
     """The view (``KfMat``, ``KfVec``) of a global array argument."""
     if typ == "matrix":

@@ -11,6 +11,7 @@ import ctypes
 from ..errors import LaunchError
 
 PROGRAMMATIC_STREAM_SERIALIZATION = 6     # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+COOPERATIVE = 2                           # CU_LAUNCH_ATTRIBUTE_COOPERATIVE
 CAPTURE_MODE_THREAD_LOCAL = 1             # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 STREAM_NON_BLOCKING = 1                   # CU_STREAM_NON_BLOCKING
 CAPTURE_STATUS_NONE = 0                   # CU_STREAM_CAPTURE_STATUS_NONE
@@ -64,6 +65,7 @@ _SIGNATURES = {
     "cuGraphExecDestroy": [_P],
     "cuStreamSynchronize": [_P],
     "cuOccupancyMaxActiveClusters": [ctypes.POINTER(ctypes.c_int), _P, ctypes.POINTER(Config)],
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor": [ctypes.POINTER(ctypes.c_int), _P, ctypes.c_int, ctypes.c_size_t],
     "cuDriverGetVersion": [ctypes.POINTER(ctypes.c_int)],
     "cuCtxGetCurrent": [ctypes.POINTER(_P)],
     "cuGraphCreate": [ctypes.POINTER(_P), ctypes.c_uint],
@@ -145,6 +147,15 @@ def max_active_clusters(function, threads: int, cluster: int) -> int:
     cfg = Config(cluster, 1, 1, threads, 1, 1, 0, None, None, 0)
     check(libcuda().cuOccupancyMaxActiveClusters(ctypes.byref(n), handle(function), ctypes.byref(cfg)),
           "cuOccupancyMaxActiveClusters")
+    return n.value
+
+
+def max_active_blocks(function, threads: int) -> int:
+    """Blocks of ``function`` (``threads`` threads, its static shared memory) that one
+    multiprocessor runs at once."""
+    n = ctypes.c_int()
+    check(libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), handle(function), threads, 0),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor")
     return n.value
 
 

@@ -73,14 +73,16 @@ class KernelLaunch:
     stream has finished (it calls kf_wait_prior before using what that launch writes)."""
 
     def __init__(self, function, grid: int | tuple[int, ...], threads: int, args: PackedArgs, name: str,
-                 dependent: bool = False):
+                 dependent: bool = False, cooperative: bool = False):
         g = ((grid,) if isinstance(grid, int) else tuple(grid)) + (1, 1)
         self.grid, self.threads, self.args, self.name, self.dependent = g[0], threads, args, name, dependent
         self._attr = driver.Attr()
-        self._attr.id = driver.PROGRAMMATIC_STREAM_SERIALIZATION
+        # cooperative: all blocks resident at once, or the launch fails (a persistent kernel's grid barriers)
+        self._attr.id = driver.COOPERATIVE if cooperative else driver.PROGRAMMATIC_STREAM_SERIALIZATION
         self._attr.value.flag = 1
+        attrs = dependent or cooperative
         self._cfg = driver.Config(g[0], g[1], g[2], threads, 1, 1, 0, None,
-                                  ctypes.pointer(self._attr) if dependent else None, 1 if dependent else 0)
+                                  ctypes.pointer(self._attr) if attrs else None, 1 if attrs else 0)
         self._cfg_ref = ctypes.byref(self._cfg)
         self._handle = driver.handle(function)
         self._call = driver.libcuda().cuLaunchKernelEx

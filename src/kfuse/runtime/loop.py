@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 from ..errors import CompileError, LaunchError
-from . import driver, loopgraph
+from . import driver, loopgraph, persistent
 from .args import adapt, facts, torch_tensor_type
 from .binding import OUT, TMP
 from .control import control_module, control_source
@@ -67,7 +67,7 @@ class Instance:
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
         kept = tuple(facts(adapt(leaves[j], f"state entry {j}"))[4] for j, s in enumerate(body.sources)
                      if s == ("keep",) and hasattr(leaves[j], "shape"))
-        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH)
+        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE)
 
     def __init__(self, body, leaves: list, pred):
         cp = cupy()
@@ -148,6 +148,9 @@ class Instance:
         self.pred_reads = _leaves_of(pred) if pred is not None else []
         self.capture = driver.create_stream()
         self.graphs: dict = {}
+        # the whole loop as one persistent kernel where it can and should run one (runtime/persistent.py)
+        self.persistent = persistent.build(self)
+        self.ran_persistent = False
         # the caller's arrays read in place stay alive with the graphs that read them
         self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
 
@@ -274,6 +277,7 @@ class Instance:
         first step's reduced outputs, on the caller's stream."""
         cp = cupy()
         self.stream = _caller_stream(self.torch_in, self.device)
+        self.most = most
         self._held: list = []
         with cp.cuda.Device(self.device):
             if self.pred is not None:
@@ -313,8 +317,19 @@ class Instance:
             self.graphs[key] = g
         return g
 
+    def _run_persistent(self, most: int) -> bool:
+        """The loop as one launch of the persistent kernel, where there is one."""
+        self.ran_persistent = self.persistent is not None
+        if self.persistent is not None:
+            with cupy().cuda.Device(self.device):
+                self.persistent.launch(self.stream, facts(self.ctl)[4], facts(self.cst)[4], most)
+        return self.ran_persistent
+
     def run_counted(self, steps: int) -> None:
-        """``steps`` steps from set 0, as graphs of up to CHUNK_LAUNCHES launches."""
+        """``steps`` steps from set 0: one persistent kernel, or graphs of up to CHUNK_LAUNCHES
+        launches."""
+        if self._run_persistent(steps):
+            return
         per = max(1, self.binding.launch_count + len(self.body.tails) + int(self.body.indexed))
         chunk = max(2, (CHUNK_LAUNCHES // per) // 2 * 2)
         chunk = min(chunk, steps - steps % 2) if steps >= 2 else 0
@@ -335,6 +350,8 @@ class Instance:
         host while the count copied back after the chunk before says the loop goes on (the GPU
         never waits for the host; a chunk runs ahead at most), or, with WHILE_GRAPH, the body of a
         conditional WHILE node: the whole loop one launch.  The host waits once, at the end."""
+        if self._run_persistent(self.most):
+            return self._result()
         with cupy().cuda.Device(self.device):
             if self.conditional:
                 try:
@@ -383,6 +400,13 @@ class Instance:
         driver.synchronize(self.stream)
         count, _, _, _, holds = (int(v) for v in self.ctl.get())
         return count, not holds
+
+    def while_result(self, steps: int):
+        """What ``finish`` copies after a while loop of ``steps`` steps: the set the persistent
+        kernel left it in, or the state kf_loop_next saved (the initial one after none)."""
+        if self.ran_persistent:
+            return steps % 2
+        return "saved" if steps else "initial"
 
     def finish(self, p, leaves: list) -> list:
         """New arrays holding set ``p`` (0 or 1), the saved state of a while loop ("saved") or
