@@ -67,7 +67,7 @@ class Instance:
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
         kept = tuple(facts(adapt(leaves[j], f"state entry {j}"))[4] for j, s in enumerate(body.sources)
                      if s == ("keep",) and hasattr(leaves[j], "shape"))
-        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE)
+        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE, persistent.MIN_BLOCKS)
 
     def __init__(self, body, leaves: list, pred):
         cp = cupy()

@@ -43,6 +43,10 @@ from .launch import KernelLaunch, PackedArgs
 PARAM_BYTES = 4000          # the kernel's parameters (both steps by value) within the 4 KB of param space
 SHARED_BYTES = 48 * 1024    # static shared memory of one block
 MODE = os.environ.get("KFUSE_LOOP_PERSISTENT", "auto")    # auto, on (where possible), off
+# blocks per multiprocessor the kernel is compiled for (__launch_bounds__' second argument): one
+# kernel holds every phase's code, and the compiler keeps values live across the step loop, so
+# without a bound it takes ~150-200 registers a thread and one block a multiprocessor
+MIN_BLOCKS = int(os.environ.get("KFUSE_LOOP_PERSISTENT_BLOCKS", "2"))
 
 
 @dataclass(frozen=True)
@@ -129,23 +133,18 @@ def kernel_text(shape: Shape, dtype) -> str:
               f'static_assert(sizeof(kf_step) == {ctypes.sizeof(struct)}, "kf_step: laid out as the host\'s");',
               "",
               "// all blocks of the grid meet (they are all resident: a cooperative launch); their writes",
-              "// before it are seen by every read after it.  bar[0] counts arrivals, bar[1] the barriers passed.",
+              "// before it are seen by every read after it.  One atomic a block: block 0 adds 2^31 - (blocks - 1),",
+              "// the others 1, so the arrivals of one barrier flip bit 31 of bar[0] (cooperative groups' scheme);",
+              "// each block waits to see its bit flipped.  Release on arrival, acquire on the wait: no fences.",
               "KF_DEVICE void kf_grid_sync(unsigned* bar) {",
               "    __syncthreads();",
               "    if (threadIdx.x == 0) {",
-              "        unsigned gen, now;",
-              '        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(gen) : "l"(bar + 1) : "memory");',
-              "        __threadfence();",
-              "        if (atomicAdd(bar, 1u) == gridDim.x - 1) {",
-              "            atomicExch(bar, 0u);",
-              "            __threadfence();",
-              "            atomicAdd(bar + 1, 1u);",
-              "        } else {",
-              "            do {",
-              '                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar + 1) : "memory");',
-              "            } while (now == gen);",
-              "        }",
-              "        __threadfence();",
+              "        const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;",
+              "        unsigned old, now;",
+              '        asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(bar), "r"(add) : "memory");',
+              "        do {",
+              '            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(bar) : "memory");',
+              "        } while (((old ^ now) & 0x80000000u) == 0);",
               "    }",
               "    __syncthreads();",
               "}",
@@ -201,7 +200,7 @@ def kernel_text(shape: Shape, dtype) -> str:
     check = "if (!(holds = kf_holds({s}, cst))) break;" if pred is not None else ""
     lines += [
         "// ctl[0]: the steps made; ctl[4]: whether the condition held at the last check",
-        f'extern "C" __global__ void __launch_bounds__({most_threads})',
+        f'extern "C" __global__ void __launch_bounds__({most_threads}, {max(1, min(MIN_BLOCKS, 2048 // most_threads))})',
         "kf_persistent(const __grid_constant__ kf_step s0, const __grid_constant__ kf_step s1, unsigned* kf_bar,",
         "              int* ctl, const real* cst, long long most)",
         "{",
@@ -353,7 +352,7 @@ class Persistent:
         self.steps = steps                                  # the two kf_step structs
         from .gpu import cupy
         with cupy().cuda.Device(device):
-            self.bar = cupy().zeros(2, np.uint32)
+            self.bar = cupy().zeros(1, np.uint32)
         self.most = ctypes.c_longlong(0)
         self._function = function
 
