@@ -8,7 +8,7 @@
     s = gemtv(A, r);
     beta = alpha / 2;          # scalar arithmetic (+ - * /, unary -, sqrt) on scalars: evaluated
     t = axpy(sqrt(beta), q, s);  #   on the device, inline in each kernel that uses it
-    return q, t;
+    return q, t, sqrt(beta);   # returned arithmetic: one small kernel after the plan
 """
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ class _Parser:
         self.suffix: dict[str, int] = {}    # name -> the next number to try for a label name_N
         self.calls: list[Call] = []
         self.outputs: list[Value] | None = None
+        self.returns: tuple[Value | ScalarArg, ...] = ()    # set when the return statement has arithmetic
         self.parent: list[int] = []              # union-find over dimension ids
         self.dim_info: list[tuple[str, int | None, bool]] = []   # name, literal, declared
         self.named_dims: dict[str, int] = {}
@@ -250,22 +251,59 @@ class _Parser:
         self.expect(";")
 
     def return_statement(self, ret: Tok) -> None:
-        outs, seen = [], set()
-        for tok in self.names("a name to return"):
-            self.lookup_decl(tok)
-            if tok.text in self.current and self.current[tok.text].is_input:
-                raise self.error(f"{tok.text} is an input; return values the script computes", tok)
-            if tok.text in self.arith:
-                raise self.error(f"{tok.text} is scalar arithmetic, evaluated where it is used; a script "
-                                 "returns values its calls compute", tok)
-            if tok.text not in self.current:
-                raise self.error(f"{tok.text} is returned but never assigned", tok)
-            if self.current[tok.text].id in seen:
-                raise self.error(f"{tok.text} is returned twice", tok)
-            seen.add(self.current[tok.text].id)
-            outs.append(self.current[tok.text])
+        """``return q, s, sqrt(rr), rr / bb;``: values the calls computed, by name, and scalar
+        arithmetic over computed scalars and scalar inputs (computed after the plan by one small
+        kernel).  The computed scalars such arithmetic reads become outputs of the program too."""
+        outs: list[Value] = []              # the program's outputs: returned values, then what arithmetic reads
+        items: list[Value | ScalarArg] = []
+        seen: set[int] = set()
+        while True:
+            node = self.expression("a value to return")
+            tok = node[1]
+            if node[0] == "name" and tok.text not in self.arith:
+                self.lookup_decl(tok)
+                if tok.text in self.current and self.current[tok.text].is_input:
+                    raise self.error(f"{tok.text} is an input; return values the script computes", tok)
+                if tok.text not in self.current:
+                    raise self.error(f"{tok.text} is returned but never assigned", tok)
+                v = self.current[tok.text]
+                if v.id in seen:
+                    raise self.error(f"{tok.text} is returned twice", tok)
+                seen.add(v.id)
+                self._returned_output(v, outs, tok)
+                items.append(v)
+            else:
+                arg = self.scalar(node)
+                for v in arg.values():
+                    if not v.is_input:
+                        self._returned_output(v, outs, tok)
+                items.append(arg)
+            if self.peek().text != ",":
+                break
+            self.next()
         self.expect(";")
+        if not outs:
+            raise self.error("the script returns nothing its calls compute (return a value a call assigns, "
+                             "or arithmetic that reads one)", ret)
         self.outputs = outs
+        if any(isinstance(r, ScalarArg) for r in items):
+            self.returns = tuple(items)
+
+    def _returned_output(self, v: Value, outs: list[Value], tok: Tok) -> None:
+        """``v`` among the program's outputs (once); outputs are known by name, so two values of
+        one name (a name reassigned between them) cannot both be."""
+        if any(o.id == v.id for o in outs):
+            return
+        other = next((o for o in outs if o.name == v.name), None)
+        if other is not None:
+            first, second = sorted((other, v), key=lambda o: o.id)
+            raise self.error(f"the returned values read two values named {v.name}: the one assigned on line "
+                             f"{self._line_of(first)} and the one assigned on line {self._line_of(second)}; "
+                             "outputs are known by name: assign one of them to another name", tok)
+        outs.append(v)
+
+    def _line_of(self, v: Value) -> int:
+        return next(c.line for c in self.calls if any(o.id == v.id for o in c.outputs))
 
     def assignment(self) -> None:
         targets = self.names("a name to assign")
@@ -480,9 +518,11 @@ class _Parser:
                            tuple(values[v.id] for v in c.outputs), c.line,
                            tuple(dim_of[d] for d in c.axes)) for c in self.calls)
         assert self.outputs is not None         # checked by parse(): a script returns
+        returns = tuple(values[r.id] if isinstance(r, Value) else r.remap(lambda v: values[v.id])
+                        for r in self.returns)
         return Program(self.name, self.src, self.file, values, tuple(v for v in values if v.is_input),
                        tuple(values[v.id] for v in self.outputs), calls, dims, self.lib.digest,
-                       dim_of={d: d for d in range(len(dims))})
+                       dim_of={d: d for d in range(len(dims))}, returns=returns)
 
 
 def parse_script(source: str, library: Library, file: str = "<script>", name: str | None = None) -> Program:
