@@ -159,11 +159,13 @@ class ScalarArg:
             out[id(n)] = r
         return out[id(self)]
 
-    def remap(self, f) -> "ScalarArg":
+    def remap(self, f, memo: dict | None = None) -> "ScalarArg":
         """The same argument with every value ``v`` replaced by ``f(v)`` (shared operands stay
-        shared)."""
-        out: dict[int, ScalarArg] = {}
+        shared; with one ``memo`` for several arguments, operands they share too)."""
+        out: dict[int, ScalarArg] = {} if memo is None else memo
         for n in self._nodes:
+            if id(n) in out:
+                continue
             if n.op is None:
                 out[id(n)] = n if n.value is None else ScalarArg(f(n.value), n.literal, n.negate)
             else:
@@ -200,6 +202,13 @@ def _divide(a: float, b: float) -> float:
     if b == 0:
         return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
     return a / b
+
+
+def _remapped(items, f) -> tuple:
+    """Returned items (values and arithmetic) with every value ``v`` replaced by ``f(v)``;
+    operands the arithmetic shares stay shared across the items."""
+    memo: dict = {}
+    return tuple(r.remap(f, memo) if isinstance(r, ScalarArg) else f(r) for r in items)
 
 
 @dataclass(frozen=True)
@@ -308,4 +317,4 @@ class Program:
                               outputs=tuple(values[v.id] for v in c.outputs)) for c in self.calls)
         return replace(self, values=values, inputs=tuple(values[v.id] for v in self.inputs),
                        outputs=tuple(values[v.id] for v in self.outputs), calls=calls,
-                       returns=tuple(arg(r) for r in self.returns))
+                       returns=_remapped(self.returns, lambda v: values[v.id]))

@@ -125,6 +125,8 @@ def c_shared(exprs) -> tuple[list[str], list[str]]:
         if node[0] not in _LEAVES:
             stack.extend((a, False) for a in reversed(node[1:]) if id(a) not in seen)
     uses: dict[int, int] = {}
+    for e in exprs:                     # a result is a use too: one result the operand of another
+        uses[id(e)] = uses.get(id(e), 0) + 1
     for node in order:
         if node[0] not in _LEAVES:
             for a in node[1:]:
@@ -168,13 +170,16 @@ def expression(node, leaves: dict, where, reads: list) -> tuple:
     return done[id(node)]
 
 
-def script_expression(arg, where, reads: list) -> tuple:
+def script_expression(arg, where, reads: list, done: dict | None = None) -> tuple:
     """A script's scalar arithmetic (``ir.program.ScalarArg``: values, literals, ``+ - * /``,
     ``neg``, ``sqrt``) as an expression of this module; ``where(value)`` says where the kernel
     reads a value, and ``reads`` collects those, one argument each, in the order of
-    ``("leaf", k)``.  Operands the arithmetic shares stay shared (``c_shared``)."""
-    done: dict[int, tuple] = {}
+    ``("leaf", k)``.  Operands the arithmetic shares stay shared (``c_shared``), across the
+    expressions made with one ``done`` (id of a ScalarArg node -> its expression)."""
+    done = {} if done is None else done
     for n in arg.nodes():
+        if id(n) in done:
+            continue
         if n.op is None:
             if n.value is None:
                 done[id(n)] = ("num", float(n.literal))
@@ -205,10 +210,11 @@ def _values(exprs) -> set[int]:
     return out
 
 
-def _by_value(e: tuple, numbers: tuple[bool, ...]) -> tuple:
-    """``e`` with the leaves ``k`` where ``numbers[k]`` read by value (shared operands kept)."""
+def _by_value(exprs: list, numbers: tuple[bool, ...]) -> list:
+    """The expressions with the leaves ``k`` where ``numbers[k]`` read by value (operands shared,
+    within one expression or between them, kept shared)."""
     done: dict[int, tuple] = {}
-    stack: list[tuple[tuple, bool]] = [(e, False)]
+    stack: list[tuple[tuple, bool]] = [(e, False) for e in exprs]
     while stack:
         node, ready = stack.pop()
         if id(node) in done:
@@ -220,7 +226,7 @@ def _by_value(e: tuple, numbers: tuple[bool, ...]) -> tuple:
             stack.extend((a, False) for a in node[1:] if id(a) not in done)
         else:
             done[id(node)] = (node[0], *(done[id(a)] for a in node[1:]))
-    return done[id(e)]
+    return [done[id(e)] for e in exprs]
 
 
 def counts(exprs) -> tuple[int, int]:
@@ -388,14 +394,15 @@ class ScalarTail:
         are the program's outputs, ("out", k), and its scalar inputs, ("in", name)."""
         out = {v.id: k for k, v in enumerate(program.outputs)}
         reads: list = []
-        exprs = [script_expression(a, lambda v: ("out", out[v.id]) if v.id in out else ("in", v.name), reads)
+        done: dict = {}         # operands shared between the returned expressions stay shared
+        exprs = [script_expression(a, lambda v: ("out", out[v.id]) if v.id in out else ("in", v.name), reads, done)
                  for a in program.returned_arithmetic()]
         return cls(dtype, exprs, reads, numbers=True)
 
     def source(self, numbers: tuple[bool, ...] = ()) -> str:
         """The kf_scalars module, the leaves flagged in ``numbers`` read by value (none: every
         leaf by address)."""
-        exprs = [_by_value(e, numbers) for e in self.exprs] if any(numbers) else self.exprs
+        exprs = _by_value(self.exprs, numbers) if any(numbers) else self.exprs
         return control_source(self.dtype.name, exprs)
 
     def __call__(self, outs, args) -> list | None:
