@@ -276,3 +276,9 @@ def test_jitted_tails_are_unchanged():
                       [("out", 0), ("arg", 1)])
     assert "*o0 = (real)((((*p0) / (real)2.0) + sqrt((*p1))));" in tail.source()
     assert tail.__call__(["host"], [1.0, 2.0]) is None       # host numbers: the framework computes those
+
+
+def test_several_gpus_refuse_returned_arithmetic(lib):
+    from kfuse.distributed.partition import partition
+    with pytest.raises(kfuse.KfuseError, match=r"returns scalar arithmetic \(sqrt\(rr\)\); a script run over several"):
+        partition(parse_script(NORMS, lib), lib, 2)
