@@ -472,6 +472,7 @@ def numpy_kfuse_bind(self, out=None, **inputs):
 def test_run_loop_on_numpy_stand_ins(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
     monkeypatch.setattr(kfuse.CompiledScript, "__call__", numpy_kfuse_call)
+    monkeypatch.setattr(kfuse.CompiledScript, "call_outputs", numpy_kfuse_call)
     monkeypatch.setattr(kfuse.CompiledScript, "bind", numpy_kfuse_bind)
     monkeypatch.setattr(peers, "load_torch", lambda: (None, "disabled in this test"))
     wrong = dict(peers.CUBLAS_SEQUENCES)

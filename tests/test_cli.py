@@ -304,6 +304,7 @@ def numpy_gpu(monkeypatch):
     cp.asnumpy = np.asarray
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(kfuse.CompiledScript, "__call__", numpy_kfuse_call)
+    monkeypatch.setattr(kfuse.CompiledScript, "call_outputs", numpy_kfuse_call)
     monkeypatch.setattr(kfuse.CompiledScript, "bind", numpy_kfuse_bind)
     monkeypatch.setattr(timing, "median_us", lambda fn, **k: (fn(), 12.5)[1])
     return cp

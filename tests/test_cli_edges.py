@@ -155,6 +155,7 @@ def test_run_json_says_its_failures(numpy_gpu, monkeypatch, capsys):  # noqa: F8
         raise LaunchError("the launch failed")
     with monkeypatch.context() as m:
         m.setattr(kfuse.CompiledScript, "__call__", fail)
+        m.setattr(kfuse.CompiledScript, "call_outputs", fail)
         e = _one_json_error(capsys, ["-q", "run", "gemver", "--size", "64", "--json"], 1)
     assert e["kind"] == "launch" and e["message"] == "the launch failed"
     from kfuse import reference

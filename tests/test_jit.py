@@ -355,8 +355,9 @@ def test_script_scalar_arithmetic(lib):
         text = "scalar a, b; vector x, y, z; input a, x, y;\n" + bad + "\nz = scal(a, x); return z;"
         with pytest.raises(ScriptError, match=match):
             parse_script(text, lib)
-    with pytest.raises(ScriptError, match="b is scalar arithmetic, evaluated where it is used"):
-        parse_script("scalar a, b; vector x, z; input a, x; b = 2 * a; z = scal(b, x); return z, b;", lib)
+    # a name assigned arithmetic may be returned: the arithmetic, computed after the plan
+    prog = parse_script("scalar a, b; vector x, z; input a, x; b = 2 * a; z = scal(b, x); return z, b;", lib)
+    assert [v.name for v in prog.outputs] == ["z"] and prog.returns[1].text() == "2.0 * a"
 
 
 def test_arithmetic_and_device_scalars_in_the_generated_kernel():

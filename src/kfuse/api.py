@@ -168,7 +168,7 @@ def _check_reserved(program: Program) -> None:
     """A script input named like a keyword of the call (``out``, ``sync``, ``stream``) could not
     be passed: refused here, at its name in the input statement (found among the script's tokens,
     so a statement over several lines is no matter)."""
-    from .frontend.parser import tokenize
+    from .frontend.tokens import tokenize
     from .runtime.executor import RESERVED
     bad = [v.name for v in program.inputs if v.name in RESERVED]
     if not bad:

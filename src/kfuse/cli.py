@@ -114,7 +114,7 @@ def cmd_run(args) -> int:
     cp = cupy()
     log.info(f"{p.name}: sizes " + ", ".join(f"{d.name}={dims[d.id]}" for d in p.dims) + f", {args.dtype}")
     dev, host, poisoned = device_case(p, dims, args.dtype, args.seed)
-    got = prog(out=poisoned, sync=True, **dev)
+    got = prog.call_outputs(out=poisoned, sync=True, **dev)
     got = got if isinstance(got, tuple) else (got,)
     ref, mag = evaluate(p, host), evaluate(p, host, magnitude=True)
     tol = 1e-5 if args.dtype == "float32" else 1e-12

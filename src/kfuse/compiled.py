@@ -20,7 +20,7 @@ from .codegen.module import module_source
 from .errors import KfuseError, LaunchError
 from .ir.graph import DependencyGraph
 from .ir.plan import Plan
-from .ir.program import Program
+from .ir.program import Program, ScalarArg
 from .library import expr as library_expr
 from .library.schema import Library
 from .passes import PassTimes
@@ -49,6 +49,7 @@ class CompiledScript:
     _functions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _executor: object = field(default=None, init=False, repr=False, compare=False)
+    _tail: Any = field(default=None, init=False, repr=False, compare=False)   # returned arithmetic (runtime/control.ScalarTail)
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search).
@@ -103,7 +104,27 @@ class CompiledScript:
             lines.append(f"  {L.kernel}: {L.threads} threads per block, {L.smem_bytes_per_real} shared entries, "
                          f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
                          + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
+        arithmetic = self.program.returned_arithmetic()
+        if arithmetic:
+            lines.append(f"  returned arithmetic: {', '.join(a.text(limit=120) for a in arithmetic)} "
+                         "(one kf_scalars launch after the plan)")
         return "\n".join(lines)
+
+    @property
+    def scalar_tail(self):
+        """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``),
+        or None when the script returns none."""
+        if self._tail is None and self.program.returned_arithmetic():
+            from .runtime.control import ScalarTail
+            self._tail = ScalarTail.script(self.program, self.dtype)
+        return self._tail
+
+    @property
+    def scalars_source(self) -> str | None:
+        """The CUDA module of the returned scalar arithmetic (``kf_scalars``, every operand read
+        by address; a scalar input passed as a number is passed by value instead), or None."""
+        tail = self.scalar_tail
+        return None if tail is None else tail.source()
 
     def module(self, device: int, orders: tuple[int, ...] = ()):
         """The compiled module on a device, built for the kernels' orders (runtime/order.py; none
@@ -291,8 +312,41 @@ class CompiledScript:
         to the caller's current stream (torch's with torch tensors, else CuPy's) or ``stream``
         (a CuPy or torch stream or a raw handle).  ``out`` maps returned names to preallocated
         arrays; ``sync=True`` waits for the kernels and reports any execution error.  A repeated
-        call with the same argument signature skips every check but the cheap ones."""
+        call with the same argument signature skips every check but the cheap ones.  Scalar
+        arithmetic in the return statement (``return sqrt(rr), rr / bb;``) comes back as 0-d
+        arrays, computed after the plan by one small kernel on the same stream."""
+        if not self.program.returns:
+            return self.executor.call(inputs, out, sync, stream)
+        res = self.executor.call(inputs, out, False, stream)
+        return self._returned(res, inputs, stream, sync)
+
+    def call_outputs(self, out: dict | None = None, sync: bool = False, stream=None, **inputs):
+        """Run like a call, returning the program's outputs (``program.outputs``, in order; a single
+        array for one) without the returned arithmetic: the values the kernels compute, for
+        checks against the reference.  The same as a call for a script that returns no
+        arithmetic."""
         return self.executor.call(inputs, out, sync, stream)
+
+    def _returned(self, res, inputs: dict, stream, sync: bool, results: list | None = None):
+        """What the return statement names, from the outputs ``res`` of one run: the arithmetic
+        computed into ``results`` (new 0-d arrays when None) by the scalar kernel, launched on
+        the stream of that run."""
+        from .runtime import driver
+        from .runtime.args import torch_tensor_type
+        from .runtime.gpu import cupy
+        outs = res if isinstance(res, tuple) else (res,)
+        like, tensor = outs[0], torch_tensor_type()
+        torch_like = tensor is not None and isinstance(like, tensor)
+        device = like.device.index if torch_like else like.data.device_id
+        s = self.executor._stream(stream, device, torch_like, cupy())
+        tail = self.scalar_tail
+        sources = [outs[k] if where == "out" else inputs[k] for where, k in tail.reads]
+        computed = iter(tail.run(like, sources, s, results))
+        if sync:
+            driver.synchronize(s)
+        items = [outs[self.program.outputs.index(r)] if not isinstance(r, ScalarArg) else next(computed)
+                 for r in self.program.returns]
+        return items[0] if len(items) == 1 else tuple(items)
 
     def tune(self, top: int = 20, sizes: dict[str, int] | None = None, reps: int = 30, store=True,
              log=None, iterations: bool = True) -> "CompiledScript":
@@ -308,6 +362,39 @@ class CompiledScript:
 
     def bind(self, out: dict | None = None, **inputs):
         """Check and bind arguments once; the returned callable only launches (for repeated runs
-        and timing; ``bound(sync=False, stream=None)``).  Its outputs are allocated once and reused."""
+        and timing; ``bound(sync=False, stream=None)``).  Its outputs are allocated once and reused
+        (the returned arithmetic's too: each call launches its kernel after the plan's)."""
         from .runtime.executor import BoundCall
-        return BoundCall(self, inputs, out=out)
+        bound = BoundCall(self, inputs, out=out)
+        return bound if not self.program.returns else _BoundReturns(self, bound, inputs)
+
+
+class _BoundReturns:
+    """A bound call of a script that returns scalar arithmetic: the plan's launches, then the
+    arithmetic's kernel into results made once (``result``: what the return statement names)."""
+
+    def __init__(self, compiled: CompiledScript, bound, inputs: dict):
+        self.compiled, self.bound, self.inputs = compiled, bound, inputs
+        outs = bound.result if isinstance(bound.result, tuple) else (bound.result,)
+        tail = compiled.scalar_tail
+        self._results = tail.empty(outs[0])
+        self.result = self._package(outs)
+
+    def _package(self, outs) -> Any:
+        computed = iter(self._results)
+        items = [outs[self.compiled.program.outputs.index(r)] if not isinstance(r, ScalarArg) else next(computed)
+                 for r in self.compiled.program.returns]
+        return items[0] if len(items) == 1 else tuple(items)
+
+    @property
+    def outputs(self):
+        """The program's outputs a call writes (before the arithmetic)."""
+        return self.bound.result
+
+    def __getattr__(self, name: str):
+        return getattr(self.bound, name)        # binding, dims, launches, launch_count
+
+    def __call__(self, sync: bool = False, stream=None):
+        self.bound(sync=False, stream=stream)
+        self.compiled._returned(self.bound.result, self.inputs, stream, sync, self._results)
+        return self.result

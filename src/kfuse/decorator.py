@@ -75,7 +75,7 @@ class _Entry:
             return None
         if self.tail is None:
             from .runtime.control import ScalarTail
-            self.tail = ScalarTail(self.dtype, exprs, self.lowered.leaves)
+            self.tail = ScalarTail.traced(self.dtype, exprs, self.lowered.leaves)
         return self.tail(outs, args)
 
     def _scalar(self, node, outs, args):

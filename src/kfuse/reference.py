@@ -39,6 +39,13 @@ def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[in
     return env
 
 
+def returned(program: Program, env: dict[int, Any], magnitude: bool = False) -> list[Any]:
+    """What a call returns, in the return statement's order, from ``evaluate``'s results: the
+    returned values, and the returned scalar arithmetic evaluated in float64."""
+    return [r.evaluate(lambda v: float(env[v.id]), magnitude) if isinstance(r, ScalarArg) else env[r.id]
+            for r in program.returned]
+
+
 def random_inputs(program: Program, dims: dict[int, int], seed: int | None = None) -> dict[str, object]:
     """Fresh standard-normal inputs (never zeros) for every input of the program, as NumPy."""
     rng = np.random.default_rng(seed)

@@ -70,13 +70,17 @@ def _contenders(prog, stem: str, dev: dict, outs: dict, cb, torch, torch_fns: di
     import cupy as cp
     names = [v.name for v in prog.program.outputs]
     prep = {
-        PLAIN: lambda: (lambda: prog(sync=True, **dev), lambda: prog(**dev)),
-        REPEATED: lambda: (lambda: prog(out=outs, sync=True, **dev), lambda: prog(out=outs, **dev)),
+        PLAIN: lambda: (lambda: prog.call_outputs(sync=True, **dev), lambda: prog(**dev)),
+        REPEATED: lambda: (lambda: prog.call_outputs(out=outs, sync=True, **dev), lambda: prog(out=outs, **dev)),
     }
 
     def bound():
         b = prog.bind(**dev)
-        return (lambda: b(sync=True)), b
+
+        def check():
+            b(sync=True)
+            return b.outputs
+        return check, b
     prep[BOUND] = bound
     if cb is not None and stem in peers.CUBLAS_SEQUENCES:
         def cublas():

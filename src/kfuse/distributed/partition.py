@@ -148,6 +148,9 @@ def partition(program: Program, library: Library, world_size: int, row_block: in
     """The per-rank plan of ``program`` over ``world_size`` ranks (see the module's doc)."""
     if world_size < 1:
         raise KfuseError(f"world_size must be at least 1, got {world_size}")
+    if program.returned_arithmetic():
+        raise KfuseError(f"{program.name} returns scalar arithmetic ({program.returned_arithmetic()[0].text(60)}); "
+                         "a script run over several GPUs returns values its calls compute")
     rb = library.tile[0] if row_block is None else row_block
     if rb < 1:
         raise KfuseError(f"row_block must be positive, got {row_block}")

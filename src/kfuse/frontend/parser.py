@@ -8,7 +8,7 @@
     s = gemtv(A, r);
     beta = alpha / 2;          # scalar arithmetic (+ - * /, unary -, sqrt) on scalars: evaluated
     t = axpy(sqrt(beta), q, s);  #   on the device, inline in each kernel that uses it
-    return q, t;
+    return q, t, sqrt(beta);   # returned arithmetic: one small kernel after the plan
 """
 from __future__ import annotations
 
@@ -16,50 +16,14 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from ..errors import ScriptError
 from ..library.schema import AXES, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
+from .tokens import KEYWORDS, Tok, tokenize
 
-TOKEN = re.compile(r"""
-    (?P<ws>[ \t\r\f\v]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
-  | (?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<punct>[;,=()\[\]\-+*/])
-  | (?P<bad>.)
-""", re.VERBOSE)
-KEYWORDS = {"input", "return"}
 MAX_SIZE = 2 ** 48     # a literal size: far beyond any GPU's memory, well inside int64 index arithmetic
 MAX_NESTING = 100      # parentheses and sqrt( nested deeper than this are refused (the parser recurses)
-
-
-class Tok(NamedTuple):
-    kind: str      # ident | num | punct | eof
-    text: str
-    line: int
-    col: int
-
-
-def tokenize(src: str, file: str) -> list[Tok]:
-    toks: list[Tok] = []
-    line, start = 1, 0
-    lines = src.split("\n")        # lines as the tokenizer counts them (a form feed is white space)
-    append, skip = toks.append, ("ws", "comment")
-    for m in TOKEN.finditer(src):
-        kind = m.lastgroup
-        if kind == "nl":
-            line, start = line + 1, m.end()
-        elif kind in skip:
-            continue
-        elif kind == "bad":
-            raise ScriptError(f"unexpected character {m.group()!r}", file, line, m.start() - start + 1,
-                              lines[line - 1] if line <= len(lines) else "")
-        else:
-            append(Tok(str(kind), m.group(), line, m.start() - start + 1))
-    last = toks[-1] if toks else Tok("eof", "", 1, 1)
-    toks.append(Tok("eof", "end of script", last.line, last.col + len(last.text)))   # just after the last token
-    return toks
 
 
 class _Parser:
@@ -77,6 +41,7 @@ class _Parser:
         self.suffix: dict[str, int] = {}    # name -> the next number to try for a label name_N
         self.calls: list[Call] = []
         self.outputs: list[Value] | None = None
+        self.returns: tuple[Value | ScalarArg, ...] = ()    # set when the return statement has arithmetic
         self.parent: list[int] = []              # union-find over dimension ids
         self.dim_info: list[tuple[str, int | None, bool]] = []   # name, literal, declared
         self.named_dims: dict[str, int] = {}
@@ -250,22 +215,45 @@ class _Parser:
         self.expect(";")
 
     def return_statement(self, ret: Tok) -> None:
-        outs, seen = [], set()
-        for tok in self.names("a name to return"):
-            self.lookup_decl(tok)
-            if tok.text in self.current and self.current[tok.text].is_input:
-                raise self.error(f"{tok.text} is an input; return values the script computes", tok)
-            if tok.text in self.arith:
-                raise self.error(f"{tok.text} is scalar arithmetic, evaluated where it is used; a script "
-                                 "returns values its calls compute", tok)
-            if tok.text not in self.current:
-                raise self.error(f"{tok.text} is returned but never assigned", tok)
-            if self.current[tok.text].id in seen:
-                raise self.error(f"{tok.text} is returned twice", tok)
-            seen.add(self.current[tok.text].id)
-            outs.append(self.current[tok.text])
+        """Values by name, and scalar arithmetic (computed after the plan by one small kernel),
+        whose computed scalars become outputs too: outputs are known by name, so one each."""
+        outs: list[Value] = []
+        items: list[Value | ScalarArg] = []
+        while True:
+            node = self.expression("a value to return")
+            tok = node[1]
+            if node[0] == "name" and tok.text not in self.arith:
+                self.lookup_decl(tok)
+                if tok.text in self.current and self.current[tok.text].is_input:
+                    raise self.error(f"{tok.text} is an input; return values the script computes", tok)
+                if tok.text not in self.current:
+                    raise self.error(f"{tok.text} is returned but never assigned", tok)
+                if self.current[tok.text] in items:
+                    raise self.error(f"{tok.text} is returned twice", tok)
+                items.append(self.current[tok.text])
+                reads = [self.current[tok.text]]
+            else:
+                arg = self.scalar(node)
+                items.append(arg)
+                reads = [v for v in arg.values() if not v.is_input]
+            for v in (v for v in reads if v not in outs):
+                same = [o for o in outs if o.name == v.name] + [v]
+                if len(same) > 1:
+                    lines = [next(c.line for c in self.calls if o in c.outputs) for o in sorted(same, key=lambda o: o.id)]
+                    raise self.error(f"the returned values read two values named {v.name}: the one assigned on line "
+                                     f"{lines[0]} and the one assigned on line {lines[1]}; outputs are known by name: "
+                                     "assign one of them to another name", tok)
+                outs.append(v)
+            if self.peek().text != ",":
+                break
+            self.next()
         self.expect(";")
+        if not outs:
+            raise self.error("the script returns nothing its calls compute (return a value a call assigns, "
+                             "or arithmetic that reads one)", ret)
         self.outputs = outs
+        if any(isinstance(r, ScalarArg) for r in items):
+            self.returns = tuple(items)
 
     def assignment(self) -> None:
         targets = self.names("a name to assign")
@@ -480,9 +468,12 @@ class _Parser:
                            tuple(values[v.id] for v in c.outputs), c.line,
                            tuple(dim_of[d] for d in c.axes)) for c in self.calls)
         assert self.outputs is not None         # checked by parse(): a script returns
+        memo: dict = {}         # operands the returned arithmetic shares stay shared
+        returns = tuple(values[r.id] if isinstance(r, Value) else r.remap(lambda v: values[v.id], memo)
+                        for r in self.returns)
         return Program(self.name, self.src, self.file, values, tuple(v for v in values if v.is_input),
                        tuple(values[v.id] for v in self.outputs), calls, dims, self.lib.digest,
-                       dim_of={d: d for d in range(len(dims))})
+                       dim_of={d: d for d in range(len(dims))}, returns=returns)
 
 
 def parse_script(source: str, library: Library, file: str = "<script>", name: str | None = None) -> Program:

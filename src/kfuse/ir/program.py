@@ -69,6 +69,10 @@ class ScalarArg:
             stack.extend((o, False) for o in reversed(node.operands) if id(o) not in seen)
         return tuple(order)
 
+    def nodes(self) -> tuple["ScalarArg", ...]:
+        """The distinct nodes, operands before the nodes that use them (this one last)."""
+        return self._nodes
+
     def values(self) -> tuple[Value, ...]:
         """The scalar values this argument reads, each once, in order of appearance."""
         out: dict[int, Value] = {}
@@ -155,11 +159,13 @@ class ScalarArg:
             out[id(n)] = r
         return out[id(self)]
 
-    def remap(self, f) -> "ScalarArg":
+    def remap(self, f, memo: dict | None = None) -> "ScalarArg":
         """The same argument with every value ``v`` replaced by ``f(v)`` (shared operands stay
-        shared)."""
-        out: dict[int, ScalarArg] = {}
+        shared; with one ``memo`` for several arguments, operands they share too)."""
+        out: dict[int, ScalarArg] = {} if memo is None else memo
         for n in self._nodes:
+            if id(n) in out:
+                continue
             if n.op is None:
                 out[id(n)] = n if n.value is None else ScalarArg(f(n.value), n.literal, n.negate)
             else:
@@ -196,6 +202,13 @@ def _divide(a: float, b: float) -> float:
     if b == 0:
         return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
     return a / b
+
+
+def _remapped(items, f) -> tuple:
+    """Returned items (values and arithmetic) with every value ``v`` replaced by ``f(v)``;
+    operands the arithmetic shares stay shared across the items."""
+    memo: dict = {}
+    return tuple(r.remap(f, memo) if isinstance(r, ScalarArg) else f(r) for r in items)
 
 
 @dataclass(frozen=True)
@@ -251,6 +264,11 @@ class Program:
     dims: tuple[Dim, ...]                   # one per dimension class (after unification)
     library_digest: str
     dim_of: dict[int, int] = field(default_factory=dict, compare=False)   # raw dim id -> class id
+    # what a call returns, in the return statement's order, where that is not ``outputs``: values
+    # among ``outputs`` and scalar arithmetic (a ``ScalarArg`` over computed scalars and scalar
+    # inputs, computed after the plan by one small kernel, runtime/control.py).  Empty: the
+    # outputs.  ``outputs`` then also holds the computed scalars the arithmetic reads.
+    returns: tuple[Value | ScalarArg, ...] = ()
 
     def dim(self, d: int) -> Dim:
         return self.dims[self.dim_of.get(d, d)]
@@ -264,6 +282,16 @@ class Program:
     def consumers(self, v: Value) -> tuple[Call, ...]:
         return tuple(c for c in self.calls if any(a is v or (isinstance(a, ScalarArg) and a.reads(v))
                                                   for a in c.args))
+
+    @property
+    def returned(self) -> tuple[Value | ScalarArg, ...]:
+        """What a call returns, in order: values and scalar arithmetic (``returns``), or the
+        outputs."""
+        return self.returns or self.outputs
+
+    def returned_arithmetic(self) -> tuple[ScalarArg, ...]:
+        """The scalar arithmetic among the returned items, in order (none for most scripts)."""
+        return tuple(r for r in self.returns if isinstance(r, ScalarArg))
 
     def device_scalars(self) -> frozenset[str]:
         """Names of the scalar inputs bound to 0-d device arrays (passed by address)."""
@@ -288,4 +316,5 @@ class Program:
         calls = tuple(replace(c, args=tuple(arg(a) for a in c.args),
                               outputs=tuple(values[v.id] for v in c.outputs)) for c in self.calls)
         return replace(self, values=values, inputs=tuple(values[v.id] for v in self.inputs),
-                       outputs=tuple(values[v.id] for v in self.outputs), calls=calls)
+                       outputs=tuple(values[v.id] for v in self.outputs), calls=calls,
+                       returns=_remapped(self.returns, lambda v: values[v.id]))

@@ -8,12 +8,16 @@ returned arithmetic, ``loops.py``'s traced predicates):
     ("const", k)           the k-th entry of the numbers array ``cst`` (constants of the user's,
                            written before each run: a new tolerance needs no new graph)
     ("num", x)             a number written into the code
+    ("value", k)           the k-th argument passed by value (a script's scalar input given as a
+                           number: ``ScalarTail`` with ``numbers``); pointers and values share
+                           the numbering
     ("+" | "-" | "*" | "/", a, b), ("neg", a), ("sqrt", a), ("abs", a)
     ("<" | "<=" | ">" | ">=" | "==" | "!=", a, b), ("and", a, b), ("or", a, b), ("not", a)
 
 A module holds, for one element type, the kernels of one loop or one jitted function:
 
-* ``kf_scalars``: writes each expression of a list to its own output (one thread);
+* ``kf_scalars``: writes each expression of a list to its own output (one thread; an operation
+  the expressions share, the same tuple reached twice, is computed once);
 * ``kf_loop_clear``: sets the next step's reduced outputs to their identities (instead of the
   program's fills: one launch at the end of a step);
 * ``kf_loop_first``: before a while loop, clears the count and sets the go flags (and a
@@ -55,36 +59,90 @@ def c_expr(e: tuple) -> str:
         if op == "leaf":
             out[id(node)] = f"(*p{int(node[1])})"
             continue
-        if op == "const":
-            out[id(node)] = f"cst[{int(node[1])}]"
-            continue
-        if op == "num":
-            x = float(node[1])
-            if not math.isfinite(x):
-                raise CompileError(f"the number {x} is not finite")
-            out[id(node)] = f"(real){x!r}"
+        if op in _LEAVES:
+            out[id(node)] = _c_leaf(node)
             continue
         args = node[1:]
         if not ready:
             stack.append((node, True))
             stack.extend((a, False) for a in args)
             continue
-        a = [out[id(x)] for x in args]
-        if op in _BINARY:
-            out[id(node)] = f"({a[0]} {op} {a[1]})"
-        elif op in _LOGIC:
-            out[id(node)] = f"({a[0]} {_LOGIC[op]} {a[1]})"
-        elif op == "not":
-            out[id(node)] = f"(!{a[0]})"
-        elif op == "neg":
-            out[id(node)] = f"(-{a[0]})"
-        elif op == "sqrt":
-            out[id(node)] = f"sqrt({a[0]})"
-        elif op == "abs":
-            out[id(node)] = f"fabs({a[0]})"
-        else:
-            raise CompileError(f"unknown scalar operation {op!r}")
+        out[id(node)] = _c_op(op, [out[id(x)] for x in args])
     return out[id(e)]
+
+
+_LEAVES = ("leaf", "const", "num", "value")
+
+
+def _c_leaf(node: tuple) -> str:
+    op = node[0]
+    if op == "leaf":
+        return f"(*p{int(node[1])})"
+    if op == "value":
+        return f"v{int(node[1])}"
+    if op == "const":
+        return f"cst[{int(node[1])}]"
+    x = float(node[1])
+    if not math.isfinite(x):
+        raise CompileError(f"the number {x} is not finite")
+    return f"(real){x!r}"
+
+
+def _c_op(op: str, a: list[str]) -> str:
+    if op in _BINARY:
+        return f"({a[0]} {op} {a[1]})"
+    if op in _LOGIC:
+        return f"({a[0]} {_LOGIC[op]} {a[1]})"
+    if op == "not":
+        return f"(!{a[0]})"
+    if op == "neg":
+        return f"(-{a[0]})"
+    if op == "sqrt":
+        return f"sqrt({a[0]})"
+    if op == "abs":
+        return f"fabs({a[0]})"
+    raise CompileError(f"unknown scalar operation {op!r}")
+
+
+def c_shared(exprs) -> tuple[list[str], list[str]]:
+    """(declarations, one C text per expression): like ``c_expr``, but an operation reached
+    more than once (the same tuple: ``expression`` and ``script_expression`` keep the operands
+    their sources share) is computed once, into ``const real t<n>``.  Each distinct node is
+    visited once, with an explicit stack: ``b = a * a; c = b * b; ...`` stays linear, where
+    written out in full it would double with every step."""
+    order: list[tuple] = []            # distinct nodes, operands first
+    seen: set[int] = set()
+    stack: list[tuple[tuple, bool]] = [(e, False) for e in reversed(list(exprs))]
+    while stack:
+        node, ready = stack.pop()
+        if ready:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        if node[0] not in _LEAVES:
+            stack.extend((a, False) for a in reversed(node[1:]) if id(a) not in seen)
+    uses: dict[int, int] = {}
+    for e in exprs:                     # a result is a use too: one result the operand of another
+        uses[id(e)] = uses.get(id(e), 0) + 1
+    for node in order:
+        if node[0] not in _LEAVES:
+            for a in node[1:]:
+                uses[id(a)] = uses.get(id(a), 0) + 1
+    decls: list[str] = []
+    text: dict[int, str] = {}
+    for node in order:
+        if node[0] in _LEAVES:
+            text[id(node)] = _c_leaf(node)
+            continue
+        t = _c_op(node[0], [text[id(a)] for a in node[1:]])
+        if uses.get(id(node), 0) > 1:
+            decls.append(f"const real t{len(decls)} = {t};")
+            t = f"t{len(decls) - 1}"
+        text[id(node)] = t
+    return decls, [text[id(e)] for e in exprs]
 
 
 def expression(node, leaves: dict, where, reads: list) -> tuple:
@@ -112,13 +170,76 @@ def expression(node, leaves: dict, where, reads: list) -> tuple:
     return done[id(node)]
 
 
-def counts(exprs) -> tuple[int, int]:
-    """(pointers, numbers) the expressions read: one past the largest leaf and constant index."""
-    p = c = 0
-    stack = list(exprs)
+def script_expression(arg, where, reads: list, done: dict | None = None) -> tuple:
+    """A script's scalar arithmetic (``ir.program.ScalarArg``: values, literals, ``+ - * /``,
+    ``neg``, ``sqrt``) as an expression of this module; ``where(value)`` says where the kernel
+    reads a value, and ``reads`` collects those, one argument each, in the order of
+    ``("leaf", k)``.  Operands the arithmetic shares stay shared (``c_shared``), across the
+    expressions made with one ``done`` (id of a ScalarArg node -> its expression)."""
+    done = {} if done is None else done
+    for n in arg.nodes():
+        if id(n) in done:
+            continue
+        if n.op is None:
+            if n.value is None:
+                done[id(n)] = ("num", float(n.literal))
+                continue
+            src = where(n.value)
+            if src not in reads:
+                reads.append(src)
+            leaf = ("leaf", reads.index(src))
+            done[id(n)] = ("neg", leaf) if n.negate else leaf
+        else:
+            done[id(n)] = (n.op, *(done[id(o)] for o in n.operands))
+    return done[id(arg)]
+
+
+def _values(exprs) -> set[int]:
+    """The argument indices the expressions read by value."""
+    out: set[int] = set()
+    stack, seen = list(exprs), set()
     while stack:
         node = stack.pop()
-        if node[0] == "leaf":
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node[0] == "value":
+            out.add(int(node[1]))
+        elif node[0] not in _LEAVES:
+            stack.extend(node[1:])
+    return out
+
+
+def _by_value(exprs: list, numbers: tuple[bool, ...]) -> list:
+    """The expressions with the leaves ``k`` where ``numbers[k]`` read by value (operands shared,
+    within one expression or between them, kept shared)."""
+    done: dict[int, tuple] = {}
+    stack: list[tuple[tuple, bool]] = [(e, False) for e in exprs]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in done:
+            continue
+        if node[0] in _LEAVES:
+            done[id(node)] = ("value", node[1]) if node[0] == "leaf" and numbers[int(node[1])] else node
+        elif not ready:
+            stack.append((node, True))
+            stack.extend((a, False) for a in node[1:] if id(a) not in done)
+        else:
+            done[id(node)] = (node[0], *(done[id(a)] for a in node[1:]))
+    return [done[id(e)] for e in exprs]
+
+
+def counts(exprs) -> tuple[int, int]:
+    """(arguments, numbers) the expressions read: one past the largest leaf (or value) and
+    constant index."""
+    p = c = 0
+    stack, seen = list(exprs), set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:            # an operand shared: walked once
+            continue
+        seen.add(id(node))
+        if node[0] in ("leaf", "value"):
             p = max(p, int(node[1]) + 1)
         elif node[0] == "const":
             c = max(c, int(node[1]) + 1)
@@ -138,8 +259,9 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
 
     def reads(exprs) -> str:
         n_ptr, n_num = counts(exprs)
+        by_value = _values(exprs)
         return (", const real* __restrict__ cst" if n_num else "") + "".join(
-            f", const real* __restrict__ p{k}" for k in range(n_ptr))
+            f", real v{k}" if k in by_value else f", const real* __restrict__ p{k}" for k in range(n_ptr))
 
     ranges = "".join(f", real* __restrict__ q{k}, long long n{k}, real v{k}" for k in range(clears))
     copies = "".join(f", real* __restrict__ d{k}, const real* __restrict__ s{k}, long long m{k}"
@@ -154,8 +276,10 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
     if scalars:
         outs = ", ".join(f"real* __restrict__ o{k}" for k in range(len(scalars)))
         lines.append(f'extern "C" __global__ void kf_scalars({outs}{reads(scalars)}) {{')
-        for k, e in enumerate(scalars):
-            lines.append(f"    *o{k} = (real)({c_expr(e)});")
+        decls, texts = c_shared(scalars)
+        lines += [f"    {d}" for d in decls]
+        for k, t in enumerate(texts):
+            lines.append(f"    *o{k} = (real)({t});")
         lines += ["}", ""]
     if clears:
         lines.append("// the reduced outputs of the next step set to their identities (one launch for all)")
@@ -243,45 +367,104 @@ def control_module(source: str, relocatable: bool):
 
 
 class ScalarTail:
-    """Scalar arithmetic a jitted function returns (``rr_new / rr``, ``kfuse.sqrt(s)``), computed
-    on the device by one kf_scalars launch on the caller's stream: no framework operation per
-    arithmetic step.  ``leaves`` maps the expressions' leaves to ("out", k) or ("arg", i)."""
+    """Scalar arithmetic returned as results -- a jitted function's (``rr_new / rr``,
+    ``kfuse.sqrt(s)``) or a script's (``return sqrt(rr), rr / bb;``) -- computed on the device by
+    one kf_scalars launch on the caller's stream: no framework operation per arithmetic step.
+    ``exprs`` are expressions of this module over ``("leaf", k)``, ``reads[k]`` the place of
+    leaf k (the front end's: ``("out", k)``, ``("arg", i)``, ``("in", name)``).  With
+    ``numbers``, a leaf given as a host number (a script's scalar input passed as a Python
+    number) is passed by value: the module is built once per device and set of such leaves."""
 
-    def __init__(self, dtype: np.dtype, exprs: list, leaves: dict):
+    def __init__(self, dtype, exprs: list, reads: list, numbers: bool = False):
         self.dtype = np.dtype(dtype)
-        self.reads: list = []
-        self.exprs = [expression(e, leaves, lambda place: place, self.reads) for e in exprs]
-        self.functions: dict = {}        # device -> kf_scalars
+        self.exprs, self.reads, self.numbers = list(exprs), list(reads), numbers
+        self.functions: dict = {}        # (device, leaves by value) -> kf_scalars
+
+    @classmethod
+    def traced(cls, dtype, nodes: list, leaves: dict) -> "ScalarTail":
+        """The tail of a jitted function: ``nodes`` traced scalar results, ``leaves`` maps their
+        leaves to ("out", k) or ("arg", i) (``frontend/lower.Lowered.leaves``)."""
+        reads: list = []
+        exprs = [expression(e, leaves, lambda place: place, reads) for e in nodes]
+        return cls(dtype, exprs, reads)
+
+    @classmethod
+    def script(cls, program, dtype) -> "ScalarTail":
+        """The tail of a script's returned arithmetic (``program.returned_arithmetic()``): leaves
+        are the program's outputs, ("out", k), and its scalar inputs, ("in", name)."""
+        out = {v.id: k for k, v in enumerate(program.outputs)}
+        reads: list = []
+        done: dict = {}         # operands shared between the returned expressions stay shared
+        exprs = [script_expression(a, lambda v: ("out", out[v.id]) if v.id in out else ("in", v.name), reads, done)
+                 for a in program.returned_arithmetic()]
+        return cls(dtype, exprs, reads, numbers=True)
+
+    def source(self, numbers: tuple[bool, ...] = ()) -> str:
+        """The kf_scalars module, the leaves flagged in ``numbers`` read by value (none: every
+        leaf by address)."""
+        exprs = _by_value(self.exprs, numbers) if any(numbers) else self.exprs
+        return control_source(self.dtype.name, exprs)
 
     def __call__(self, outs, args) -> list | None:
-        """The results as 0-d arrays of ``outs[0]``'s framework, or None when a leaf is a host
-        number."""
-        from .args import facts, torch_tensor_type
-        from .launch import KernelLaunch, PackedArgs
+        """A jitted function's results as 0-d arrays of ``outs[0]``'s framework, or None when a
+        leaf is a host number."""
+        from .args import torch_tensor_type
         sources = [outs[k] if where == "out" else args[k] for where, k in self.reads]
         like = outs[0]
         if any(not hasattr(x, "__cuda_array_interface__") for x in [like, *sources]):
             return None           # a host number (or host arrays standing in for the device's)
         tensor = torch_tensor_type()
-        cp = cupy()
-        kinds = (cp.ndarray,) if tensor is None else (cp.ndarray, tensor)
+        kinds = (cupy().ndarray,) if tensor is None else (cupy().ndarray, tensor)
         if any(not isinstance(x, kinds) for x in sources):
             return None
+        return self.run(like, sources)
+
+    def empty(self, like) -> list:
+        """Results for one run: 0-d arrays of ``like``'s framework, device and element type."""
+        from .args import torch_tensor_type
+        tensor = torch_tensor_type()
         if tensor is not None and isinstance(like, tensor):
-            torch = sys.modules["torch"]
-            device = like.device.index
-            results = [like.new_empty(()) for _ in self.exprs]
-            stream = torch.cuda.current_stream(device).cuda_stream
-        else:
-            device = like.data.device_id
-            with cp.cuda.Device(device):
-                results = [cp.empty((), self.dtype) for _ in self.exprs]
-            stream = cp.cuda.get_current_stream().ptr
-        fn = self.functions.get(device)
+            return [like.new_empty(()) for _ in self.exprs]
+        cp = cupy()
+        with cp.cuda.Device(like.data.device_id):
+            return [cp.empty((), self.dtype) for _ in self.exprs]
+
+    def run(self, like, sources: list, stream: int | None = None, results: list | None = None) -> list:
+        """Launch kf_scalars over ``sources`` (aligned with ``reads``: 0-d device arrays, or host
+        numbers where ``numbers``) on ``stream`` (default: the current stream of ``like``'s
+        framework), writing ``results`` (default: new ones, ``empty``); returns them."""
+        from .args import adapt, facts, torch_tensor_type
+        from .launch import KernelLaunch, PackedArgs
+        tensor = torch_tensor_type()
+        cp = cupy()
+        torch_like = tensor is not None and isinstance(like, tensor)
+        device = like.device.index if torch_like else like.data.device_id
+        if results is None:
+            results = self.empty(like)
+        if stream is None:
+            stream = (sys.modules["torch"].cuda.current_stream(device).cuda_stream if torch_like
+                      else cp.cuda.get_current_stream().ptr)
+        numbers = tuple(self.numbers and not _on_device(x, cp, tensor) for x in sources)
+        fn = self.functions.get((device, numbers))
         if fn is None:
             with cp.cuda.Device(device):
-                module = control_module(control_source(self.dtype.name, self.exprs), relocatable=False)
-                fn = self.functions[device] = module.get_function("kf_scalars")
-        args_c = tuple(facts(x)[4] for x in results) + tuple(facts(x)[4] for x in sources)
+                module = control_module(self.source(numbers), relocatable=False)
+                fn = self.functions[device, numbers] = module.get_function("kf_scalars")
+        real = self.dtype.type
+        args_c = tuple(facts(x)[4] for x in results) + tuple(
+            real(float(x)) if number else facts(x if isinstance(x, cp.ndarray) or _is_tensor(x, tensor)
+                                                else adapt(x, "a returned scalar's operand"))[4]
+            for x, number in zip(sources, numbers))
         KernelLaunch(fn, 1, 1, PackedArgs(args_c), "kf_scalars").launch(stream)
         return results
+
+
+def _is_tensor(x, tensor) -> bool:
+    return tensor is not None and isinstance(x, tensor)
+
+
+def _on_device(x, cp, tensor) -> bool:
+    """A source on the device (read by address), not a host number (as the executor decides)."""
+    if _is_tensor(x, tensor):
+        return bool(x.is_cuda)
+    return isinstance(x, cp.ndarray) or hasattr(x, "__cuda_array_interface__")

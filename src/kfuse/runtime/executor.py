@@ -363,6 +363,11 @@ class BoundCall:
         self._arrays = arrays + out_list        # kept alive with the binding
 
     @property
+    def outputs(self):
+        """The program's outputs a call writes (``result``)."""
+        return self.result
+
+    @property
     def launches(self) -> list:
         """The launches of one call (fills and kernels), each with ``name`` and ``dependent``."""
         return [launch for launch, _ in self.binding.launches]

@@ -118,7 +118,7 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
         bar.step()
         for o in outs.values():
             o.fill(np.nan)                      # poisoned again for every candidate
-        got = c(out=outs, sync=True, **dev)
+        got = c.call_outputs(out=outs, sync=True, **dev)
         got = got if isinstance(got, tuple) else (got,)
         err = max(_error_on_device(cp, g, *want[v.id]) for v, g in zip(prog.outputs, got))
         if not err < TOL[compiled.dtype]:
