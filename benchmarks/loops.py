@@ -103,7 +103,7 @@ def kfuse_plain(method):
 
 
 def _mode(run, mode: str):
-    """``run`` with device loops made as ``mode`` says (runtime/persistent.py: auto, on, off)."""
+    """``run`` with device loops made as ``mode`` says (runtime/persistent.py: on, off)."""
     from kfuse.runtime import persistent
 
     def wrapped(state, steps):
@@ -115,12 +115,12 @@ def _mode(run, mode: str):
     return wrapped
 
 
-def kfuse_fori(method, mode: str = "auto"):
+def kfuse_fori(method, mode: str = "off"):
     step = METHODS[method][0]
     return _mode(lambda state, steps: kfuse.fori_loop(0, steps, lambda i, s: step(*s), state), mode)
 
 
-def kfuse_while(method, mode: str = "auto"):
+def kfuse_while(method, mode: str = "off"):
     """The condition always holds (a NaN too): ``steps`` steps, checked on the device after each."""
     step, k = METHODS[method][0], SOLVERS[method]
 
@@ -240,8 +240,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--peers", nargs="*", default=["eager", "compile", "unrolled", "cupy"])
     ap.add_argument("--kfuse", nargs="*", default=["modes", "while", "plain"],
-                    help="kfuse contenders beside the device loop (default settings): its two modes forced "
-                    "(graphs, persistent), the while loop, the plain loop")
+                    help="kfuse contenders beside the device loop (default settings: graphs): the loop as one "
+                    "persistent kernel (modes), the while loop, the plain loop")
     args = ap.parse_args(argv)
     import cupy as cp
     try:
@@ -269,8 +269,7 @@ def main(argv=None) -> int:
                                 args.check)
                 contenders = [("kfuse device loop", kfuse_fori, "cupy")]
                 if "modes" in args.kfuse:
-                    contenders += [("kfuse device loop, graphs", lambda m: kfuse_fori(m, "off"), "cupy"),
-                                   ("kfuse device loop, persistent", lambda m: kfuse_fori(m, "on"), "cupy")]
+                    contenders += [("kfuse device loop, persistent", lambda m: kfuse_fori(m, "on"), "cupy")]
                 if method in SOLVERS and "while" in args.kfuse:
                     contenders.append(("kfuse while_loop", kfuse_while, "cupy"))
                 if "plain" in args.kfuse:

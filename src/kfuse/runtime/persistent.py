@@ -42,7 +42,10 @@ from .launch import KernelLaunch, PackedArgs
 
 PARAM_BYTES = 4000          # the kernel's parameters (both steps by value) within the 4 KB of param space
 SHARED_BYTES = 48 * 1024    # static shared memory of one block
-MODE = os.environ.get("KFUSE_LOOP_PERSISTENT", "auto")    # auto, on (where possible), off
+# on: device loops run as one persistent kernel wherever they can; off (the default): as graphs.
+# Measured on the H100 (docs/design.md, "Loops"), a persistent step was no faster than the same
+# kernels as graph nodes at any size: a phase costs about as much as a kernel boundary
+MODE = os.environ.get("KFUSE_LOOP_PERSISTENT", "off")
 # blocks per multiprocessor the kernel is compiled for (__launch_bounds__' second argument): one
 # kernel holds every phase's code, and the compiler keeps values live across the step loop, so
 # without a bound it takes ~150-200 registers a thread and one block a multiprocessor
@@ -244,10 +247,11 @@ def build(inst) -> "Persistent | None":
     """The persistent kernel of a loop instance (``runtime/loop.Instance``, read through its
     fields), or None where it cannot run one or should not (``wanted``): kernels of clusters or of
     a thread count not a multiple of 32, too much shared memory or too many parameters, no
-    cooperative launches on the device, or a kernel that does not build."""
+    cooperative launches on the device, or a kernel that does not build.  ``KFUSE_LOOP_PERSISTENT=on``
+    asks for it: graphs are the default (see ``MODE``)."""
     from .args import facts
     from .gpu import cupy
-    if MODE == "off":
+    if not wanted():
         return None
     b, launches = inst.binding, inst.kernels
     codes = list(b.compiled.kernels)
@@ -267,8 +271,6 @@ def build(inst) -> "Persistent | None":
     threads = max(k.threads for k in kernels)
     sms = dev.attributes["MultiProcessorCount"]
     max_grid = max(L.grid for L in launches)
-    if not wanted(max_grid, sms * max(1, 2048 // threads)):
-        return None
     body = inst.body
     tmp = inst.tmp.ptr if inst.tmp is not None else 0
     index = facts(inst.index)[4]
@@ -375,18 +377,9 @@ class _Args(PackedArgs):
         self.pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
 
 
-def wanted(max_grid: int, resident: int) -> bool:
-    """Whether the persistent kernel should run a loop (``KFUSE_LOOP_PERSISTENT``: on, off, or
-    auto: where every kernel of the step fits in a few waves of the resident blocks, so that its
-    boundaries, not its memory traffic, bound a step)."""
-    if MODE == "off":
-        return False
-    if MODE == "on":
-        return True
-    return max_grid <= AUTO_WAVES * resident
-
-
-AUTO_WAVES = 8
+def wanted() -> bool:
+    """Whether loops should run as a persistent kernel (``KFUSE_LOOP_PERSISTENT``: on or off)."""
+    return MODE == "on"
 
 
 def compile_kernel(source: str):
