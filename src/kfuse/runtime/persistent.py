@@ -49,7 +49,7 @@ MODE = os.environ.get("KFUSE_LOOP_PERSISTENT", "off")
 # blocks per multiprocessor the kernel is compiled for (__launch_bounds__' second argument): one
 # kernel holds every phase's code, and the compiler keeps values live across the step loop, so
 # without a bound it takes ~150-200 registers a thread and one block a multiprocessor
-MIN_BLOCKS = int(os.environ.get("KFUSE_LOOP_PERSISTENT_BLOCKS", "2"))
+MIN_BLOCKS = 2
 
 
 @dataclass(frozen=True)
