@@ -22,12 +22,13 @@ from ..codegen.schedule import ScheduleMemo
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import Library
-from ..ir.program import Program, ScalarArg
+from ..ir.program import Program
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
     mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
 from .legality import why_not
 from .prune import MAX_SPAN_LOOP_J, Prune
 from .reasons import NoImplementation, Refusal, call_set
+from .shape import fusion_shape, stores_of
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
@@ -104,18 +105,6 @@ class Space:
     dims: dict[int, int] | None = None      # the sizes planned for (strip widths that cannot fit are not built)
 
 
-def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
-    """Values a kernel running these calls must write: returned, or read by a call outside."""
-    returned = graph.returned
-    out = set()
-    for i in calls:
-        for v in program.calls[i].outputs:
-            readers = [c for c in graph.succs[i] if v in graph.edge_values[(i, c)]]
-            if v.id in returned or any(c not in calls for c in readers):
-                out.add(v.id)
-    return frozenset(out)
-
-
 def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8, budget: int | None = None,
                       on_strips_rows: bool = False) -> tuple[list[Fusion], dict[frozenset[int], Refusal]] | None:
     """Legal fusions of two or more calls, and the reason each refused candidate was refused.
@@ -181,30 +170,6 @@ def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int]
             if total > limit:
                 return total
     return total
-
-
-def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int], stores: frozenset[int]) -> tuple:
-    """What a kernel's layout and predicted time depend on, with the calls' and values' names left
-    out: per call (in script order) its function, its arguments and results as values numbered by
-    first appearance (with type, dimensions and whether an input), its instance axes and the calls
-    of the fusion it depends on; and the values the kernel stores.  Fusions of one shape (a wide
-    script's repeated pairs) have the same implementations, laid out once (``Space.shapes``)."""
-    idx = sorted(calls)
-    pos = {c: k for k, c in enumerate(idx)}
-    num: dict[int, int] = {}
-
-    def val(v) -> tuple:
-        n = num.setdefault(v.id, len(num))
-        return (n, v.type, tuple(program.dim_of.get(d, d) for d in v.dims), v.is_input)
-
-    out = []
-    for c in idx:
-        call = program.calls[c]
-        args = tuple(("s", a.op, tuple(val(v) for v in a.values())) if isinstance(a, ScalarArg) else val(a)
-                     for a in call.args)
-        out.append((id(call.function), args, tuple(val(v) for v in call.outputs), call.axes,
-                    tuple(sorted(pos[p] for p in graph.preds[c] if p in pos))))
-    return tuple(out), tuple(sorted(num[v] for v in stores if v in num))
 
 
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
