@@ -6,7 +6,6 @@ values (``reasons.py``); ``str()`` of a reason is its sentence in ``explain()``.
 """
 from __future__ import annotations
 
-
 from ..ir.graph import DependencyGraph
 from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
