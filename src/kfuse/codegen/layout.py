@@ -143,8 +143,16 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
     frame: Frame | str | None = None
-    outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
-    slots: dict[bool, _Slots] = {}      # by span > 1
+    # what the copies share depends on the analysis alone: with a memo, found once for the
+    # analysis (kept with its steps), whatever the instances per block
+    shared = memo.copies.get(id(base.steps)) if memo is not None else None
+    if shared is None or shared[0] is not base.steps:
+        outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
+        shared = (base.steps, outside, {})
+        if memo is not None:
+            memo.copies[id(base.steps)] = shared
+    outside = shared[1]
+    slots: dict[bool, _Slots] = shared[2]      # by span > 1
     in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):

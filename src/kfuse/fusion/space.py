@@ -196,8 +196,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
     found, pruned = shapes[key]
-    return [(Implementation(calls, tuple(idx[k] for k in order), i.variants, i.by, i.loop, i.unroll, i.ipb, i.span,
-                            i.macros), code) for order, i, code in found], dict(pruned)
+    return [(replace(i, calls=calls, order=tuple(idx[k] for k in order)), code) for order, i, code in found], dict(pruned)
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
@@ -262,6 +261,8 @@ def _exchanges(code: KernelCode) -> bool:
 def _between_mappings(code: KernelCode) -> bool:
     """Does the kernel pass an element between routines of different mappings (through shared
     memory)?  A variant's own scratch (a local read with mapping "any") is not such an exchange."""
+    if not code.placement.shared:
+        return False
     ids: dict[str, set] = {}
     for s in code.steps:
         for a in s.accesses:
@@ -276,7 +277,9 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     barrier) are dropped when the same calls fuse without: it buys another access width, which one
     mapping also has, at a cost the calibration does not see (docs/design.md, 'Exchanges between
     mappings').  So is a map kernel needing any shared memory."""
-    between = [_between_mappings(code) for _, code in found]     # each kernel's steps walked once
+    by_placement: dict[int, bool] = {}      # the copies of one analysis share its placement and accesses
+    between = [by_placement[id(code.placement)] if id(code.placement) in by_placement
+               else by_placement.setdefault(id(code.placement), _between_mappings(code)) for _, code in found]
     if any(between) and not all(between):
         pruned[Prune.BETWEEN_MAPPINGS] = sum(between)
         found = [ic for ic, b in zip(found, between) if not b]
