@@ -135,12 +135,13 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
     return legal, refused
 
 
-def _orders(graph: DependencyGraph, calls: frozenset[int]) -> list[tuple[int, ...]]:
-    """Topological orders of the calls (dependencies inside the fusion), at most MAX_ORDERS."""
+def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDERS) -> list[tuple[int, ...]]:
+    """Topological orders of the calls (dependencies inside the fusion), the first ``most`` (at
+    most MAX_ORDERS)."""
     out: list[tuple[int, ...]] = []
 
     def rec(done: tuple[int, ...], left: frozenset[int]) -> None:
-        if len(out) >= MAX_ORDERS:
+        if len(out) >= most:
             return
         if not left:
             out.append(done)
@@ -190,7 +191,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     idx = sorted(calls)
     key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
     if variants_of is not None:
-        key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
+        key += (tuple(tuple(v) for o in _orders(graph, calls, 1) for v in variants_of(o)),)
     if key not in shapes:
         impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
         pos = {c: k for k, c in enumerate(idx)}
@@ -207,7 +208,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     pruned = {Prune.REFUSED: 0, Prune.DOMINATED: 0, Prune.UNROLLED_WITHOUT_LOOP: 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     spans = tuple(spans) if nesting == 2 else (1,)
-    orders = _orders(graph, calls)[:1] if sampled else _orders(graph, calls)
+    orders = _orders(graph, calls, 1) if sampled else _orders(graph, calls)
     keep = whole_choice(program, graph, calls)
     for order in orders:
         var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
