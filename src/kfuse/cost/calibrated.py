@@ -105,7 +105,7 @@ class CalibratedModel:
         self._facts: dict[int, tuple[tuple, list[tuple], int]] = {}   # id(steps) -> (steps, _step_facts, its number)
         self._fact_numbers: dict[tuple, int] = {}   # _step_facts' contents -> a number (never reused)
         self._numbers = itertools.count()
-        self._parts: dict[tuple, dict[str, float]] = {}     # kernel_parts by what it reads (_parts_key)
+        self._parts: dict[tuple, dict[str, float]] = {}     # kernel_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)

@@ -25,7 +25,7 @@ def _readers_of(program: Program, graph: DependencyGraph, i: int) -> tuple[tuple
     got = graph.memo.get(key)
     if got is None:
         got = graph.memo[key] = tuple(
-            (v.id, tuple(c for c in graph.succs[i] if any(u is v for u in graph.edge_values[(i, c)])))
+            (v.id, tuple(c for c in graph.succs[i] if v in graph.edge_values[(i, c)]))
             for v in program.calls[i].outputs)
     return got
 
@@ -40,7 +40,8 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
     idx = sorted(calls)
     pos = {c: k for k, c in enumerate(idx)}
     num: dict[int, int] = {}
-    fixed, numbers = [], []
+    fixed: list[tuple] = []
+    numbers: list[int] = []
     for c in idx:
         part, vids = _call_shape(program, graph, c)
         fixed.append((part, tuple(sorted(pos[p] for p in graph.preds[c] if p in pos))))

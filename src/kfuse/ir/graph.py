@@ -43,7 +43,8 @@ class DependencyGraph:
                 producer[v.id] = c.index
         self.producer = producer
         # results of pure functions of the program kept for the planner's many questions, each
-        # under keys of its own (fusion/legality.py: each edge's verdict, each call's reads)
+        # under keys of its own (fusion/legality.py: each edge's verdict, each call's reads;
+        # fusion/shape.py: each call's part of a fusion shape, the readers of its results)
         self.memo: dict[tuple, Any] = {}
         self.returned = frozenset(v.id for v in program.outputs)    # the values the script returns
         self._topo: tuple[int, ...] | None = None
