@@ -16,6 +16,7 @@ checks of the copies are in ``copies.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
@@ -143,8 +144,16 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
     frame: Frame | str | None = None
-    outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
-    slots: dict[bool, _Slots] = {}      # by span > 1
+    # what the copies share depends on the analysis alone: with a memo, found once for the
+    # analysis (kept with its steps), whatever the instances per block
+    shared = memo.copies.get(id(base.steps)) if memo is not None else None
+    if shared is None or shared[0] is not base.steps:
+        outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
+        shared = (base.steps, outside, {})
+        if memo is not None:
+            memo.copies[id(base.steps)] = shared
+    outside = shared[1]
+    slots: dict[bool, _Slots] = shared[2]      # by span > 1
     in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
@@ -409,12 +418,19 @@ def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -
             scalars[v.id] = v
     args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
              for v in scalars.values()]
+    return tuple(args) + _trailing_args(tuple(axis_dims), tuple(extents), cluster)
+
+
+@lru_cache(maxsize=4096)
+def _trailing_args(axis_dims: tuple[int, ...], extents: tuple[int, ...], cluster: tuple[int, int]
+                   ) -> tuple[GlobalArg, ...]:
+    """The arguments after the arrays and scalars: counts, iterations, the flip (made once per
+    instance space: they are values)."""
     C, cax = cluster
-    args += [GlobalArg("count", f"n_{ax}", axis=d, divisor=e, multiple=C if k == cax else 1)
-             for k, (ax, d, e) in enumerate(zip("ij", axis_dims, extents))]
-    args.append(GlobalArg("iters", "iters"))
-    args.append(GlobalArg("flip", "kf_flip"))     # 1 on every other call: mirrored block order
-    return tuple(args)
+    return (tuple(GlobalArg("count", f"n_{ax}", axis=d, divisor=e, multiple=C if k == cax else 1)
+                  for k, (ax, d, e) in enumerate(zip("ij", axis_dims, extents)))
+            + (GlobalArg("iters", "iters"),
+               GlobalArg("flip", "kf_flip")))     # 1 on every other call: mirrored block order
 
 
 MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
@@ -443,5 +459,10 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
         arrays, scalars = s.kc.routine_values(s.routine)
         return any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)
 
-    return next((ph for ph in ("pre", "loop", "post")
-                 if any(s.phase == ph and s.routine is not None and reads_prior(s) for s in steps)), None)
+    if not prior:
+        return None
+    reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)
+    for s in steps:
+        if s.routine is not None and s.phase not in reading and reads_prior(s):
+            reading.add(s.phase)
+    return next((ph for ph in ("pre", "loop", "post") if ph in reading), None)

@@ -112,6 +112,9 @@ class ScheduleMemo:
         # layout._frame_parts by the analysis's steps (kept with them): the frames of a kernel's
         # instances-per-block choices share them
         self.frames: dict[int, tuple[tuple, tuple]] = {}
+        # layout.copy_layouts' findings shared by an analysis's copies, by its steps (kept with
+        # them): the elements used outside the loop and the _Slots of no span and of any span
+        self.copies: dict[int, tuple[tuple, frozenset[str], dict]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
 
     @staticmethod

@@ -25,6 +25,7 @@ outside the max.  Environments not measured exactly are interpolated:
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from dataclasses import replace
@@ -101,7 +102,10 @@ class CalibratedModel:
         self._tables = calibration_tables(cal)
         self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
-        self._facts: dict[int, tuple[tuple, list[tuple]]] = {}   # id(steps) -> (steps, _step_facts)
+        self._facts: dict[int, tuple[tuple, list[tuple], int]] = {}   # id(steps) -> (steps, _step_facts, its number)
+        self._fact_numbers: dict[tuple, int] = {}   # _step_facts' contents -> a number (never reused)
+        self._numbers = itertools.count()
+        self._parts: dict[tuple, dict[str, float]] = {}     # kernel_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
@@ -169,13 +173,29 @@ class CalibratedModel:
 
     # -- one kernel ----------------------------------------------------------------------------
     def kernel_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> dict[str, float]:
-        """Seconds of each term: transfer, compute, barrier, launch, clears."""
+        """Seconds of each term: transfer, compute, barrier, launch, clears.  Found once for all
+        kernels that agree in everything it reads (their steps' facts, their launch's facts, unroll,
+        instances per block, span, threads and whether they clear): kernels of different fusions
+        often do (a long script's fusions of one kind but not one shape)."""
         L, spec = code.launch, code.spec
-        instances, iters, slots, resident, scale, loop, bar_ns = self._launch_facts(code, dims, itemsize)
+        launch = self._launch_facts(code, dims, itemsize)
+        facts, number = self._numbered_step_facts(code.steps)
+        key = (number, launch, spec.unroll, spec.ipb, L.span, L.threads, bool(L.clears))
+        got = self._parts.get(key)
+        if got is None:
+            if len(self._parts) >= FACTS_KEPT:
+                self._parts.clear()
+            got = self._parts[key] = self._kernel_parts(code, launch, facts)
+        return dict(got)
+
+    def _kernel_parts(self, code: KernelCode, launch: tuple, facts: list[tuple]) -> dict[str, float]:
+        """``kernel_parts`` from the facts of the kernel's launch and steps."""
+        L, spec = code.launch, code.spec
+        instances, iters, slots, resident, scale, loop, bar_ns = launch
         ns = {"load": 0.0, "overlap": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
         atomic = 0                  # transfer.atomic_warps
-        for in_loop, once, has_barrier, pid, kind, T, warps in self._step_facts(code.steps):
+        for in_loop, once, has_barrier, pid, kind, T, warps in facts:
             runs = instances if in_loop else slots * L.span
             if once:                # once for the block's span of instances across the loop
                 runs = -(-runs // L.span)
@@ -260,9 +280,13 @@ class CalibratedModel:
         instance its store adds partial results with, ``transfer.atomic_step_warps``).  Kept by the steps'
         identity (the tuple is kept alive with them): a kernel's unrolled copies and its
         instances-per-block choices share one steps tuple."""
+        return self._numbered_step_facts(steps)[0]
+
+    def _numbered_step_facts(self, steps: tuple) -> tuple[list[tuple], int]:
+        """(``_step_facts``, a number that steps of the same facts share)."""
         got = self._facts.get(id(steps))
         if got is not None and got[0] is steps:
-            return got[1]
+            return got[1], got[2]
         facts: list[tuple] = []
         for s in steps:
             if s.routine is None:
@@ -276,8 +300,14 @@ class CalibratedModel:
             facts.append((s.phase == "loop", s.once_per_span, s.barrier) + got)
         if len(self._facts) >= FACTS_KEPT:
             self._facts.clear()     # a model may rank many programs: it must not keep their kernels alive
-        self._facts[id(steps)] = (steps, facts)
-        return facts
+        content = tuple(facts)
+        number = self._fact_numbers.get(content)
+        if number is None:
+            if len(self._fact_numbers) >= FACTS_KEPT:
+                self._fact_numbers.clear()      # numbers come from a counter: none is given twice
+            number = self._fact_numbers[content] = next(self._numbers)
+        self._facts[id(steps)] = (steps, facts, number)
+        return facts, number
 
     def _probe_key(self, s) -> str:
         """The calibration's key of the probe that prices a step's routine (``_probed_macros``)."""

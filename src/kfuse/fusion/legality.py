@@ -6,8 +6,6 @@ values (``reasons.py``); ``str()`` of a reason is its sentence in ``explain()``.
 """
 from __future__ import annotations
 
-from itertools import combinations
-
 from ..ir.graph import DependencyGraph
 from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
@@ -123,23 +121,36 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
     consumer walks the same strips), so the global barrier becomes a block barrier.  Whether the
     rows fit that block depends on the sizes: ``fits_at`` decides per implementation."""
     for p, c in graph.edges_within(fusion):
-        prod, cons = program.calls[p], program.calls[c]
-        for v in graph.edge_values[(p, c)]:
-            out = next(q for q, o in zip(prod.function.outputs, prod.outputs) if o is v)
-            for q, a in zip(cons.function.inputs, cons.args):
-                if isinstance(a, ScalarArg) and a.reads(v):
-                    return ScalarBarrier(cons, prod, v)
-                if a is not v:
-                    continue
-                if q.index != out.index:
-                    return IndexBarrier(cons, prod, v, ''.join(q.index), ''.join(out.index))
-                if out.reduce and not q.partial:
-                    axes = reduced_axes(prod, out)
-                    if spans_whole(prod, cons, axes):
-                        continue            # one pass: the reduction completes within a block
-                    return ReductionBarrier(cons, prod, v, axes)
-                if q.partial and not out.reduce:
-                    return PartialsOfMap(cons, q.name, v)
+        key = ("exchange", p, c)
+        if key not in graph.memo:
+            graph.memo[key] = _edge_exchange(program, graph, p, c)
+        reason = graph.memo[key]
+        if reason is not None:
+            return reason
+    return None
+
+
+def _edge_exchange(program: Program, graph: DependencyGraph, p: int, c: int
+                   ) -> ScalarBarrier | IndexBarrier | ReductionBarrier | PartialsOfMap | None:
+    """``exchanges_on_chip`` of the edge from call p to call c alone (the first reason among its
+    values; it depends on nothing else, so each edge is judged once: ``graph.memo``)."""
+    prod, cons = program.calls[p], program.calls[c]
+    for v in graph.edge_values[(p, c)]:
+        out = next(q for q, o in zip(prod.function.outputs, prod.outputs) if o is v)
+        for q, a in zip(cons.function.inputs, cons.args):
+            if isinstance(a, ScalarArg) and a.reads(v):
+                return ScalarBarrier(cons, prod, v)
+            if a is not v:
+                continue
+            if q.index != out.index:
+                return IndexBarrier(cons, prod, v, ''.join(q.index), ''.join(out.index))
+            if out.reduce and not q.partial:
+                axes = reduced_axes(prod, out)
+                if spans_whole(prod, cons, axes):
+                    continue            # one pass: the reduction completes within a block
+                return ReductionBarrier(cons, prod, v, axes)
+            if q.partial and not out.reduce:
+                return PartialsOfMap(cons, q.name, v)
     return None
 
 
@@ -250,10 +261,15 @@ def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[in
         for v in graph.shared_of[i]:
             readers.setdefault(v, []).append(i)
     for v, inside in readers.items():
-        for a, b in combinations(inside, 2):
-            if _same_element(program, v, a, b):
-                links[a].add(b)
-                links[b].add(a)
+        # calls reading v as the same element are linked: each to the first such reader (the
+        # same calls connected as by linking every such pair)
+        first: dict[tuple[str, ...], int] = {}
+        for a in inside:
+            for index in _read_index(program, graph, a).get(v, ()):
+                b = first.setdefault(index, a)
+                if b != a:
+                    links[a].add(b)
+                    links[b].add(a)
     start = min(fusion)
     seen, stack = {start}, [start]
     while stack:
@@ -265,11 +281,19 @@ def saves_traffic(program: Program, graph: DependencyGraph, fusion: frozenset[in
     return None
 
 
-def _same_element(program: Program, vid: int, a: int, b: int) -> bool:
-    """Do calls a and b read value vid as the same element (same instance axes)?"""
-    def index(c: Call):
-        return {q.index for q, x in zip(c.function.inputs, c.args) if isinstance(x, Value) and x.id == vid}
-    return bool(index(program.calls[a]) & index(program.calls[b]))
+def _read_index(program: Program, graph: DependencyGraph, c: int) -> dict[int, frozenset]:
+    """Value id -> the index (instance axes) of each input of call c that reads it as an array
+    (made once per call: ``graph.memo``)."""
+    key = ("reads", c)
+    got = graph.memo.get(key)
+    if got is None:
+        call = program.calls[c]
+        found: dict[int, set] = {}
+        for q, x in zip(call.function.inputs, call.args):
+            if isinstance(x, Value):
+                found.setdefault(x.id, set()).add(q.index)
+        got = graph.memo[key] = {vid: frozenset(ix) for vid, ix in found.items()}
+    return got
 
 
 RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, saves_traffic)

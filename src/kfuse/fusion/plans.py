@@ -27,7 +27,8 @@ from .horizontal import HorizontalInputs, Tried, horizontal_pass
 from .partition import Partition, count_plans, exhaustive_partitions, greedy_partitions, ordered, refine_chosen
 from .reasons import Misfit, NoImplementation
 from .rank import Ranked, Ranker, entries_of, planning_dims, rank_space
-from .space import SPANS, Space, build_space, stores_of
+from .shape import stores_of
+from .space import SPANS, Space, build_space
 from .ties import DEFAULT_BY
 
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions

@@ -48,6 +48,9 @@ class Ranker:
                  clusters: bool = True):
         self.model, self.dims, self.entries, self.itemsize, self.clusters = model, dims, entries, itemsize, clusters
         self._scores: dict[int, tuple[float, KernelCode]] = {}   # id(code) -> (score, code)
+        # rank's answer by the identity of the kernels ranked: (the kernels, kept alive so that their
+        # ids are not reused; each ranked entry's score and position in the list ranked)
+        self._ranks: dict[tuple[int, ...], tuple[tuple[KernelCode, ...], list[tuple[float, int]]]] = {}
 
     def score(self, code: KernelCode) -> float:
         """Predicted seconds, kept to 0.1 us: closer predictions are ties, broken by measured
@@ -74,7 +77,25 @@ class Ranker:
                 else NoImplementation.FITS)
 
     def rank(self, impls: list[tuple[Implementation, KernelCode]]) -> Ranked:
-        """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first."""
+        """Implementations that fit the sizes at hand (``legality.fits_at``), best predicted first.
+
+        Fusions of one shape share their kernels (fusion/space.py ``fusion_shape``) and their
+        implementations differ only in the calls named, mapped in increasing order: everything the
+        ranking reads (the kernels, the implementations' choices, their call orders compared
+        lexicographically) orders them alike, so it is found once per list of kernels."""
+        codes = tuple(code for _, code in impls)
+        key = tuple(map(id, codes))
+        got = self._ranks.get(key)
+        if got is None:
+            ranked = self._rank(impls)
+            position = {id(impl): n for n, (impl, _) in enumerate(impls)}
+            if len(position) < len(impls):
+                return ranked           # an implementation listed twice: not kept
+            got = self._ranks[key] = (codes, [(t, position[id(impl)]) for t, impl, _ in ranked])
+        return [(t, impls[n][0], impls[n][1]) for t, n in got[1]]
+
+    def _rank(self, impls: list[tuple[Implementation, KernelCode]]) -> Ranked:
+        """``rank``, found."""
         fitting = without_fallbacks([(impl, code) for impl, code in impls if self.fits(code) is None], impls)
         fitting = without_serial_sections(fitting, self.fills_gpu)
         if not self.clusters or any(code.launch.cluster == 1 for _, code in fitting):

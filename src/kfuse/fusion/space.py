@@ -22,12 +22,13 @@ from ..codegen.schedule import ScheduleMemo
 from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import Library
-from ..ir.program import Program, ScalarArg
+from ..ir.program import Program
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
     mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
 from .legality import why_not
 from .prune import MAX_SPAN_LOOP_J, Prune
 from .reasons import NoImplementation, Refusal, call_set
+from .shape import fusion_shape, stores_of
 
 UNROLLS = (1, 2, 4)
 SPANS = (1, 2, 4)           # nested kernels: instances across the loop axis per block
@@ -104,18 +105,6 @@ class Space:
     dims: dict[int, int] | None = None      # the sizes planned for (strip widths that cannot fit are not built)
 
 
-def stores_of(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> frozenset[int]:
-    """Values a kernel running these calls must write: returned, or read by a call outside."""
-    returned = graph.returned
-    out = set()
-    for i in calls:
-        for v in program.calls[i].outputs:
-            readers = [c for c in graph.succs[i] if v in graph.edge_values[(i, c)]]
-            if v.id in returned or any(c not in calls for c in readers):
-                out.add(v.id)
-    return frozenset(out)
-
-
 def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 8, budget: int | None = None,
                       on_strips_rows: bool = False) -> tuple[list[Fusion], dict[frozenset[int], Refusal]] | None:
     """Legal fusions of two or more calls, and the reason each refused candidate was refused.
@@ -146,12 +135,13 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
     return legal, refused
 
 
-def _orders(graph: DependencyGraph, calls: frozenset[int]) -> list[tuple[int, ...]]:
-    """Topological orders of the calls (dependencies inside the fusion), at most MAX_ORDERS."""
+def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDERS) -> list[tuple[int, ...]]:
+    """Topological orders of the calls (dependencies inside the fusion), the first ``most`` (at
+    most MAX_ORDERS)."""
     out: list[tuple[int, ...]] = []
 
     def rec(done: tuple[int, ...], left: frozenset[int]) -> None:
-        if len(out) >= MAX_ORDERS:
+        if len(out) >= most:
             return
         if not left:
             out.append(done)
@@ -183,30 +173,6 @@ def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int]
     return total
 
 
-def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int], stores: frozenset[int]) -> tuple:
-    """What a kernel's layout and predicted time depend on, with the calls' and values' names left
-    out: per call (in script order) its function, its arguments and results as values numbered by
-    first appearance (with type, dimensions and whether an input), its instance axes and the calls
-    of the fusion it depends on; and the values the kernel stores.  Fusions of one shape (a wide
-    script's repeated pairs) have the same implementations, laid out once (``Space.shapes``)."""
-    idx = sorted(calls)
-    pos = {c: k for k, c in enumerate(idx)}
-    num: dict[int, int] = {}
-
-    def val(v) -> tuple:
-        n = num.setdefault(v.id, len(num))
-        return (n, v.type, tuple(program.dim_of.get(d, d) for d in v.dims), v.is_input)
-
-    out = []
-    for c in idx:
-        call = program.calls[c]
-        args = tuple(("s", a.op, tuple(val(v) for v in a.values())) if isinstance(a, ScalarArg) else val(a)
-                     for a in call.args)
-        out.append((id(call.function), args, tuple(val(v) for v in call.outputs), call.axes,
-                    tuple(sorted(pos[p] for p in graph.preds[c] if p in pos))))
-    return tuple(out), tuple(sorted(num[v] for v in stores if v in num))
-
-
 def implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
                     spans: tuple[int, ...] = SPANS, sampled: bool = False, variants_of=None, shapes=None,
                     memo: ScheduleMemo | None = None, dims: dict[int, int] | None = None
@@ -225,14 +191,13 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     idx = sorted(calls)
     key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
     if variants_of is not None:
-        key += (tuple(tuple(v) for o in _orders(graph, calls)[:1] for v in variants_of(o)),)
+        key += (tuple(tuple(v) for o in _orders(graph, calls, 1) for v in variants_of(o)),)
     if key not in shapes:
         impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
     found, pruned = shapes[key]
-    return [(Implementation(calls, tuple(idx[k] for k in order), i.variants, i.by, i.loop, i.unroll, i.ipb, i.span,
-                            i.macros), code) for order, i, code in found], dict(pruned)
+    return [(replace(i, calls=calls, order=tuple(idx[k] for k in order)), code) for order, i, code in found], dict(pruned)
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
@@ -243,7 +208,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     pruned = {Prune.REFUSED: 0, Prune.DOMINATED: 0, Prune.UNROLLED_WITHOUT_LOOP: 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     spans = tuple(spans) if nesting == 2 else (1,)
-    orders = _orders(graph, calls)[:1] if sampled else _orders(graph, calls)
+    orders = _orders(graph, calls, 1) if sampled else _orders(graph, calls)
     keep = whole_choice(program, graph, calls)
     for order in orders:
         var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
@@ -297,6 +262,8 @@ def _exchanges(code: KernelCode) -> bool:
 def _between_mappings(code: KernelCode) -> bool:
     """Does the kernel pass an element between routines of different mappings (through shared
     memory)?  A variant's own scratch (a local read with mapping "any") is not such an exchange."""
+    if not code.placement.shared:
+        return False
     ids: dict[str, set] = {}
     for s in code.steps:
         for a in s.accesses:
@@ -311,7 +278,9 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     barrier) are dropped when the same calls fuse without: it buys another access width, which one
     mapping also has, at a cost the calibration does not see (docs/design.md, 'Exchanges between
     mappings').  So is a map kernel needing any shared memory."""
-    between = [_between_mappings(code) for _, code in found]     # each kernel's steps walked once
+    by_placement: dict[int, bool] = {}      # the copies of one analysis share its placement and accesses
+    between = [by_placement[id(code.placement)] if id(code.placement) in by_placement
+               else by_placement.setdefault(id(code.placement), _between_mappings(code)) for _, code in found]
     if any(between) and not all(between):
         pruned[Prune.BETWEEN_MAPPINGS] = sum(between)
         found = [ic for ic, b in zip(found, between) if not b]

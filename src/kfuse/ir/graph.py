@@ -12,6 +12,7 @@ made planning quadratic in the script's length (issue 44, finding 5).
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 from ..errors import ScriptError
 from .program import Program, ScalarArg, Value
@@ -41,6 +42,10 @@ class DependencyGraph:
             for v in c.outputs:
                 producer[v.id] = c.index
         self.producer = producer
+        # results of pure functions of the program kept for the planner's many questions, each
+        # under keys of its own (fusion/legality.py: each edge's verdict, each call's reads;
+        # fusion/shape.py: each call's part of a fusion shape, the readers of its results)
+        self.memo: dict[tuple, Any] = {}
         self.returned = frozenset(v.id for v in program.outputs)    # the values the script returns
         self._topo: tuple[int, ...] | None = None
         self._desc: list[int] | None = None
