@@ -224,8 +224,9 @@ class JitFunction:
                 tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
 
     def trace(self, *args, **kwargs) -> Lowered:
-        """The script a call with these arguments runs (NumPy arrays will do: only shapes and
-        dtypes are read)."""
+        """The lowered trace a call with these arguments runs: its program (``.program``) and
+        the program as a script (``.script``, what it shows at a prompt); NumPy arrays will do:
+        only shapes and dtypes are read."""
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
         specs, _ = self.specs(args)
@@ -260,7 +261,8 @@ class JitFunction:
 
     @property
     def script(self) -> str:
-        """The traced script of the last call's signature."""
+        """The program of the last call's signature, as a script (for people: the program is
+        built without it)."""
         return self._last().lowered.script
 
     @property
