@@ -5,9 +5,9 @@ traced graph onto library calls and builds the program IR from them (``frontend/
 ``frontend/lowered.py``: the script front end's builder, so the same program a script of those
 calls parses to, with errors at the user's line) and plans it with ``kfuse.api.compile_program``
 -- the same plan search and code generation as the script front end.  ``fn.script`` shows the
-program as a script.  Later calls with that
-signature look the compiled program up in a dict and go straight to its call path
-(``CompiledScript.__call__``: bindings per argument signature, CUDA graph replay).
+program as a script.  Later calls with that signature look the compiled program up in a dict
+and go straight to its call path (``CompiledScript.__call__``: bindings per argument signature,
+CUDA graph replay).
 
 The signature (the dict key) is, per argument, its type, rank and dtype -- a Python number and
 a 0-d device array differ, so a scalar an earlier call returned is passed by address.  Shapes,
