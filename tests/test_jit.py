@@ -146,6 +146,22 @@ def test_cg_step_script_reads_like_the_function():
     assert [v.name for v in prog.outputs] == ["v4", "v5", "v7", "s6"]
 
 
+def test_the_program_is_built_from_the_trace_and_its_script_parses_back_to_it(monkeypatch):
+    """The jit builds the program IR from the lowered calls, parsing no text (issue 43); the
+    script is a rendering of it for people that parses back to the same program."""
+    from kfuse.frontend import parser as parser_module
+
+    def step(A, x, r, p, rr):
+        alpha = rr / (p @ (A @ p))
+        return x + alpha * p, r - alpha * (A @ p), kfuse.sqrt(alpha) - 1e-05
+    with monkeypatch.context() as m:
+        m.setattr(parser_module, "tokenize", lambda *a: pytest.fail("the jit parsed a script"))
+        low = kfuse.jit(step).trace(np.zeros((N, N), np.float32), u, u, u, Dev0())
+    assert low.program.source == low.script and low.program.name == "step"
+    parsed = parse_script(low.script, kfuse.load_library(), name="step").with_device_scalars(["rr"])
+    assert parsed == low.program and parsed.dim_of == low.program.dim_of
+
+
 # -- errors --------------------------------------------------------------------------------------
 def _raises(fn, *args, match):
     with pytest.raises(kfuse.TraceError, match=match) as e:

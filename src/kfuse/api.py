@@ -1,4 +1,5 @@
-"""The user-facing entry point: ``kfuse.compile`` parses, plans and generates a script's CUDA."""
+"""The user-facing entry point: ``kfuse.compile`` parses, plans and generates a script's CUDA;
+``compile_program`` plans and generates a program already built (the jit's)."""
 from __future__ import annotations
 
 import gc
@@ -125,9 +126,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     ``name`` names the program (kernels' comments, ``plan``; default: the file's stem or "script").
     Needs no GPU; running the result needs CuPy.
     """
-    if dtype not in DTYPES:
-        raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
+    _check_dtype(dtype)
     if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
         raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
     folders = [] if library is None or isinstance(library, Library) else (
@@ -142,20 +141,44 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             _check_reserved(program)
             if device_scalars:
                 program = _with_device_scalars(program, device_scalars)
-        if sizes:
-            sizes = _resolve_sizes(program, sizes)
-        if fuse:
-            search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
-                                model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal,
-                                clusters=clusters_available(), vector_on_strips=vector_on_strips)
-            with timer("search"):
-                stored = stored_plan(program, search, dtype, tuned)
-                plan = stored or search.best()
-        else:
-            with timer("search"):
-                search, plan, stored = None, unfused_plan(program, lib), None
-        with timer("layout"):
-            kernels = generate(plan, lib)
+        return _planned(program, lib, dtype, fuse, sizes, tuned, calibration, horizontal, vector_on_strips, timer)
+
+
+def compile_program(program: Program, library: Library, dtype: str = "float32", fuse: bool = True,
+                    sizes: dict[str, int] | None = None, tuned: bool | str | Path = True, calibration=True,
+                    horizontal: bool = True, vector_on_strips: bool = False, timer: PassTimes | None = None
+                    ) -> CompiledScript:
+    """A program already built (``@kfuse.jit``'s, over ``library``) planned and generated as
+    ``compile`` does a parsed script; ``timer`` holds the passes timed before (the front end)."""
+    _check_dtype(dtype)
+    with _collector_paused():
+        return _planned(program, library, dtype, fuse, sizes, tuned, calibration, horizontal, vector_on_strips,
+                        timer or PassTimes())
+
+
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
+
+
+def _planned(program: Program, lib: Library, dtype: str, fuse: bool, sizes, tuned, calibration, horizontal: bool,
+             vector_on_strips: bool, timer: PassTimes) -> CompiledScript:
+    """The plan search and code generation of ``compile`` (the collector paused by the caller)."""
+    if sizes:
+        sizes = _resolve_sizes(program, sizes)
+    if fuse:
+        search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
+                            model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal,
+                            clusters=clusters_available(), vector_on_strips=vector_on_strips)
+        with timer("search"):
+            stored = stored_plan(program, search, dtype, tuned)
+            plan = stored or search.best()
+    else:
+        with timer("search"):
+            search, plan, stored = None, unfused_plan(program, lib), None
+    with timer("layout"):
+        kernels = generate(plan, lib)
     compiled = CompiledScript(program, lib, dtype, plan, kernels)
     compiled.search = search
     compiled.timings = timer

@@ -1,10 +1,13 @@
 """``@kfuse.jit``: a Python function over arrays, traced into a program and run like a script.
 
-The first call with a new signature traces the function (``frontend/trace.py``), writes the
-traced graph as a script (``frontend/lower.py``) and compiles it with ``kfuse.compile`` -- the
-same program, plan search and code generation as the script front end.  Later calls with that
-signature look the compiled program up in a dict and go straight to its call path
-(``CompiledScript.__call__``: bindings per argument signature, CUDA graph replay).
+The first call with a new signature traces the function (``frontend/trace.py``), lowers the
+traced graph onto library calls and builds the program IR from them (``frontend/lower.py``,
+``frontend/lowered.py``: the script front end's builder, so the same program a script of those
+calls parses to, with errors at the user's line) and plans it with ``kfuse.api.compile_program``
+-- the same plan search and code generation as the script front end.  ``fn.script`` shows the
+program as a script.  Later calls with that signature look the compiled program up in a dict
+and go straight to its call path (``CompiledScript.__call__``: bindings per argument signature,
+CUDA graph replay).
 
 The signature (the dict key) is, per argument, its type, rank and dtype -- a Python number and
 a 0-d device array differ, so a scalar an earlier call returned is passed by address.  Shapes,
@@ -29,12 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from .api import compile as compile_script
+from .api import compile_program
+from .compiled import CompiledScript
 from .errors import KfuseError, ScriptError, TraceError
-from .frontend.lower import Lowered, lower
-from .frontend.trace import ArgSpec, Proxy, trace, user_site
+from .frontend.lower import lower
+from .frontend.lowered import Lowered
+from .frontend.trace import ArgSpec, Proxy, Trace, trace, user_site
 from .library.loader import load_library
 from .library.schema import Library
+from .passes import PassTimes
 
 _SHARED: dict = {}          # full key -> _Entry, across jitted functions (the same code and library)
 _NUMBER = "number"
@@ -218,12 +224,13 @@ class JitFunction:
                 tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
 
     def trace(self, *args, **kwargs) -> Lowered:
-        """The script a call with these arguments runs (NumPy arrays will do: only shapes and
-        dtypes are read)."""
+        """The lowered trace a call with these arguments runs: its program (``.program``) and
+        the program as a script (``.script``, what it shows at a prompt); NumPy arrays will do:
+        only shapes and dtypes are read."""
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
         specs, _ = self.specs(args)
-        return lower(trace(self.fn, specs, self.library))
+        return lower(trace(self.fn, specs, self.library), self.fn.__name__)
 
     def compile(self, *args, **kwargs):
         """The compiled program a call with these arguments runs (traced and compiled now if need be;
@@ -241,8 +248,7 @@ class JitFunction:
         if entry is not None:
             return entry
         tr = trace(self.fn, specs, self.library)
-        lowered = lower(tr)
-        compiled = compile_lowered(lowered, dtype, self.library, self._options, self.fn.__name__)
+        lowered, compiled = lower_and_compile(tr, self.fn.__name__, dtype, self.library, self._options)
         entry = _SHARED[key] = _Entry(compiled, lowered, tr.single, dtype, key)
         return entry
 
@@ -255,7 +261,8 @@ class JitFunction:
 
     @property
     def script(self) -> str:
-        """The traced script of the last call's signature."""
+        """The program of the last call's signature, as a script (for people: the program is
+        built without it)."""
         return self._last().lowered.script
 
     @property
@@ -277,20 +284,22 @@ class JitFunction:
         return f"<kfuse.jit {self.fn.__qualname__}: {len(self._entries)} signature(s)>"
 
 
-def compile_lowered(lowered: Lowered, dtype: np.dtype, library: Library, options: tuple, name: str):
-    """The traced script compiled like any script; an error in it names the user's line."""
+def lower_and_compile(tr: Trace, name: str, dtype: np.dtype, library: Library,
+                      options: tuple) -> tuple[Lowered, CompiledScript]:
+    """A traced function's program (named ``name``; errors name the user's line), planned and
+    generated like any script's; the lowering and building are the compile's parse pass."""
     fuse, tuned, calibration, on_strips = options
+    timer = PassTimes()
+    with timer("parse"):
+        lowered = lower(tr, name)
     try:
-        return compile_script(lowered.script, dtype=dtype.name, library=library, fuse=fuse,
-                              sizes=lowered.sizes, tuned=tuned, calibration=calibration,
-                              device_scalars=lowered.device_scalars, name=name, vector_on_strips=on_strips)
+        return lowered, compile_program(lowered.program, library, dtype.name, fuse=fuse, sizes=lowered.sizes,
+                                        tuned=tuned, calibration=calibration, vector_on_strips=on_strips,
+                                        timer=timer)
     except TraceError:
         raise
-    except ScriptError as e:
-        site = lowered.sites.get(e.line)
-        if site is None:
-            raise KfuseError(f"{name}: the traced script is refused ({e}); the script:\n{lowered.script}") from None
-        raise TraceError(e.bare, site) from None
+    except ScriptError as e:        # the planner refused the program: no line of the user's to name
+        raise KfuseError(f"{name}: the traced script is refused ({e}); the script:\n{lowered.script}") from None
 
 
 def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=True, vector_on_strips: bool = False):

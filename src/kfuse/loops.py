@@ -46,9 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from .decorator import JitFunction, _code_key, _dtype, compile_lowered
+from .decorator import JitFunction, _code_key, _dtype, lower_and_compile
 from .errors import KfuseError, TraceError
-from .frontend.lower import lower
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from .library.loader import load_library
 from .runtime.control import expression
@@ -160,8 +159,8 @@ class _Body:
                 raise TraceError(f"{what}: the body returns {got} as state entry {j}, which came in as a "
                                  f"{RANK_WORDS[rank]}" + (f" of shape {spec.shape}" if rank else "")
                                  + " (a loop's state keeps its shapes)", res.site)
-        self.lowered = lowered = lower(tr)
-        self.compiled = compile_lowered(lowered, dtype, library, options, step.__name__)
+        lowered, self.compiled = lower_and_compile(tr, step.__name__, dtype, library, options)
+        self.lowered = lowered
 
         def arg(a: int) -> tuple:
             return ("index",) if indexed and a == 0 else ("leaf", a - offset)

@@ -1,4 +1,4 @@
-"""Python front end, part 2: a traced expression graph (``frontend/trace.py``) as a script.
+"""Python front end, part 2: a traced expression graph (``frontend/trace.py``) as library calls.
 
 Each value the function computes becomes library calls, chosen for a whole expression at once:
 
@@ -12,38 +12,22 @@ Each value the function computes becomes library calls, chosen for a whole expre
   the calls that use it (evaluated on the device); a scalar expression used more than once gets a
   name (``s2 = rr / s1;``).
 
-A node read by more than one other node is computed once and named.  Each statement carries the
-user's line as a comment, and ``Lowered.sites`` maps script lines back to it for errors.
+A node read by more than one other node is computed once and named.  The result is a list of
+statements, each with the user's line that made it; ``frontend/lowered.py`` builds the program IR
+from them (errors name that line) and renders them as a script for people (``fn.script``).
 """
 from __future__ import annotations
 
 import re
 from typing import Any
-from dataclasses import dataclass, field
 
 from ..errors import TraceError
 from ..ir.program import SIZE_WORDS
+from .lowered import Lowered, Statement, name_node, program_of, text
+from .tokens import Tok
 from .trace import RANK_WORDS, Node, Site, Trace, lit
 
 _RESERVED = {"input", "return", "scalar", "vector", "matrix", "sqrt", "out", "sync", "stream"}
-
-
-@dataclass(repr=False)
-class Lowered:
-    script: str
-    inputs: list[tuple[str, int]]          # (script input name, argument index), declaration order
-    device_scalars: list[str]
-    returns: list[tuple]                   # per result: ("out", k) | ("arg", index) | ("expr", node)
-    outputs: list[str]                     # the script's returned names
-    sites: dict[int, Site] = field(default_factory=dict)     # script line -> the user's line
-    leaves: dict[int, tuple] = field(default_factory=dict)   # id(node) -> ("out", k) | ("arg", i): expr leaves
-    sizes: dict[str, int] = field(default_factory=dict)      # size name -> size at trace time
-
-    def __repr__(self) -> str:
-        """The traced script (what ``fn.trace(...)`` shows at a prompt)."""
-        return self.script.rstrip("\n")
-
-    __str__ = __repr__
 
 
 def _is_one(n: Node) -> bool:
@@ -76,8 +60,7 @@ def _sneg(a: Node) -> Node:
 class _Lowering:
     def __init__(self, trace: Trace):
         self.trace = trace
-        self.lines: list[str] = []
-        self.body: list[tuple[str, Site | None]] = []
+        self.body: list[Statement] = []
         self.names: dict[int, str] = {}           # id(node) -> script name (computed or input)
         self.call_outs: dict[int, list[str]] = {}     # id(call node) -> its outputs' script names
         self.decls: dict[str, list[str]] = {"scalar": [], "vector": [], "matrix": []}
@@ -118,43 +101,35 @@ class _Lowering:
         self.decls[RANK_WORDS[rank]].append(name)
         return name
 
-    def statement(self, text: str, site: Site | None) -> None:
-        self.body.append((text, site))
-
-    def emit(self, fn: str, args: list[str], rank: int, site: Site | None) -> str:
+    def emit(self, fn: str, args: list, rank: int, site: Site) -> str:
+        """A call of ``fn`` on ``args`` (scalar expressions, and vectors and matrices by name)
+        into a new value; its name."""
         out = self.new_value(rank)
-        self.statement(f"{out} = {fn}({', '.join(args)});", site)
+        self.body.append(Statement((out,), fn, tuple(name_node(a) if isinstance(a, str) else a for a in args), site))
         return out
 
     # -- scalars ------------------------------------------------------------------------------------
-    def scalar(self, n: Node) -> str:
-        """Script text of a scalar argument."""
+    def scalar(self, n: Node) -> tuple:
+        """A scalar argument as an expression (``frontend/build.py``'s nodes; a new one each
+        time: the builder takes no shared nodes)."""
         if id(n) in self.names:
-            return self.names[id(n)]
+            return name_node(self.names[id(n)])
         k = n.kind
         if k == "lit":
-            return repr(n.data)
+            return ("num", Tok("num", repr(n.data), 0, 0))      # finite (trace.lit)
         if k == "dot":
             name = self.emit("dot", [self.tensor(n.args[0]), self.tensor(n.args[1])], 0, n.site)
         elif k == "out":
             name = self.call_out(n)
         else:
-            if k == "neg":
-                text = "-" + self._wrapped(n.args[0])
-            elif k == "sqrt":
-                text = f"sqrt({self.scalar(n.args[0])})"
-            else:
-                text = f"{self._wrapped(n.args[0])} {n.data} {self._wrapped(n.args[1])}"
+            operands = tuple(self.scalar(a) for a in n.args)
+            expr = (("neg" if k == "neg" else "sqrt" if k == "sqrt" else n.data), operands[0][1], *operands)
             if n.uses < 2:
-                return text
+                return expr
             name = self.new_value(0)
-            self.statement(f"{name} = {text};", n.site)
+            self.body.append(Statement((name,), None, (expr,), n.site))
         self.names[id(n)] = name
-        return name
-
-    def _wrapped(self, n: Node) -> str:
-        text = self.scalar(n)
-        return f"({text})" if not re.fullmatch(r"-?[\w.]+", text) or text.startswith("-") else text
+        return name_node(name)
 
     # -- vectors and matrices -------------------------------------------------------------------------
     def call_out(self, n: Node) -> str:
@@ -162,9 +137,9 @@ class _Lowering:
         call = n.args[0]
         if id(call) not in self.call_outs:
             fn = call.data
-            args = [self.scalar(a) if a.rank == 0 else self.tensor(a) for a in call.args]
+            args = tuple(self.scalar(a) if a.rank == 0 else name_node(self.tensor(a)) for a in call.args)
             outs = [self.new_value({"scalar": 0, "vector": 1, "matrix": 2}[p.type]) for p in fn.outputs]
-            self.statement(f"{', '.join(outs)} = {fn.name}({', '.join(args)});", call.site)
+            self.body.append(Statement(tuple(outs), fn.name, args, call.site))
             self.call_outs[id(call)] = outs
         name = self.call_outs[id(call)][n.data]
         self.names[id(n)] = name
@@ -249,7 +224,7 @@ class _Lowering:
                 raise TraceError("outer(u, v) used more than once: it is no value of its own here; ger computes "
                                  "A + outer(u, v) -- write the sum each time", b.site)
             if not _is_one(c):
-                raise TraceError(f"a scaled matrix ({self.scalar(c)} * A) maps onto no library function "
+                raise TraceError(f"a scaled matrix ({text(self.scalar(c))} * A) maps onto no library function "
                                  "(the library adds matrices: A + B, A + outer(u, v))", root.site)
         if not mats:
             raise TraceError("outer(u, v) alone maps onto no library function; ger computes A + outer(u, v)",
@@ -262,9 +237,10 @@ class _Lowering:
             M = self.emit("ger", [M, u, self.tensor(b.args[1])], 2, b.site)
         return M
 
-    # -- the script -----------------------------------------------------------------------------------
+    # -- the results ----------------------------------------------------------------------------------
     def result(self, n: Node) -> str:
-        return self.scalar(n) if n.rank == 0 else self.tensor(n)
+        """The name of a computed result (a vector, matrix or scalar a call computes)."""
+        return self.scalar(n)[1].text if n.rank == 0 else self.tensor(n)
 
 
 class _Named:
@@ -300,8 +276,8 @@ def _check_depth(trace: Trace) -> None:
                              "function)", n.site)
 
 
-def lower(trace: Trace) -> Lowered:
-    """The script of a traced function (see the module docstring)."""
+def lower(trace: Trace, name: str) -> Lowered:
+    """The program of a traced function, named ``name`` (see the module docstring)."""
     _check_depth(trace)
     low = _Lowering(trace)
     arg_of = {id(n): k for k, n in enumerate(trace.args)}
@@ -326,18 +302,21 @@ def lower(trace: Trace) -> Lowered:
                 if id(leaf) in arg_of:
                     leaves[id(leaf)] = ("arg", arg_of[id(leaf)])
                 elif leaf.kind != "lit":
-                    leaves[id(leaf)] = output(low.scalar(leaf))
+                    leaves[id(leaf)] = output(low.result(leaf))
             returns.append(("expr", n))
             continue
-        name = low.result(n)
-        if name in input_names:          # the sum of one term: an argument, returned as it came
-            returns.append(("arg", next(k for s, k in low.inputs if s == name)))
+        got = low.result(n)
+        if got in input_names:          # the sum of one term: an argument, returned as it came
+            returns.append(("arg", next(k for s, k in low.inputs if s == got)))
         else:
-            returns.append(output(name))
+            returns.append(output(got))
     if not outputs:
         raise TraceError("the function computes nothing on the GPU (it returns its arguments or arithmetic "
                          "on them only)", trace.results[0].site)
-    return _script(low, returns, outputs, leaves)
+    head = f"# traced from {trace.args[0].site.file}" if trace.args else "# traced"
+    program, script = program_of(trace.library, name, head, low.decls, [s for s, _ in low.inputs], low.device,
+                                 low.body, outputs)
+    return Lowered(script, low.inputs, low.device, returns, outputs, program, leaves, low.sizes)
 
 
 def _computed(c: Node) -> bool:
@@ -351,20 +330,3 @@ def _leaves(n: Node) -> list[Node]:
     if n.kind in ("bin", "neg", "sqrt"):
         return [leaf for a in n.args for leaf in _leaves(a)]
     return [n]
-
-
-def _script(low: _Lowering, returns, outputs, leaves) -> Lowered:
-    head = [f"# traced from {low.trace.args[0].site.file}" if low.trace.args else "# traced"]
-    for t in ("matrix", "vector", "scalar"):
-        if low.decls[t]:
-            head.append(f"{t} {', '.join(low.decls[t])};")
-    if low.inputs:
-        head.append(f"input {', '.join(name for name, _ in low.inputs)};")
-    lines, sites = list(head), {}
-    width = max((len(t) for t, _ in low.body), default=0)
-    for text, site in low.body:
-        lines.append(text if site is None else f"{text:<{width}}   # {site.short()}")
-        if site is not None:
-            sites[len(lines)] = site
-    lines.append(f"return {', '.join(outputs)};")
-    return Lowered("\n".join(lines) + "\n", low.inputs, low.device, returns, outputs, sites, leaves, low.sizes)
