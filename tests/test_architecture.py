@@ -127,3 +127,54 @@ def test_no_private_name_imported_from_another_folder():
             found += [f"{mod}: {target}.{a.name}" for a in node.names
                       if a.name.startswith("_") and not a.name.startswith("__")]
     assert found == []
+
+
+# the layers above the runtime: the planner, the compiled script and the entry points over it
+ABOVE_RUNTIME = ("kfuse.fusion", "kfuse.compiled", "kfuse.api", "kfuse.decorator", "kfuse.tuning", "kfuse.loops",
+                 "kfuse.cli", "kfuse.cli_util", "kfuse.cli_measure", "kfuse.bench", "kfuse.distributed",
+                 "kfuse.calibration")
+
+
+def _runtime_modules() -> dict[str, Path]:
+    return {_module(p): p for p in sorted((SRC / "runtime").glob("*.py"))}
+
+
+def test_runtime_imports_nothing_above_it():
+    """The runtime runs an artifact (ir/artifact.py) it is handed; it never imports the planner,
+    the compiled script or anything built on them (lazy imports count)."""
+    graph = import_graph()
+    found = sorted(f"{mod} imports {t}" for mod in _runtime_modules() for t in graph[mod]
+                   if any(t == a or t.startswith(a + ".") for a in ABOVE_RUNTIME))
+    assert found == []
+
+
+def test_runtime_names_no_planner_or_compiled_script():
+    """Neither code, annotations nor docstrings of the runtime name a planner or compiled-script
+    type, and no function of it takes a ``compiled`` parameter or reads a ``.compiled`` attribute
+    (the untyped way it once reached into CompiledScript's caches and re-planner)."""
+    found = []
+    for mod, path in _runtime_modules().items():
+        text = path.read_text()
+        found += [f"{mod} names {w}" for w in ("CompiledScript", "PlanSearch") if re.search(rf"\b{w}\b", text)]
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                found += [f"{mod}: parameter {x.arg!r} of line {node.lineno}"
+                          for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                          if x is not None and x.arg == "compiled"]
+            elif isinstance(node, ast.Attribute) and node.attr == "compiled":
+                found.append(f"{mod}: .compiled on line {node.lineno}")
+    assert found == []
+
+
+def test_the_runtime_is_handed_a_typed_resolve():
+    """The executor takes the program, the element type and one ``Resolve`` (sizes, device
+    scalars -> Artifact): the runtime's one question to the compiler, typed."""
+    import inspect
+    from kfuse.ir.artifact import Artifact, Resolve
+    from kfuse.runtime.binding import Binding
+    from kfuse.runtime.executor import Executor
+    hints = inspect.get_annotations(Executor.__init__, eval_str=True)
+    assert hints["resolve"] is Resolve and "compiled" not in hints
+    assert inspect.get_annotations(Binding.__init__, eval_str=True)["artifact"] is Artifact
+    assert inspect.get_annotations(Resolve.__call__, eval_str=True)["return"] is Artifact

@@ -156,9 +156,9 @@ def test_programs_alternate_where_their_arrays_are_a_few_l2s(monkeypatch, n, exp
     from kfuse.runtime.order import alternates
     prog = kfuse.compile("matrix A; vector x, y; input A, x; y = gemv(A, x); return y;", calibration=False)
     dims = {d.id: n for d in prog.program.dims}
-    assert alternates(prog, dims, 50 << 20) is expect
+    assert alternates(prog.artifact, dims, 50 << 20) is expect
     monkeypatch.setenv("KFUSE_ALTERNATE", "0")
-    assert not alternates(prog, dims, 50 << 20)
+    assert not alternates(prog.artifact, dims, 50 << 20)
 
 
 class _Binding:
@@ -251,12 +251,12 @@ def test_launch_orders_on_the_gpu():
     dev = cp.cuda.Device().id
     prog = kfuse.compile(ROOT / "gemver.kf")
     dims = {d.id: 8192 for d in prog.program.dims}
-    orders = launch_orders(prog, dims, dev, pdl=True)
-    plain = launch_orders(prog, dims, dev, pdl=False)
+    orders = launch_orders(prog.artifact, dims, dev, pdl=True)
+    plain = launch_orders(prog.artifact, dims, dev, pdl=False)
     assert not any(o & ALLOW_NEXT for o in plain)
     assert tuple(o & ~ALLOW_NEXT for o in orders) == plain      # bit 2 changes nothing else
     assert orders[0] & ALLOW_NEXT and not orders[1] & ALLOW_NEXT
     assert plain[0] & 1 == 0 and plain[1] & 2                   # the first walks forward; w = a B x in row bands
     many = kfuse.compile(ROOT / "waxpby.kf", fuse=False)
     dims = {d.id: 2**24 for d in many.program.dims}
-    assert not any(o & ALLOW_NEXT for o in launch_orders(many, dims, dev, pdl=pdl_available(dev)))
+    assert not any(o & ALLOW_NEXT for o in launch_orders(many.artifact, dims, dev, pdl=pdl_available(dev)))

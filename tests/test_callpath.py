@@ -163,3 +163,40 @@ def test_a_call_of_another_size_class_gets_its_own_plan():
     assert prog.for_sizes(same) is prog
     unfused = kfuse.compile(BICGK, calibration=False, fuse=False)
     assert unfused.for_sizes(small) is unfused
+
+
+def test_the_executor_runs_what_resolve_hands_it(fake):
+    """The runtime's one question to the compiler: the executor asks its ``resolve`` once per
+    argument signature, with the sizes and the scalars passed on the device, and binds the
+    artifact it gets (here another program's: a call of another size class), building nothing
+    for the compile-time plan."""
+    from kfuse.runtime.executor import Executor
+    prog, other = kfuse.compile(SCAL, calibration=False), kfuse.compile(SCAL, calibration=False, fuse=False)
+    asked = []
+
+    def resolve(sizes, device_scalars):
+        asked.append((dict(sizes), device_scalars))
+        return other.for_device_scalars(device_scalars).artifact
+    ex = Executor(prog.program, prog.dtype, resolve)
+    x = FakeArray((100,))
+    ex.call({"a": 2.0, "x": x}, None, False, None)
+    ex.call({"a": 3.0, "x": x}, None, False, None)
+    assert asked == [({0: 100}, frozenset())]
+    assert [b.artifact for b in fake.built] == [other.artifact]
+    ex.call({"a": FakeArray(()), "x": x}, None, False, None)     # a device scalar: a new signature
+    assert asked[-1] == ({0: 100}, frozenset({"a"})) and len(fake.built) == 2
+    assert fake.built[-1].artifact.program.device_scalars() == {"a"}
+
+
+def test_compiled_script_artifact_is_immutable_and_follows_a_shared_source():
+    import dataclasses
+    prog = kfuse.compile(BICGK, calibration=False)
+    art = prog.artifact
+    assert prog.artifact is art and art.kernels == tuple(prog.kernels) and art.source == prog.cuda_source
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        art.dtype = "float64"
+    assert prog.resolve_artifact({d.id: prog.search.dims[d.id] for d in prog.program.dims}, frozenset()) is art
+    prog.share_source("// shared\n" + prog.cuda_source)
+    shared = prog.artifact
+    assert shared is not art and shared.shared.startswith("// shared") and shared.own_source == art.own_source
+    assert "kf_persistent" in art.persistent_source("__global__ void kf_persistent() {}")

@@ -235,13 +235,13 @@ def test_values_kept_on_chip_get_no_memory(name, dtype):
     dev, host, outs = case(prog, 1000, 3)
     bound = prog.bind(out=outs, **dev)
     b = bound.binding
-    addressed = {g.value.name for code in b.compiled.kernels for g in code.launch.args if g.value is not None}
+    addressed = {g.value.name for code in b.artifact.kernels for g in code.launch.args if g.value is not None}
     given = {v.name for v in b.prog.values if v.id in b.offsets}
     assert given <= addressed, sorted(given - addressed)
     names = [v.name for v in b.prog.values]
     assert b.tmp_bytes <= sum(b.nbytes[n] for n in given) + 256 * len(given)
     if name == "gemver" and not any("B1" in {g.value.name for g in code.launch.args if g.value is not None}
-                                   for code in b.compiled.kernels):
+                                   for code in b.artifact.kernels):
         assert "B1" not in given and "B1" in names
     for o in outs.values():
         o.fill(np.nan)

@@ -148,7 +148,7 @@ def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
     bound = prog.bind(**dev)
     if name == "cg_step":       # the case of a first kernel launched early that waits at its end,
         # after one fill clearing both the returned block (rr1) and the temporaries (pq)
-        assert len(bound.binding.fills_before[0]) == 1 and not bound.binding.compiled.kernels[0].launch.waits
+        assert len(bound.binding.fills_before[0]) == 1 and not bound.binding.artifact.kernels[0].launch.waits
         assert bound.binding.own_cleared and bound.binding.tmp_cleared
     dependent = [L.dependent for L in bound.binding.kernel_launches]
     if pdl == "0" or int(cp.cuda.Device().compute_capability) < 90:
@@ -157,7 +157,7 @@ def test_own_outputs_bound_and_repeated(name, dtype, pdl, monkeypatch):
         # end), and every later kernel that waits for the one before it
         assert dependent == [bool(fills) or (i > 0 and k.launch.waits)
                              for i, (fills, k) in enumerate(zip(bound.binding.fills_before,
-                                                                bound.binding.compiled.kernels))]
+                                                                bound.binding.artifact.kernels))]
         assert all(dependent[1:])                   # every later kernel reads what one before wrote
         assert dependent[0] == bool(bound.binding.fills_before[0])   # the first waits for a fill if any
         names = [L.name for L, _ in bound.binding.launches]

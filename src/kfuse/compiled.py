@@ -1,16 +1,19 @@
-"""A compiled script: its program, plan, generated kernels and CUDA source, the GPU modules built
-from it, and the entry points that run it (``prog(**inputs)``, ``bind``, ``tune``).
+"""A compiled script: its program, plan, generated kernels and CUDA source, and the entry points
+that run it (``prog(**inputs)``, ``bind``, ``tune``).
 
-Every cache it keeps is a declared field: GPU modules and functions per (device, orders), the
-launch shapes and block orders per sizes (``runtime/order.py`` fills ``launch_cache``), and a
-source shared with other programs of the same script (``share_source``: one NVRTC compile for
-many candidate plans)."""
+What the runtime runs is its ``artifact`` (``ir/artifact.Artifact``: the program, the kernels,
+the module's text); the runtime's executor is handed one callable, ``resolve_artifact(sizes,
+device_scalars)``, and keeps its own tables per artifact (launch shapes, block orders, GPU
+modules: ``runtime/order.py``, ``runtime/modules.py``).  Nothing the runtime writes lives here.
+The caches a compiled script keeps are its own: the programs planned for other size classes and
+device scalars, the rendered module, and a source shared with other programs of the same script
+(``share_source``: one NVRTC compile for many candidate plans)."""
 from __future__ import annotations
 
 import numbers
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -18,12 +21,17 @@ from .codegen import generate
 from .codegen.kernel import KernelCode
 from .codegen.module import module_source
 from .errors import KfuseError, LaunchError
+from .ir.artifact import Artifact
 from .ir.graph import DependencyGraph
 from .ir.plan import Plan
 from .ir.program import Program, ScalarArg
 from .library import expr as library_expr
 from .library.schema import Library
 from .passes import PassTimes
+
+if TYPE_CHECKING:
+    from .runtime.control import ScalarTail
+    from .runtime.executor import Executor
 
 
 @dataclass
@@ -45,11 +53,9 @@ class CompiledScript:
     # caches (declared; filled on demand)
     _own_source: str | None = field(default=None, init=False, repr=False, compare=False)
     _shared_source: str | None = field(default=None, init=False, repr=False, compare=False)
-    _modules: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _functions: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    launch_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _executor: object = field(default=None, init=False, repr=False, compare=False)
-    _tail: Any = field(default=None, init=False, repr=False, compare=False)   # returned arithmetic (runtime/control.ScalarTail)
+    _artifact: Artifact | None = field(default=None, init=False, repr=False, compare=False)
+    _executor: "Executor | None" = field(default=None, init=False, repr=False, compare=False)
+    _tail: "ScalarTail | None" = field(default=None, init=False, repr=False, compare=False)   # returned arithmetic
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search).
@@ -87,10 +93,27 @@ class CompiledScript:
 
     def share_source(self, source: str) -> None:
         """Build this program's GPU modules from ``source``, a module that holds its kernels among
-        others (tuning/measure.py: one NVRTC compile for many candidate plans)."""
+        others (tuning/measure.py: one NVRTC compile for many candidate plans): its artifact is
+        then one that shares that module."""
         self._shared_source = source
-        self._modules.clear()
-        self._functions.clear()
+        self._artifact = None
+
+    @property
+    def artifact(self) -> Artifact:
+        """What the runtime runs (``ir/artifact.Artifact``): the program, its kernels, the element
+        type and the module (the shared one, else its own, rendered on first use); one per
+        compiled script and shared source."""
+        if self._artifact is None:
+            self._artifact = Artifact(self.program, self.dtype, tuple(self.kernels),
+                                      render_module=lambda: self.own_source,
+                                      render_persistent=self.persistent_source, shared=self._shared_source)
+        return self._artifact
+
+    def resolve_artifact(self, sizes: Mapping[int, int], device_scalars: frozenset[str]) -> Artifact:
+        """The artifact a call at ``sizes`` (dimension id -> size) runs, with the scalar inputs
+        ``device_scalars`` read by address (``resolve``): the one callable the runtime's executor is
+        handed (``ir/artifact.Resolve``)."""
+        return self.resolve(device_scalars, dict(sizes)).artifact
 
     @property
     def graph(self) -> DependencyGraph:
@@ -111,7 +134,7 @@ class CompiledScript:
         return "\n".join(lines)
 
     @property
-    def scalar_tail(self):
+    def scalar_tail(self) -> "ScalarTail | None":
         """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``),
         or None when the script returns none."""
         if self._tail is None and self.program.returned_arithmetic():
@@ -128,34 +151,20 @@ class CompiledScript:
 
     def module(self, device: int, orders: tuple[int, ...] = ()):
         """The compiled module on a device, built for the kernels' orders (runtime/order.py; none
-        given: order 0 throughout), compiled once per choice, then cached."""
-        cache = self._modules
-        key = (device, tuple(orders))
-        if key not in cache:
-            from .runtime.compiler import load_module
-            from .runtime.order import order_defines
-            source = self.cuda_source
-            missing = order_defines(self.kernels, orders, source)
-            if missing and self._shared_source is not None:
-                # a module shared with other programs, built for other orders: this program's
-                # own module is smaller to compile than the shared one again
-                source = self.own_source
-                missing = order_defines(self.kernels, orders, source)
-            cache[key] = load_module(missing + source)
-        return cache[key]
+        given: order 0 throughout), compiled once per choice and kept by the runtime
+        (``runtime/modules.py``, per artifact)."""
+        from .runtime import modules
+        return modules.module(self.artifact, device, orders)
 
     def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
         """The compiled kernels on a device, in launch order."""
-        cache = self._functions
-        key = (device, tuple(orders))
-        if key not in cache:
-            module = self.module(device, orders)
-            cache[key] = [module.get_function(k.launch.kernel) for k in self.kernels]
-        return cache[key]
+        from .runtime import modules
+        return modules.functions(self.artifact, device, orders)
 
     def fill_function(self, device: int, orders: tuple[int, ...] = ()):
         """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
-        return self.module(device, orders).get_function("kf_fill")
+        from .runtime import modules
+        return modules.fill_function(self.artifact, device, orders)
 
     def entries(self, dims: dict[int, int]) -> dict[int, int]:
         """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
@@ -198,8 +207,8 @@ class CompiledScript:
 
     def resolve(self, device_scalars, dims: dict[int, int]) -> "CompiledScript":
         """The program a call runs: this one with the scalar inputs ``device_scalars`` read by
-        address, planned for the size class of ``dims`` (dimension id -> size).  The runtime's one
-        question to the compiler (``runtime/executor.py``)."""
+        address, planned for the size class of ``dims`` (dimension id -> size).  Its artifact is
+        the answer to the runtime's one question (``resolve_artifact``)."""
         return self.for_device_scalars(device_scalars).for_sizes(dims)
 
     def for_sizes(self, dims: dict[int, int]) -> "CompiledScript":
@@ -291,11 +300,11 @@ class CompiledScript:
                 f"{len(self.kernels)} kernel(s)>")
 
     @property
-    def executor(self):
+    def executor(self) -> "Executor":
         """The call path (runtime/executor.py): bindings per argument signature, graphs."""
         if self._executor is None:
             from .runtime.executor import Executor
-            self._executor = Executor(self)
+            self._executor = Executor(self.program, self.dtype, self.resolve_artifact)
         return self._executor
 
     def release(self) -> None:
@@ -340,6 +349,7 @@ class CompiledScript:
         device = like.device.index if torch_like else like.data.device_id
         s = self.executor._stream(stream, device, torch_like, cupy())
         tail = self.scalar_tail
+        assert tail is not None, "called only for a script that returns arithmetic"
         sources = [outs[k] if where == "out" else inputs[k] for where, k in tail.reads]
         computed = iter(tail.run(like, sources, s, results))
         if sync:
@@ -365,7 +375,7 @@ class CompiledScript:
         and timing; ``bound(sync=False, stream=None)``).  Its outputs are allocated once and reused
         (the returned arithmetic's too: each call launches its kernel after the plan's)."""
         from .runtime.executor import BoundCall
-        bound = BoundCall(self, inputs, out=out)
+        bound = BoundCall(self.executor, inputs, out=out)
         return bound if not self.program.returns else _BoundReturns(self, bound, inputs)
 
 
@@ -377,6 +387,7 @@ class _BoundReturns:
         self.compiled, self.bound, self.inputs = compiled, bound, inputs
         outs = bound.result if isinstance(bound.result, tuple) else (bound.result,)
         tail = compiled.scalar_tail
+        assert tail is not None, "made only for a script that returns arithmetic"
         self._results = tail.empty(outs[0])
         self.result = self._package(outs)
 

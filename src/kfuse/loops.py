@@ -188,6 +188,11 @@ class _Body:
             s == ("copy", ("index",)) for s in self.sources) or ("index",) in self.tail_reads
         self.instances: OrderedDict = OrderedDict()
 
+    @property
+    def executor(self):
+        """The call path of the body's program (``runtime/loop.Instance`` binds through it)."""
+        return self.compiled.executor
+
 
 _BODIES: dict = {}
 

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import LaunchError
+from ..ir.artifact import Artifact
 from ..ir.program import Program
-from . import driver
+from . import driver, modules
 from .args import facts
 from .arrays import to_scalar
 from .gpu import cupy
@@ -107,37 +108,48 @@ def _entries(v, dims: dict[int, int]) -> int:
     return n
 
 
+def check_arguments(prog: Program, inputs: dict, out: dict, dtype: np.dtype,
+                    device_scalars: frozenset[str] | None = None) -> tuple[int, dict[int, int], dict]:
+    """(device, dimension id -> size, name -> ``facts`` of each array input) of a call of ``prog``
+    with adapted ``inputs`` and ``out``, every argument checked.  ``device_scalars``: the scalar
+    inputs passed as 0-d device arrays (default: those ``prog`` reads by address)."""
+    check_names(prog, inputs, out)
+    arrays = [v for v in prog.inputs if v.type != "scalar"]
+    if not arrays:
+        raise LaunchError("a program without array inputs cannot be called (nothing fixes its sizes or device)")
+    f = {v.name: facts(inputs[v.name]) for v in arrays}
+    device = f[arrays[0].name][3]
+    for v in arrays:
+        check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
+    for v in prog.inputs:
+        if v.on_device if device_scalars is None else v.name in device_scalars:
+            # a 0-d device array, read by address in the kernels
+            check_array(v.name, facts(inputs[v.name]), 0, dtype, device, arrays[0].name)
+        elif v.type == "scalar":
+            to_scalar(inputs[v.name], v.name, dtype)
+    dims = bind_sizes(prog, {v.name: f[v.name][0] for v in arrays})
+    for v in prog.outputs:
+        if v.name in out:
+            name = f"out[{v.name!r}]"
+            of = facts(out[v.name])
+            check_array(name, of, len(v.dims), dtype, device, arrays[0].name)
+            if of[0] != tuple(dims[d] for d in v.dims):
+                raise LaunchError(f"{name}: shape {of[0]}, expected {tuple(dims[d] for d in v.dims)}")
+    return device, dims, f
+
+
 class Binding:
     """See the module docstring.  ``inputs`` and ``out`` hold adapted arrays (CuPy or torch)
     and numbers."""
 
-    def __init__(self, compiled, inputs: dict, out: dict, pdl: bool | None = None):
-        prog: Program = compiled.program
+    def __init__(self, artifact: Artifact, inputs: dict, out: dict, pdl: bool | None = None):
+        prog: Program = artifact.program
         self._pdl = pdl             # None: where the device has it (launch.pdl_available)
-        self.compiled, self.prog = compiled, prog
-        self.dtype = dtype = np.dtype(compiled.dtype)
-        check_names(prog, inputs, out)
-        arrays = [v for v in prog.inputs if v.type != "scalar"]
-        if not arrays:
-            raise LaunchError("a program without array inputs cannot be called (nothing fixes its sizes or device)")
-        f = {v.name: facts(inputs[v.name]) for v in arrays}
-        self.device = device = f[arrays[0].name][3]
-        for v in arrays:
-            check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
-        for v in prog.inputs:
-            if v.on_device:         # a 0-d device array, read by address in the kernels
-                check_array(v.name, facts(inputs[v.name]), 0, dtype, device, arrays[0].name)
-            elif v.type == "scalar":
-                to_scalar(inputs[v.name], v.name, dtype)
-        self.dims = dims = bind_sizes(prog, {v.name: f[v.name][0] for v in arrays})
+        self.artifact, self.prog = artifact, prog
+        self.dtype = dtype = np.dtype(artifact.dtype)
+        self.device, self.dims, _ = check_arguments(prog, inputs, out, dtype)
+        dims = self.dims
         self.out_names = sorted(v.name for v in prog.outputs if v.name in out)    # the order calls read them in
-        for v in prog.outputs:
-            if v.name in out:
-                name = f"out[{v.name!r}]"
-                of = facts(out[v.name])
-                check_array(name, of, len(v.dims), dtype, device, arrays[0].name)
-                if of[0] != tuple(dims[d] for d in v.dims):
-                    raise LaunchError(f"{name}: shape {of[0]}, expected {tuple(dims[d] for d in v.dims)}")
         # pointers patched per call: arrays and device scalars, in the order of the script's inputs
         self.array_inputs = [v.name for v in prog.inputs if v.type != "scalar" or v.on_device]
         self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar" and not v.on_device]
@@ -156,14 +168,14 @@ class Binding:
         global memory in the per-stream block: zero-cleared values first in each, so that one fill
         clears them."""
         prog, user = self.prog, set(self.out_names)
-        cleared = {v.id for code in self.compiled.kernels for v, identity in code.launch.clears
+        cleared = {v.id for code in self.artifact.kernels for v, identity in code.launch.clears
                    if float(identity) == 0.0}
         returned = {v.id for v in prog.outputs}
         own = [v for v in prog.values if v.id in returned and v.name not in user]
         # a value kept on chip (registers, shared memory) in every kernel gets no memory: only
         # those some kernel reads or writes by address (a fused GEMVER's B1 is n x n)
-        addressed = {g.value.id for code in self.compiled.kernels for g in code.launch.args
-                     if g.kind in ("array", "dscalar")} | cleared
+        addressed = {g.value.id for code in self.artifact.kernels for g in code.launch.args
+                     if g.kind in ("array", "dscalar") and g.value is not None} | cleared
         tmp = [v for v in prog.values if not v.is_input and v.id not in returned and v.id in addressed]
         self.offsets: dict[int, tuple[int, int]] = {}      # value id -> (OWN or TMP, offset)
         self.own_bytes, self.own_cleared = self._place(own, cleared, OWN)
@@ -203,15 +215,15 @@ class Binding:
         return launch, [(packed.values[0], *src1)] + ([(packed.values[2], *src2)] if n2 else [])
 
     def _prepare(self) -> None:
-        compiled, dims, device = self.compiled, self.dims, self.device
+        artifact, dims, device = self.artifact, self.dims, self.device
         cp = cupy()
         with cp.cuda.Device(device):
             pdl = pdl_available(device) if self._pdl is None else self._pdl and pdl_available(device)
-            orders = launch_orders(compiled, dims, device, pdl)
-            functions = compiled.functions(device, orders)
-            fill_fn = compiled.fill_function(device, orders) if (self.own_cleared or self.tmp_cleared or any(
-                code.launch.clears for code in compiled.kernels)) else None
-            shape = launch_shape(compiled, dims, device)
+            orders = launch_orders(artifact, dims, device, pdl)
+            functions = modules.functions(artifact, device, orders)
+            fill_fn = modules.fill_function(artifact, device, orders) if (self.own_cleared or self.tmp_cleared or any(
+                code.launch.clears for code in artifact.kernels)) else None
+            shape = launch_shape(artifact, dims, device)
         driver.require()
         self.launches: list[tuple[KernelLaunch, list]] = []
         self.fills_before: list[list[str]] = []      # per kernel: names of what its fills clear
@@ -220,7 +232,7 @@ class Binding:
             pre.append(((OWN, 0), self.own_cleared, 0.0))
         if self.tmp_cleared:
             pre.append(((TMP, 0), self.tmp_cleared, 0.0))
-        for k, ((_, iters), code, function) in enumerate(zip(shape, compiled.kernels, functions)):
+        for k, ((_, iters), code, function) in enumerate(zip(shape, artifact.kernels, functions)):
             L = code.launch
             wanted = (list(pre) if k == 0 else []) + [(self._source(v), self.nbytes[v.name], float(identity))
                                                       for v, identity in L.clears if v.id not in self.prefilled]

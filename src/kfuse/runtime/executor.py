@@ -7,8 +7,9 @@ pool of the caller's framework (CuPy in, CuPy out; torch in, torch out), patches
 scalars into the prepared argument blocks and launches on the caller's stream (torch's current
 stream with torch tensors, CuPy's otherwise, or ``stream=``).  A scalar input given as a 0-d
 device array is patched like an array (its pointer: the kernels read it by address); the
-signature says which scalars come so, and the first call that binds them so takes the program
-planned for it (``CompiledScript.resolve``: the runtime's one question to the compiler).
+signature says which scalars come so.  The binding asks the compiler once which artifact a call
+at its sizes, with those scalars on the device, runs (``ir/artifact.Resolve``, handed over by the
+compiled script: the runtime's one question to the compiler; planning stays behind it).
 
 A loop whose outputs feed its inputs (``x, r = step(A, x, r)``) drops the results of the call
 before last: the binding keeps the blocks and CuPy arrays of its last few calls and reuses one
@@ -31,10 +32,12 @@ from sys import getrefcount
 import numpy as np
 
 from ..errors import LaunchError
+from ..ir.artifact import Resolve
+from ..ir.program import Program
 from . import driver
 from .args import adapt, facts, torch_dtype, torch_tensor_type
 from .arrays import to_scalar
-from .binding import OUT, Binding, check_names, overlapping
+from .binding import OUT, Binding, check_arguments, check_names, overlapping
 from .gpu import cupy
 
 GRAPHS_PER_BINDING = 8        # captured graphs kept per binding (least recently used dropped)
@@ -77,14 +80,14 @@ class Graphs:
 
 
 class Executor:
-    """The call path of one compiled program (held by ``CompiledScript``)."""
+    """The call path of one program (``program``, compiled for ``dtype``): ``resolve`` gives the
+    artifact a call at given sizes and device scalars runs."""
 
-    def __init__(self, compiled):
-        self.compiled = compiled
-        prog = compiled.program
-        self.names = [v.name for v in prog.inputs]
-        self.kinds = [v.type == "scalar" for v in prog.inputs]
-        self.dtype = np.dtype(compiled.dtype)
+    def __init__(self, program: Program, dtype: str, resolve: Resolve):
+        self.program, self.resolve = program, resolve
+        self.names = [v.name for v in program.inputs]
+        self.kinds = [v.type == "scalar" for v in program.inputs]
+        self.dtype = np.dtype(dtype)
         self.bindings: dict = {}
         self._capture: dict[int, int] = {}      # device -> private capture stream
 
@@ -177,7 +180,7 @@ class Executor:
         """The slow path: every argument adapted and checked, a binding built (and kept when the
         call had a signature).  ``pdl=False``: launches without programmatic dependence (for
         graphs whose nodes cannot take it)."""
-        check_names(self.compiled.program, inputs, out or {})
+        check_names(self.program, inputs, out or {})
         adapted, device_scalars = {}, []
         cp = cupy()
         for name, x in inputs.items():
@@ -188,13 +191,10 @@ class Executor:
             else:
                 adapted[name] = x if is_scalar else adapt(x, name)
         out_adapted = {n: adapt(x, f"out[{n!r}]") for n, x in (out or {}).items()}
-        # the program for these device scalars checks the arguments and gives the sizes; the
-        # plan for their size class may be another one
-        compiled = self.compiled.for_device_scalars(device_scalars)
-        binding = Binding(compiled, adapted, out_adapted, pdl)
-        planned = self.compiled.resolve(device_scalars, binding.dims)
-        if planned is not compiled:
-            binding = Binding(planned, adapted, out_adapted, pdl)
+        # every argument checked, the sizes known: the artifact this call runs, then its binding
+        scalars_on_device = frozenset(device_scalars)
+        _, dims, _ = check_arguments(self.program, adapted, out_adapted, self.dtype, scalars_on_device)
+        binding = Binding(self.resolve(dims, scalars_on_device), adapted, out_adapted, pdl)
         binding.graphs = Graphs()
         if key is not None:
             self.bindings[key] = binding
@@ -343,8 +343,7 @@ class BoundCall:
     which only launches (replayed from a CUDA graph from the second call on, when it makes
     several launches).  For repeated runs on the same arrays and for timing."""
 
-    def __init__(self, compiled, inputs: dict, out: dict | None = None):
-        ex: Executor = compiled.executor
+    def __init__(self, ex: Executor, inputs: dict, out: dict | None = None):
         out = dict(out or {})
         cp = cupy()
         key, _, _, _ = ex._read(inputs, out, cp)

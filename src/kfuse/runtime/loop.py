@@ -119,7 +119,7 @@ class Instance:
         self.cst = cp.zeros(max(1, len(_consts(pred))), self.dtype)
         self.ptr = [[facts(a)[4] for a in s] for s in self.sets]
         # the program bound to set 0 -> set 1 (checks every argument once), patched per step
-        ex = body.compiled.executor
+        ex = body.executor
         ins = {name: self._source(src, 0) for name, src in body.inputs.items()}
         outs = {body.lowered.outputs[k]: self._out(k, 0) for k in range(len(body.lowered.outputs))}
         self.pdl: bool | None = None       # False once a driver refused programmatic launches in a graph
@@ -310,7 +310,7 @@ class Instance:
                     body = self.body
                     ins = {name: self._source(src, 0) for name, src in body.inputs.items()}
                     outs = {body.lowered.outputs[k]: self._out(k, 0) for k in range(len(body.lowered.outputs))}
-                    self._bind(body.compiled.executor, ins, outs)
+                    self._bind(body.executor, ins, outs)
                     self._split_fills()
                     self.graphs.clear()
                     g = make()

@@ -31,11 +31,13 @@ mirrored order' (a solver's step gains where its arrays fit a few times the L2, 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from ..ir.artifact import Artifact, LaunchedKernel
 from .gpu import target_blocks
 
 ORDERS_NESTED = (0, 1, 2, 3)
@@ -112,7 +114,7 @@ def _coarse(t: np.ndarray, g: int, last: bool) -> np.ndarray:
     return t.max(axis=1) if last else t.min(axis=1)
 
 
-def _global_params(code) -> list[tuple[Any, tuple[str, ...]]]:
+def _global_params(code: LaunchedKernel) -> list[tuple[Any, tuple[str, ...]]]:
     """(value, instance axes it follows) of every array the kernel reads or writes in global
     memory (arrays kept on chip are not kernel arguments)."""
     in_global = {g.value.id for g in code.launch.args
@@ -122,12 +124,12 @@ def _global_params(code) -> list[tuple[Any, tuple[str, ...]]]:
         binds = kc.call.bindings()
         for p in (*kc.call.function.inputs, *kc.call.function.outputs):
             v = binds.get(p.name)
-            if getattr(v, "id", None) in in_global and v.id not in seen:
+            if v is not None and getattr(v, "id", None) in in_global and v.id not in seen:
                 seen[v.id] = (v, tuple(p.index))
     return list(seen.values())
 
 
-def _touches(code, dims, iters, order, resident, itemsize, last: bool) -> _Touches:
+def _touches(code: LaunchedKernel, dims, iters, order, resident, itemsize, last: bool) -> _Touches:
     counts = code.launch.counts(dims)
     strides = _strides(counts)
     coords, t = _instances(code.launch, dims, iters, order, resident, strides, last)
@@ -170,7 +172,7 @@ def reuse_bytes(producer: _Touches, consumer: _Touches, capacity: float) -> floa
     return float(cbytes[hit].sum())
 
 
-def band_bit(code) -> int:
+def band_bit(code: LaunchedKernel) -> int:
     """Bit 1 of a nested kernel's order: set when its loop walks the contiguous axis of the first
     matrix it reads or writes in global memory (the last axis the matrix follows; in the shipped
     library every matrix of a kernel follows (i, j)), so that consecutive blocks, which the GPU
@@ -185,7 +187,7 @@ def band_bit(code) -> int:
     return 2 if code.launch.loop == index[-1] else 0
 
 
-def choose_orders(kernels, dims: dict[int, int], iters: list[int], resident: list[int], itemsize: int,
+def choose_orders(kernels: Sequence[LaunchedKernel], dims: dict[int, int], iters: list[int], resident: list[int], itemsize: int,
                   capacity: float) -> list[int]:
     """Order per kernel: row bands (``band_bit``) always; the first kernel walks forward, each
     later one backward when that finds more of the previous kernel's last touches in the cache."""
@@ -214,14 +216,25 @@ def forced_orders(count: int) -> list[int] | None:
     return orders
 
 
-def launch_shape(compiled, dims: dict[int, int], device: int) -> tuple[tuple[int, int], ...]:
-    """(target blocks, serial iterations) of each kernel of ``compiled`` launched at sizes ``dims``
+# the runtime's tables per artifact (they go with it): launch shapes and block orders per sizes
+_tables: WeakKeyDictionary[Artifact, dict[str, dict]] = WeakKeyDictionary()
+
+
+def _table(artifact: Artifact, name: str) -> dict:
+    tables = _tables.get(artifact)
+    if tables is None:
+        tables = _tables.setdefault(artifact, {})
+    return tables.setdefault(name, {})
+
+
+def launch_shape(artifact: Artifact, dims: dict[int, int], device: int) -> tuple[tuple[int, int], ...]:
+    """(target blocks, serial iterations) of each kernel of ``artifact`` launched at sizes ``dims``
     (iterations chosen at launch aim at a grid of two waves: gpu.target_blocks); cached."""
-    cache = compiled.launch_cache.setdefault("shape", {})
+    cache = _table(artifact, "shape")
     key = (tuple(sorted(dims.items())), device)
     if key not in cache:
         shape = []
-        for code in compiled.kernels:
+        for code in artifact.kernels:
             target = target_blocks(code.launch.threads, device)
             shape.append((target, code.launch.iterations(dims, target)))
         cache[key] = tuple(shape)
@@ -233,40 +246,40 @@ ALTERNATE = 8
 ALTERNATE_SPAN = 12     # a program whose arrays take at most this many times the L2 alternates
 
 
-def alternates(compiled, dims: dict[int, int], l2: int) -> bool:
-    """Whether the kernels of ``compiled`` at sizes ``dims`` take bit 3 (calls alternating the
+def alternates(artifact: Artifact, dims: dict[int, int], l2: int) -> bool:
+    """Whether the kernels of ``artifact`` at sizes ``dims`` take bit 3 (calls alternating the
     mirrored order): the bytes of every global array they touch, each counted once, at most
     ALTERNATE_SPAN times the L2.  Nothing is alternated without a kernel or with KFUSE_ALTERNATE=0."""
-    if os.environ.get("KFUSE_ALTERNATE", "1") == "0" or not compiled.kernels:
+    if os.environ.get("KFUSE_ALTERNATE", "1") == "0" or not artifact.kernels:
         return False
-    arrays = {v.id: v for code in compiled.kernels for v, _ in _global_params(code)}
-    nbytes = np.dtype(compiled.dtype).itemsize * sum(
+    arrays = {v.id: v for code in artifact.kernels for v, _ in _global_params(code)}
+    nbytes = np.dtype(artifact.dtype).itemsize * sum(
         float(np.prod([dims[d] for d in v.dims])) for v in arrays.values())
     return nbytes <= ALTERNATE_SPAN * l2
 
 
-def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tuple[int, ...]:
-    """The order each kernel of ``compiled`` is built with for a launch at sizes ``dims``: bits 0
+def launch_orders(artifact: Artifact, dims: dict[int, int], device: int, pdl: bool) -> tuple[int, ...]:
+    """The order each kernel of ``artifact`` is built with for a launch at sizes ``dims``: bits 0
     and 1 (the block order, see the module's docstring; ``KFUSE_ORDER`` forces them), plus bit 2
     (kf_allow_next at the kernel's start) on a kernel whose next kernel is launched dependent on it
     (PDL: it waits for this one) and whose grid is at most two waves.  A kernel of many small
     blocks pays for the signal in every block, more than an early launch of the next saves
     (docs/design.md, 'Block order and PDL between kernels')."""
-    cache = compiled.launch_cache.setdefault("orders", {})
+    cache = _table(artifact, "orders")
     key = (tuple(sorted(dims.items())), device, pdl, os.environ.get("KFUSE_ORDER", ""),
            os.environ.get("KFUSE_ALTERNATE", ""))
     if key not in cache:
         from .gpu import cupy
-        kernels = compiled.kernels
-        shape = launch_shape(compiled, dims, device)
+        kernels = artifact.kernels
+        shape = launch_shape(artifact, dims, device)
         l2 = int(cupy().cuda.Device(device).attributes["L2CacheSize"])
         orders = forced_orders(len(kernels))
         if orders is None and len(kernels) < 2:
             orders = [band_bit(k) for k in kernels]
         elif orders is None:
             orders = choose_orders(kernels, dims, [it for _, it in shape], [max(1, t // 2) for t, _ in shape],
-                                   np.dtype(compiled.dtype).itemsize, L2_SHARE * l2)
-        if alternates(compiled, dims, l2):
+                                   np.dtype(artifact.dtype).itemsize, L2_SHARE * l2)
+        if alternates(artifact, dims, l2):
             orders = [o | ALTERNATE for o in orders]
         for k in range(len(kernels) - 1):
             (target, iters), L = shape[k], kernels[k].launch
@@ -276,7 +289,7 @@ def launch_orders(compiled, dims: dict[int, int], device: int, pdl: bool) -> tup
     return cache[key]
 
 
-def order_defines(kernels, orders, source: str = "") -> str:
+def order_defines(kernels: Sequence[LaunchedKernel], orders: Sequence[int], source: str = "") -> str:
     """``#define KF_ORDER_<kernel> <order>`` lines for the kernels' non-zero orders, less those
     ``source`` has already (a module built for several programs at once)."""
     lines = [f"#define KF_ORDER_{k.launch.kernel} {o}\n" for k, o in zip(kernels, orders) if o]

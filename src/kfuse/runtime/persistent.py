@@ -7,7 +7,7 @@ costs a launch and a drain of the GPU; in one persistent kernel a boundary is a 
 blocks resident, one atomic and a spin each), and the data a step reads is often still in L2.
 
 The kernel (its text made here, the program's kernels rendered as device functions by
-``codegen/emit.render_device`` through ``CompiledScript.persistent_source``)::
+``codegen/emit.render_device``, through ``Artifact.persistent_source``)::
 
     kf_persistent(kf_step s0, kf_step s1, bar, ctl, cst, most)
         while k < most and cond(set k % 2):      # cond: a while loop's predicate, else true
@@ -254,7 +254,7 @@ def build(inst) -> "Persistent | None":
     if not wanted():
         return None
     b, launches = inst.binding, inst.kernels
-    codes = list(b.compiled.kernels)
+    codes = list(b.artifact.kernels)
     if not launches or len(codes) != len(launches):
         return None
     if any(c.launch.cluster > 1 or L.threads % 32 for c, L in zip(codes, launches)):
@@ -336,7 +336,7 @@ def build(inst) -> "Persistent | None":
         steps.append(st)
     try:
         with dev:
-            function = compile_kernel(b.compiled.persistent_source(kernel_text(shape, inst.dtype)))
+            function = compile_kernel(b.artifact.persistent_source(kernel_text(shape, inst.dtype)))
             resident = sms * driver.max_active_blocks(function, threads)
     except LaunchError:
         return None

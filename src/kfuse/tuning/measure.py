@@ -33,7 +33,7 @@ def share_module(progs: list, title: str, dims: dict[int, int] | None = None) ->
         device = cupy().cuda.Device().id
         pdl = pdl_available(device)
         source = "".join(dict.fromkeys(line for p in progs for line in order_defines(
-            p.kernels, launch_orders(p, dims, device, pdl)).splitlines(keepends=True))) + source
+            p.kernels, launch_orders(p.artifact, dims, device, pdl)).splitlines(keepends=True))) + source
     for p in progs:
         p.share_source(source)
     return source
@@ -55,7 +55,7 @@ def candidates_for(compiled, plans, dims: dict[int, int], device: int, pdl: bool
     for n, plan in enumerate(plans):
         own = [f"{k.name}_t{n}" for k in plan.kernels]
         first = compiled.with_plan(renamed(plan, own))
-        orders = launch_orders(first, dims, device, pdl)
+        orders = launch_orders(first.artifact, dims, device, pdl)
         chosen = [names.setdefault((code.source.replace(name, "@"), order), name)
                   for name, code, order in zip(own, first.kernels, orders)]
         out.append(first if chosen == own else compiled.with_plan(renamed(plan, chosen)))
@@ -74,7 +74,7 @@ def compile_candidates(candidates: list, title: str, dims: dict[int, int], devic
     def build(c) -> float:
         t0 = time.perf_counter()
         with cupy().cuda.Device(device):
-            c.functions(device, launch_orders(c, dims, device, pdl))
+            c.functions(device, launch_orders(c.artifact, dims, device, pdl))
         return time.perf_counter() - t0
     with ThreadPoolExecutor(len(groups)) as pool:
         return list(pool.map(build, [g[0] for g in groups]))
