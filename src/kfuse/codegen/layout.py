@@ -22,6 +22,7 @@ from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
 from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.record import quick_init
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
@@ -61,6 +62,7 @@ class Frame(NamedTuple):
     wait_phase: str | None              # "pre", "loop", "post": where kf_wait_prior goes; None: none
 
 
+@quick_init
 @dataclass(frozen=True)
 class Layout:
     """A kernel laid out: its elements, steps (barriers and spans marked) and placement; ``frame``
