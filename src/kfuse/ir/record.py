@@ -17,7 +17,7 @@ __all__ = ["quick_init"]
 def quick_init(cls: type[T]) -> type[T]:
     """Replace the generated ``__init__`` of frozen dataclass ``cls`` (no ``__post_init__``, no
     ``InitVar``, no ``init=False`` field) by one that fills ``__dict__`` directly."""
-    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls      # type: ignore[attr-defined]
+    assert dataclasses.is_dataclass(cls) and getattr(cls, "__dataclass_params__").frozen, cls
     assert not hasattr(cls, "__post_init__"), cls
     fields = dataclasses.fields(cls)
     assert all(f.init for f in fields), cls
@@ -41,5 +41,5 @@ def quick_init(cls: type[T]) -> type[T]:
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
-    cls.__init__ = init     # type: ignore[misc]
+    setattr(cls, "__init__", init)
     return cls
