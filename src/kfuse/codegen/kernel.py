@@ -8,6 +8,7 @@ from typing import Callable
 
 from ..errors import FusionError
 from ..ir.kernel import KernelSpec, LaunchInfo
+from ..ir.record import quick_init
 from ..library.schema import Library
 from .emit import render, render_device
 from .layout import (MAX_REGISTER_SLOTS, MAX_SHARED_BYTES, Access, Element, Layout, Placement, Step,
@@ -18,6 +19,7 @@ __all__ = ["MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Access", "Element", "Kerne
            "build_copies", "build_kernel"]
 
 
+@quick_init
 @dataclass(frozen=True)
 class KernelCode:
     spec: KernelSpec

@@ -22,6 +22,7 @@ from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
 from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.record import quick_init
 from ..ir.program import Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library
@@ -61,6 +62,7 @@ class Frame(NamedTuple):
     wait_phase: str | None              # "pre", "loop", "post": where kf_wait_prior goes; None: none
 
 
+@quick_init
 @dataclass(frozen=True)
 class Layout:
     """A kernel laid out: its elements, steps (barriers and spans marked) and placement; ``frame``
@@ -155,38 +157,54 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     outside = shared[1]
     slots: dict[bool, _Slots] = shared[2]      # by span > 1
     in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
+    pl = base.placement
+    # check_copies_in_registers refuses a copy (unrolled or spanned) exactly when these hold
+    no_copies = bool(pl.shared) or any(kc.variant.whole for kc in spec.calls)
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
             continue
-        refused = in_registers.get((unroll > 1, span))     # all its refusal depends on
-        if refused is not None:
+        # the checks in finish's order; a refusal is made (not raised) where one is found
+        copied = unroll > 1 or span > 1
+        if copied and no_copies:
+            refused = in_registers.get((unroll > 1, span))     # all its refusal depends on
+            if refused is None:
+                refused = in_registers[(unroll > 1, span)] = _refusal(
+                    check_copies_in_registers, replace(spec, unroll=unroll, span=span), pl)
             out.append(refused)
             continue
-        try:
-            copy_spec = base.spec if (unroll, span) == (1, 1) else replace(spec, unroll=unroll, span=span)
+        copy_spec = replace(spec, unroll=unroll, span=span) if copied else base.spec
+        if span != 1 and spec.nesting == 1:
+            out.append(_refusal(check_copy_choices, copy_spec))   # check_spec's that a span can fail
+            continue
+        sl = slots.get(span > 1) or slots.setdefault(span > 1, _Slots(copy_spec, base, outside))
+        a, b, c, d = sl.sums
+        if a + span * b + unroll * (c + span * d) > MAX_REGISTER_SLOTS:
+            out.append(_refusal(check_register_slots, copy_spec, sl.sums))
+            continue
+        if frame is None:
             try:
-                check_copies_in_registers(copy_spec, base.placement)   # before anything else
+                frame = make_frame(replace(base, spec=copy_spec), memo)   # the same for every copy
             except FusionError as e:
-                in_registers[(unroll > 1, span)] = e
-                raise
-            check_copy_choices(copy_spec)   # check_spec's checks that an unroll or span can fail
-            sl = slots.get(span > 1) or slots.setdefault(span > 1, _Slots(copy_spec, base, outside))
-            check_register_slots(copy_spec, sl.sums)
-            if frame is None:
-                try:
-                    frame = make_frame(replace(base, spec=copy_spec), memo)   # the same for every copy
-                except FusionError as e:
-                    frame = str(e)
-            if isinstance(frame, str):
-                raise FusionError(frame)
-            if sl.refused is not None:
-                raise FusionError(sl.refused)
+                frame = str(e)
+        if isinstance(frame, str):
+            out.append(FusionError(frame))
+        elif sl.refused is not None:
+            out.append(FusionError(sl.refused))
+        else:
             out.append(replace(base, spec=copy_spec, steps=sl.steps, outside=outside, per_slot=sl.per_slot,
                                frame=frame))
-        except FusionError as e:
-            out.append(e.with_traceback(None))      # kept without its frames (no reference cycles)
     return out
+
+
+def _refusal(check, *args) -> FusionError:
+    """The FusionError a check raises with these arguments (it is known to refuse them), kept
+    without its frames (no reference cycles)."""
+    try:
+        check(*args)
+    except FusionError as e:
+        return e.with_traceback(None)
+    raise AssertionError(f"{check.__name__} did not refuse")
 
 
 class _Slots:

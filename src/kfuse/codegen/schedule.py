@@ -20,11 +20,13 @@ from typing import Any, Mapping
 
 from ..errors import FusionError
 from ..ir.kernel import KernelCall, KernelSpec
+from ..ir.record import quick_init
 from ..ir.program import ScalarArg, Value
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, REDUCE_OPS, Library, Param, Routine
 
 
+@quick_init
 @dataclass(frozen=True)
 class Element:
     key: str                        # C name in the kernel
@@ -44,6 +46,7 @@ class Element:
         return prod(self.shape) if self.shape else 1
 
 
+@quick_init
 @dataclass(frozen=True)
 class Access:
     element: str
@@ -57,6 +60,7 @@ class Access:
         return None if self.mapping == "any" else (self.mapping, *self.threads)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Step:
     phase: str                      # pre | loop | post
@@ -140,6 +144,7 @@ def _empty() -> Mapping:
     return MappingProxyType({})
 
 
+@quick_init
 @dataclass(frozen=True)
 class Placement:
     """Where a kernel's elements live (``layout.place``)."""

@@ -105,8 +105,9 @@ class CalibratedModel:
         self._facts: dict[int, tuple[tuple, list[tuple], int]] = {}   # id(steps) -> (steps, _step_facts, its number)
         self._fact_numbers: dict[tuple, int] = {}   # _step_facts' contents -> a number (never reused)
         self._numbers = itertools.count()
-        self._parts: dict[tuple, dict[str, float]] = {}     # kernel_parts by what it reads (its key)
+        self._parts: dict[tuple, tuple[dict[str, float], float]] = {}   # _found_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
+        self._launch_content: dict[tuple, tuple] = {}   # _launch_facts by what they read (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
         self.device = cal.device                            # the GPU's multiprocessor facts
@@ -177,6 +178,10 @@ class CalibratedModel:
         kernels that agree in everything it reads (their steps' facts, their launch's facts, unroll,
         instances per block, span, threads and whether they clear): kernels of different fusions
         often do (a long script's fusions of one kind but not one shape)."""
+        return dict(self._found_parts(code, dims, itemsize)[0])
+
+    def _found_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple[dict[str, float], float]:
+        """(``kernel_parts``, the time they sum to), memoised by what they read."""
         L, spec = code.launch, code.spec
         launch = self._launch_facts(code, dims, itemsize)
         facts, number = self._numbered_step_facts(code.steps)
@@ -185,8 +190,10 @@ class CalibratedModel:
         if got is None:
             if len(self._parts) >= FACTS_KEPT:
                 self._parts.clear()
-            got = self._parts[key] = self._kernel_parts(code, launch, facts)
-        return dict(got)
+            p = self._kernel_parts(code, launch, facts)
+            got = self._parts[key] = (p, (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"]
+                                          + p["launch"] + p["clears"]))
+        return got
 
     def _kernel_parts(self, code: KernelCode, launch: tuple, facts: list[tuple]) -> dict[str, float]:
         """``kernel_parts`` from the facts of the kernel's launch and steps."""
@@ -226,23 +233,41 @@ class CalibratedModel:
         slots, resident fraction, strip scale, loop axis of the probes, barrier ns).  Kept for the
         kernels of one frame (their launches share its ``args`` tuple, kept alive with the facts)
         that agree in everything else these read of the launch, at the same ``dims`` (a search's
-        sizes, which it does not change) and itemsize: a kernel's unrolled copies."""
-        L, spec, dev = code.launch, code.spec, self.device
+        sizes, which it does not change) and itemsize: a kernel's unrolled copies; else by their
+        content (the launch's fields and the variants' whole axes they read)."""
+        L, spec = code.launch, code.spec
         key = (id(L.args), L.threads, L.smem_bytes_per_real, L.ipb, L.span, L.iters, L.loop, id(dims), itemsize)
         got = self._launches.get(key)
         if got is not None and got[0] is L.args and got[1] is dims:
             return got[2]
+        # kernels of other frames (other fusions) with the same launch facts: most of a long script's
+        content = (L.axis_dims, L.axis_extent, L.cluster, L.cluster_axis, L.nesting, L.loop, L.span, L.iters,
+                   L.carried, L.whole_entries, L.ipb, L.threads, L.smem_bytes_per_real, L.rows,
+                   any(not v.dims for v, _ in L.clears), spec.ipb, spec.loop, spec.nesting,
+                   tuple(kc.variant.whole for kc in spec.calls), id(dims), itemsize)
+        got = self._launch_content.get(content)
+        if got is not None and got[0] is dims:
+            facts = got[1]
+        else:
+            facts = self._new_launch_facts(code, dims, itemsize)
+            if len(self._launch_content) >= FACTS_KEPT:
+                self._launch_content.clear()
+            self._launch_content[content] = (dims, facts)
+        if len(self._launches) >= FACTS_KEPT:
+            self._launches.clear()
+        self._launches[key] = (L.args, dims, facts)
+        return facts
+
+    def _new_launch_facts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple:
+        """``_launch_facts``, found."""
+        L, spec, dev = code.launch, code.spec, self.device
         instances = math.prod(L.counts(dims))
         iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
         scale = self._strip_scale(L, spec, dims)
         loop = spec.loop if spec.nesting == 2 else "i"
-        facts = (instances, iters, slots, resident, scale, loop, self.barrier_ns(spec.nesting, L.threads))
-        if len(self._launches) >= FACTS_KEPT:
-            self._launches.clear()
-        self._launches[key] = (L.args, dims, facts)
-        return facts
+        return (instances, iters, slots, resident, scale, loop, self.barrier_ns(spec.nesting, L.threads))
 
     def _strip_scale(self, L: LaunchInfo, spec: KernelSpec, dims: dict[int, int]) -> float:
         """Of a strip kernel (variants spanning an axis whole): its probes' price scaled to its
@@ -330,9 +355,7 @@ class CalibratedModel:
             # routines this calibration did not measure: priced by the transfer model (its bytes at
             # the copy bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
             return transfer_kernel_time(code, dims, entries, itemsize)
-        p = self.kernel_parts(code, dims, itemsize)
-        return (max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"] + p["launch"]
-                + p["clears"])
+        return self._found_parts(code, dims, itemsize)[1]
 
     def _measured(self, code: KernelCode) -> bool:
         """Has this calibration measured every routine of the kernel?"""

@@ -16,6 +16,7 @@ from math import prod
 from typing import Any
 
 from ..ir.kernel import KernelCall, KernelSpec
+from ..ir.record import quick_init
 from ..codegen.kernel import KernelCode, build_copies
 from ..codegen.layout import replace
 from ..codegen.schedule import ScheduleMemo
@@ -45,6 +46,7 @@ class Fusion:
         return call_set(self.calls)
 
 
+@quick_init
 @dataclass(frozen=True)
 class Implementation:
     calls: frozenset[int]

@@ -8,6 +8,7 @@ from functools import cached_property
 
 from ..library.schema import Library, Routine, Variant
 from .program import Call, Value
+from .record import quick_init
 
 
 SCALAR_SUM_ITERS = 8      # fewest automatic serial iterations of a kernel that sums into a scalar
@@ -28,6 +29,7 @@ def target_blocks(sms: int, max_threads_per_sm: int, threads: int) -> int:
     return 2 * sms * max(1, max_threads_per_sm // threads)
 
 
+@quick_init
 @dataclass(frozen=True)
 class KernelCall:
     """A call placed in a kernel, with the routine variant and macro values chosen for it."""
@@ -117,6 +119,7 @@ class KernelCall:
         return f"{self.call.function.name}/{self.variant.name}" + (f"[{m}]" if m else "")
 
 
+@quick_init
 @dataclass(frozen=True)
 class KernelSpec:
     """What to generate: calls in execution order plus the kernel-wide choices."""
@@ -146,6 +149,7 @@ class KernelSpec:
         return 1, -1
 
 
+@quick_init
 @dataclass(frozen=True)
 class GlobalArg:
     """A kernel argument: an array (pointer and sizes), a scalar, or an instance count."""
@@ -163,6 +167,7 @@ class GlobalArg:
         return -(-n // self.multiple) * self.multiple
 
 
+@quick_init
 @dataclass(frozen=True)
 class LaunchInfo:
     """Host-side launch description of one kernel."""
