@@ -2,8 +2,8 @@
 // shorter than the row, read by the whole block as a strip is (blas2_strip.cu: thread t owns 4
 // consecutive columns of every row, 16-byte accesses along each row), and a block walks its band
 // along j.  Unlike a strip it never holds a whole row, so rows of any length take one block at full
-// occupancy: taken where no strip of whole rows fits (float64 rows of 16384 read 3.7 % faster than
-// in the 32-row `wide` tiles: docs/experiments/README.md, "Row bands").  The row sums finish in the
+// occupancy: taken where no strip of whole rows fits (faster than the 32-row `wide` tiles there:
+// docs/design.md, "Strips, clusters and bands").  The row sums finish in the
 // block every instance (gemv_sfinish*, blas2_strip.cu) and are added to the output once the band's
 // loop ends: the other bands of the same rows add to it too.  Routines take (BY, R, NC) as the
 // strip's do.

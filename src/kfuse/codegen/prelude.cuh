@@ -43,12 +43,12 @@ KF_DEVICE void kf_store16(double* p, const double (&v)[4]) {
 // 4 consecutive doubles at p (16-byte aligned where ok) stored by lane pairs with whole 32-byte
 // sectors per instruction.  kf_store16's two st.v2.f64 write half of every sector each (lanes
 // 32 bytes apart); when lanes 2m and 2m+1 are both here (__activemask), both ok and 32 bytes apart,
-// they swap halves through shuffles and each instruction writes whole sectors: float64 SSCAL at
-// N = 2^26 on the H100, 364.4 -> 353.2 us (torch.compile 352.7; docs/experiments/f64_stores.py).
+// they swap halves through shuffles and each instruction writes whole sectors (docs/design.md,
+// "float64 stores by lane pairs").
 // No branch between the pair's stores, so both lanes issue each one together.  Returns false
 // (nothing stored) where no such pair is formed; float: one 16-byte store is already whole sectors.
 // Vectors only (KfVec::put4): in tiles (KfMat::put4) it made the model prefer fused `quad` tile
-// kernels that ran slower (float64, n = 1024: 26.1 against 22.5 us; docs/experiments/README.md).
+// kernels that ran slower (same section).
 KF_DEVICE bool kf_store16_paired(float*, const float (&)[4], bool) { return false; }
 KF_DEVICE bool kf_store16_paired(double* p, const double (&v)[4], bool ok) {
     const unsigned active = __activemask();
@@ -75,9 +75,9 @@ KF_DEVICE bool kf_store16_paired(double* p, const double (&v)[4], bool ok) {
 }
 
 // 4 consecutive entries added atomically: one 16-byte vector reduction on sm_90 and later
-// (red.global.add.v4.f32: a quarter of the atomic operations; in the one-pass ATAX strip kernel,
-// whose every block adds a whole row of column partials, 41.6 -> 29.9 us at n = 4096 on the
-// H100, docs/experiments/strip_pipeline.py); double (no vector form) and older GPUs: 4 atomics.
+// (red.global.add.v4.f32: a quarter of the atomic operations, which matters where every block adds
+// a whole row of column partials: the one-pass strip kernels); double (no vector form) and older
+// GPUs: 4 atomics.
 KF_DEVICE void kf_add16(float* p, const float (&v)[4]) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
