@@ -30,6 +30,6 @@ def covering_programs(path, dtype, sample=SAMPLE, dims=None):
         progs = []
         for m, plan in enumerate(keep):
             progs.append(base.with_plan(renamed(plan, f"v{m}")))
-        share_module(progs, f"implementations of {base.program.name}", dims)   # one NVRTC compile
+        _, progs = share_module(progs, f"implementations of {base.program.name}", dims)   # one NVRTC compile
         out.append(progs)
     return out

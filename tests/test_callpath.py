@@ -188,7 +188,7 @@ def test_the_executor_runs_what_resolve_hands_it(fake):
     assert fake.built[-1].artifact.program.device_scalars() == {"a"}
 
 
-def test_compiled_script_artifact_is_immutable_and_follows_a_shared_source():
+def test_compiled_script_and_artifact_are_immutable_and_a_shared_source_makes_new_ones():
     import dataclasses
     prog = kfuse.compile(BICGK, calibration=False)
     art = prog.artifact
@@ -196,7 +196,11 @@ def test_compiled_script_artifact_is_immutable_and_follows_a_shared_source():
     with pytest.raises(dataclasses.FrozenInstanceError):
         art.dtype = "float64"
     assert prog.resolve_artifact({d.id: prog.search.dims[d.id] for d in prog.program.dims}, frozenset()) is art
-    prog.share_source("// shared\n" + prog.cuda_source)
-    shared = prog.artifact
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prog.plan = None
+    other = prog.share_source("// shared\n" + prog.cuda_source)      # a new compiled script; prog is unchanged
+    shared = other.artifact
+    assert other is not prog and prog.artifact is art and prog.cuda_source == art.own_source
     assert shared is not art and shared.shared.startswith("// shared") and shared.own_source == art.own_source
+    assert other.cuda_source.startswith("// shared") and other.plan is prog.plan and other.session is prog.session
     assert "kf_persistent" in art.persistent_source("__global__ void kf_persistent() {}")

@@ -40,7 +40,7 @@ def test_shared_kernels_are_named_alike_and_only_they(monkeypatch, lib):
 
 def test_shared_module_holds_each_kernel_once_and_builds(monkeypatch, lib, nvcc, tmp_path):
     plans, cands = _candidates(monkeypatch, lib, 2, top=8)
-    source = measure.share_module(cands, "test candidates")
+    source, _ = measure.share_module(cands, "test candidates")
     names = {code.launch.kernel for c in cands for code in c.kernels}
     for name in names:
         assert source.count(f"\n{name}(") == 1       # its definition

@@ -241,7 +241,7 @@ def test_wide_strips_planned_at_16384_build_without_spills(nvcc, tmp_path):
         prog = base.for_sizes({d.id: d.literal or 16384 for d in base.program.dims})
         assert any(dict(kc.macros).get("NC") == 16384 for k in prog.plan.kernels for kc in k.calls), prog.describe()
         progs.append(prog.with_plan(renamed(prog.plan, str(m))))
-    nvcc_compile(nvcc, share_module(progs, "16384-wide strips"), tmp_path, "wide", spills=True)
+    nvcc_compile(nvcc, share_module(progs, "16384-wide strips")[0], tmp_path, "wide", spills=True)
 
 
 def test_strip_grid_is_one_resident_wave():

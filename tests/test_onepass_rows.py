@@ -154,7 +154,7 @@ def test_every_fused_implementation_compiles(nvcc, tmp_path, name, dtype):
         # column sums on strips (gemtv) loop along i only (choices.loops_of)
         assert loops == {"i"} if "gemtv" in ROWS[name] else loops
         progs = [base.with_plan(renamed(base.search.plan((full,), (m,)), f"v{m}")) for m in range(len(impls))]
-        nvcc_compile(nvcc, share_module(progs, f"{name} n={n}"), tmp_path, f"{name}_{n}")
+        nvcc_compile(nvcc, share_module(progs, f"{name} n={n}")[0], tmp_path, f"{name}_{n}")
 
 
 # ---- library metadata ------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def test_planned_kernels_do_not_spill(nvcc, tmp_path, n, dtype):
         sizes = {"m": n, "n": n} if name == "rect" else {"n": n}
         prog = kfuse.compile(text, dtype=dtype, tuned=False, sizes=sizes, vector_on_strips=True)
         progs.append(prog.with_plan(renamed(prog.plan, name)))
-    nvcc_compile(nvcc, share_module(progs, f"planned on strips n={n}"), tmp_path, spills=True)
+    nvcc_compile(nvcc, share_module(progs, f"planned on strips n={n}")[0], tmp_path, spills=True)
 
 
 @pytest.mark.parametrize("dtype, n, bands", [

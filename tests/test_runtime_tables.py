@@ -33,18 +33,16 @@ def test_modules_and_shapes_are_the_runtimes_per_artifact(standin, monkeypatch):
     dims = {d.id: 1000 for d in prog.program.dims}
     shape = order.launch_shape(art, dims, 0)
     assert order.launch_shape(art, dims, 0) is shape and len(shape) == 2
-    assert not any(isinstance(v, dict) and v for k, v in vars(prog).items() if k not in ("_by_class", "_by_scalars"))
-    # a module shared with other programs: a new artifact, loaded from that module
-    prog.share_source("// shared with others\n" + prog.cuda_source)
-    shared = prog.artifact
+    assert not any(isinstance(v, dict) and v for v in vars(prog).values())     # no table, no cache
+    # a module shared with other programs: a new compiled script and artifact, loaded from that module
+    shared = prog.share_source("// shared with others\n" + prog.cuda_source).artifact
     assert shared is not art and modules.module(shared, 0).code.startswith("// shared with others")
     # built for block orders the shared module lacks: this program's own module, with the orders
     built = modules.module(shared, 0, (1, 0))
     assert built.code.startswith(f"#define KF_ORDER_{prog.kernels[0].launch.kernel} 1\n") and "shared with others" not in built.code
     assert art in modules._loaded and art in order._tables
     loaded, tables, gone = len(modules._loaded), len(order._tables), weakref.ref(art)
-    del art, fns
-    prog.share_source(prog.cuda_source)
+    del art, fns, prog
     gc.collect()
     assert gone() is None                  # the first artifact's tables went with it
     assert len(modules._loaded) == loaded - 1 and len(order._tables) == tables - 1

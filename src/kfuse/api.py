@@ -1,5 +1,7 @@
 """The user-facing entry point: ``kfuse.compile`` parses, plans and generates a script's CUDA;
-``compile_program`` plans and generates a program already built (the jit's)."""
+``compile_program`` plans and generates a program already built (the jit's).  Both run the
+pipeline's stages (``pipeline.py``) in a compiler session of their own (``session.py``), which
+keeps the programs planned later for other size classes and device scalars."""
 from __future__ import annotations
 
 import gc
@@ -9,20 +11,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .codegen import generate
+from .pipeline import Options, parse
 from .codegen.module import DTYPES
 from .compiled import CompiledScript
-from .tuning.store import stored_plan
 from .errors import KfuseError, ScriptError
 from .env import nvrtc_options
-from .frontend import parse_script
 from .frontend.parser import MAX_SIZE
-from .fusion.plans import PlanSearch, unfused_plan
+from .fusion.space import SPANS
+from .fusion.stages import SearchOptions
 from .ir.program import SIZE_WORDS, Program
 from .library.loader import load_library
 from .library.schema import Library
 from .passes import PassTimes
 from .runtime.gpu import clusters_available
+from .session import CompilerSession
 
 
 def _read_script(script: str | Path) -> tuple[str, str]:
@@ -137,7 +139,7 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
             lib = library if isinstance(library, Library) else load_library(*folders, shipped=shipped_library)
         with timer("parse"):
             source, file = _read_script(script)
-            program = parse_script(source, lib, file, name)
+            program = parse(source, lib, file, name)
             _check_reserved(program)
             if device_scalars:
                 program = _with_device_scalars(program, device_scalars)
@@ -164,27 +166,14 @@ def _check_dtype(dtype: str) -> None:
 
 def _planned(program: Program, lib: Library, dtype: str, fuse: bool, sizes, tuned, calibration, horizontal: bool,
              vector_on_strips: bool, timer: PassTimes) -> CompiledScript:
-    """The plan search and code generation of ``compile`` (the collector paused by the caller)."""
+    """The plan search and code generation of ``compile`` (the collector paused by the caller): a
+    compiler session for the library, dtype, model and options, and its first program."""
     if sizes:
         sizes = _resolve_sizes(program, sizes)
-    if fuse:
-        search = PlanSearch(program, lib, sizes=sizes, itemsize=np.dtype(dtype).itemsize,
-                            model=_ranking_model(lib, dtype, calibration), timer=timer, horizontal=horizontal,
-                            clusters=clusters_available(), vector_on_strips=vector_on_strips)
-        with timer("search"):
-            stored = stored_plan(program, search, dtype, tuned)
-            plan = stored or search.best()
-    else:
-        with timer("search"):
-            search, plan, stored = None, unfused_plan(program, lib), None
-    with timer("layout"):
-        kernels = generate(plan, lib)
-    compiled = CompiledScript(program, lib, dtype, plan, kernels)
-    compiled.search = search
-    compiled.timings = timer
-    compiled.tuned = tuned
-    compiled.from_store = stored is not None     # the plan is a tuned winner from the store
-    return compiled
+    model = _ranking_model(lib, dtype, calibration) if fuse else None
+    options = Options(fuse, tuned, SearchOptions(SPANS, horizontal, clusters_available() if fuse else True,
+                                                          vector_on_strips))
+    return CompilerSession(lib, dtype, options, model).compile(program, sizes, timer)
 
 
 def _check_reserved(program: Program) -> None:

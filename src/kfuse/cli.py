@@ -91,7 +91,7 @@ def cmd_plan(args) -> int:
             print(f"plans in predicted order (first {args.all}):")
             full = log.isEnabledFor(logging.DEBUG)
             for n, plan in enumerate(itertools.islice(search.plans(), args.all)):
-                print(f"  {n + 1:4d}. {plan.predicted * 1e6:9.1f} us  {_plan_line(plan, full)}")
+                print(f"  {n + 1:4d}. {(plan.predicted or 0.0) * 1e6:9.1f} us  {_plan_line(plan, full)}")
     if args.timings:
         prog.cuda_source            # the emit pass
         print(prog.timings.describe())
@@ -197,7 +197,7 @@ def _script_commands(sub) -> None:
                         "call's variant and macros> (with -v: every macro by name, I and B always)")
     p.add_argument("--unfused", action="store_true", help="one kernel per call (no fusion)")
     p.add_argument("--timings", action="store_true",
-                   help="print the time of each compiler pass (library, parse, space, rank, search, layout, emit)")
+                   help="print the time of each pipeline stage (library, parse, space, rank, partition, lower, emit)")
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="plan for this size of a script dimension (repeatable; a bare N sets every dimension "
                    "not named; default: the model's, 8192 per matrix side, 2^24 per vector)")

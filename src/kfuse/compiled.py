@@ -1,26 +1,26 @@
-"""A compiled script: its program, plan, generated kernels and CUDA source, and the entry points
-that run it (``prog(**inputs)``, ``bind``, ``tune``).
+"""A compiled script: an immutable value -- its program, plan, generated kernels and the artifact
+the runtime runs -- and the entry points that run it (``prog(**inputs)``, ``bind``, ``tune``).
 
 What the runtime runs is its ``artifact`` (``ir/artifact.Artifact``: the program, the kernels,
-the module's text); the runtime's executor is handed one callable, ``resolve_artifact(sizes,
-device_scalars)``, and keeps its own tables per artifact (launch shapes, block orders, GPU
-modules: ``runtime/order.py``, ``runtime/modules.py``).  Nothing the runtime writes lives here.
-The caches a compiled script keeps are its own: the programs planned for other size classes and
-device scalars, the rendered module, and a source shared with other programs of the same script
-(``share_source``: one NVRTC compile for many candidate plans)."""
+the module's text, rendered on first use by the pipeline's emit stage); the runtime's executor is
+handed one callable, ``resolve_artifact(sizes, device_scalars)``, and keeps its own tables per
+artifact (launch shapes, block orders, GPU modules: ``runtime/order.py``, ``runtime/modules.py``).
+The programs planned for other size classes and device scalars are its compiler session's
+(``session.py``), which made it; ``share_source`` and ``with_plan`` return new compiled scripts.
+The one state beside the value is its call path (``executor``: bindings, graphs, temporaries),
+which ``release`` drops."""
 from __future__ import annotations
 
-import numbers
-
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 
-from .codegen import generate
+from .pipeline import describe_plan, load, make_artifact, uncovered_at
 from .codegen.kernel import KernelCode
-from .codegen.module import module_source
-from .errors import KfuseError, LaunchError
+from .errors import KfuseError
+from .fusion.plans import PlanSearch
 from .ir.artifact import Artifact
 from .ir.graph import DependencyGraph
 from .ir.plan import Plan
@@ -34,79 +34,90 @@ if TYPE_CHECKING:
     from .runtime.executor import Executor
 
 
-@dataclass
+class Session(Protocol):
+    """What a compiled script asks the compiler session that made it (``session.CompilerSession``)."""
+
+    def for_sizes(self, compiled: "CompiledScript", dims: Mapping[int, int]) -> "CompiledScript": ...
+
+    def for_device_scalars(self, compiled: "CompiledScript", names) -> "CompiledScript": ...
+
+    def with_plan(self, compiled: "CompiledScript", plan: Plan) -> "CompiledScript": ...
+
+
+class _CallPath:
+    """The call path of one compiled script (runtime state, not part of the value): its executor
+    and the returned arithmetic's kernel, made on first use."""
+    __slots__ = ("executor", "tail")
+
+    def __init__(self) -> None:
+        self.executor: "Executor | None" = None
+        self.tail: "ScalarTail | None" = None
+
+
+@dataclass(frozen=True)
 class CompiledScript:
     """A script compiled for one element type: its program, plan and CUDA source."""
     program: Program
     library: Library
     dtype: str
     plan: Plan
-    kernels: list[KernelCode] = field(repr=False)
-    search: Any = field(default=None, repr=False)   # the ranked plan space (fusion.plans.PlanSearch; fused compiles)
-    timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # compile passes
+    kernels: tuple[KernelCode, ...] = field(repr=False)
+    search: PlanSearch | None = field(default=None, repr=False)   # the ranked plan space (fused compiles)
+    timings: PassTimes = field(default_factory=PassTimes, repr=False, compare=False)   # the pipeline's stages
     tuned: object = field(default=True, repr=False, compare=False)     # the tuning store compile() used
     from_store: bool = field(default=False, repr=False, compare=False)  # the plan is a tuned winner
     pinned: bool = field(default=False, repr=False, compare=False)      # the plan was given (with_plan): kept at every size
-    _by_class: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _by_scalars: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     tuning: dict | None = field(default=None, repr=False, compare=False)   # what tune() measured and stored
-    # caches (declared; filled on demand)
-    _own_source: str | None = field(default=None, init=False, repr=False, compare=False)
-    _shared_source: str | None = field(default=None, init=False, repr=False, compare=False)
-    _artifact: Artifact | None = field(default=None, init=False, repr=False, compare=False)
-    _executor: "Executor | None" = field(default=None, init=False, repr=False, compare=False)
-    _tail: "ScalarTail | None" = field(default=None, init=False, repr=False, compare=False)   # returned arithmetic
+    session: Session | None = field(default=None, repr=False, compare=False)   # the compiler session that made it
+    _shared: str | None = field(default=None, repr=False, compare=False)    # a module shared with other programs
+    _artifact: Artifact = field(init=False, repr=False, compare=False)
+    _calls: _CallPath = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        kernels = tuple(self.kernels)
+        object.__setattr__(self, "kernels", kernels)
+        object.__setattr__(self, "_artifact", make_artifact(self.program, self.plan, kernels, self.library,
+                                                                self.dtype, self.timings, self._shared))
+        object.__setattr__(self, "_calls", _CallPath())
+
+    def _session(self) -> Session:
+        if self.session is None:
+            raise KfuseError("this compiled script was made outside a compiler session (kfuse.compile, "
+                             "session.CompilerSession): it cannot be planned again")
+        return self.session
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search).
         The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``)."""
-        return self._pinned(self.program, plan)
-
-    def _pinned(self, program: Program, plan: Plan) -> "CompiledScript":
-        """``program`` compiled with ``plan``, pinned (``for_sizes`` keeps it), with this one's
-        ranking and tuning store."""
-        other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), self.search)
-        other.tuned, other.pinned = self.tuned, True
-        return other
+        return self._session().with_plan(self, plan)
 
     @property
     def cuda_source(self) -> str:
         """The CUDA module: this program's own, or the one it shares (``share_source``)."""
-        return self._shared_source if self._shared_source is not None else self.own_source
+        return self._artifact.source
 
     @property
     def own_source(self) -> str:
         """The CUDA module of this program's kernels alone."""
-        if self._own_source is None:
-            with self.timings("emit"):
-                self._own_source = module_source(self.kernels, self.library, self.dtype,
-                                                 title=f"script {self.program.file} ({self.program.name})\n"
-                                                 + self.describe())
-        return self._own_source
+        return self._artifact.own_source
 
     def persistent_source(self, kernel: str) -> str:
         """The module of a persistent kernel (``kernel``'s text, made by
         ``runtime/persistent.py``) that runs this program's kernels as device functions, one after
         the other in one launch (a device loop's steps)."""
-        return module_source(self.kernels, self.library, self.dtype, title=f"persistent loop over script "
-                             f"{self.program.file} ({self.program.name})\n" + self.describe(), persistent=kernel)
+        return self._artifact.persistent_source(kernel)
 
-    def share_source(self, source: str) -> None:
-        """Build this program's GPU modules from ``source``, a module that holds its kernels among
-        others (tuning/measure.py: one NVRTC compile for many candidate plans): its artifact is
-        then one that shares that module."""
-        self._shared_source = source
-        self._artifact = None
+    def share_source(self, source: str) -> "CompiledScript":
+        """This program with its GPU modules built from ``source``, a module that holds its kernels
+        among others (tuning/measure.py: one NVRTC compile for many candidate plans): a new
+        compiled script, whose artifact shares that module."""
+        return dataclasses.replace(self, _shared=source)
 
     @property
     def artifact(self) -> Artifact:
         """What the runtime runs (``ir/artifact.Artifact``): the program, its kernels, the element
         type and the module (the shared one, else its own, rendered on first use); one per
-        compiled script and shared source."""
-        if self._artifact is None:
-            self._artifact = Artifact(self.program, self.dtype, tuple(self.kernels),
-                                      render_module=lambda: self.own_source,
-                                      render_persistent=self.persistent_source, shared=self._shared_source)
+        compiled script."""
         return self._artifact
 
     def resolve_artifact(self, sizes: Mapping[int, int], device_scalars: frozenset[str]) -> Artifact:
@@ -121,26 +132,16 @@ class CompiledScript:
 
     def describe(self) -> str:
         """The plan with each kernel's launch configuration."""
-        lines = [self.plan.describe()]
-        for k in self.kernels:
-            L = k.launch
-            lines.append(f"  {L.kernel}: {L.threads} threads per block, {L.smem_bytes_per_real} shared entries, "
-                         f"{k.barriers} barrier(s), {len(k.placement.registers)} element(s) in registers"
-                         + (f"; cleared first: {', '.join(v.name for v, _ in L.clears)}" if L.clears else ""))
-        arithmetic = self.program.returned_arithmetic()
-        if arithmetic:
-            lines.append(f"  returned arithmetic: {', '.join(a.text(limit=120) for a in arithmetic)} "
-                         "(one kf_scalars launch after the plan)")
-        return "\n".join(lines)
+        return describe_plan(self.program, self.plan, self.kernels)
 
     @property
     def scalar_tail(self) -> "ScalarTail | None":
         """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``),
         or None when the script returns none."""
-        if self._tail is None and self.program.returned_arithmetic():
+        if self._calls.tail is None and self.program.returned_arithmetic():
             from .runtime.control import ScalarTail
-            self._tail = ScalarTail.script(self.program, self.dtype)
-        return self._tail
+            self._calls.tail = ScalarTail.script(self.program, self.dtype)
+        return self._calls.tail
 
     @property
     def scalars_source(self) -> str | None:
@@ -152,19 +153,18 @@ class CompiledScript:
     def module(self, device: int, orders: tuple[int, ...] = ()):
         """The compiled module on a device, built for the kernels' orders (runtime/order.py; none
         given: order 0 throughout), compiled once per choice and kept by the runtime
-        (``runtime/modules.py``, per artifact)."""
-        from .runtime import modules
-        return modules.module(self.artifact, device, orders)
+        (``runtime/modules.py``, per artifact): the pipeline's load stage."""
+        return load(self._artifact, device, orders)
 
     def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
         """The compiled kernels on a device, in launch order."""
         from .runtime import modules
-        return modules.functions(self.artifact, device, orders)
+        return modules.functions(self._artifact, device, orders)
 
     def fill_function(self, device: int, orders: tuple[int, ...] = ()):
         """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
         from .runtime import modules
-        return modules.fill_function(self.artifact, device, orders)
+        return modules.fill_function(self._artifact, device, orders)
 
     def entries(self, dims: dict[int, int]) -> dict[int, int]:
         """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
@@ -215,85 +215,21 @@ class CompiledScript:
         """The program planned for the size class of ``dims`` (every size rounded to a power of
         two): this one when the class is the one it was planned for (or it was compiled
         unfused, or its plan was given: ``with_plan``), else a plan ranked for that class (a tuned
-        winner for it preferred), made once and kept."""
-        bad = [d.name for d in self.program.dims if not isinstance(dims.get(d.id), numbers.Integral)
-               or isinstance(dims[d.id], bool) or dims[d.id] < 1]
-        if bad:
-            raise LaunchError(f"sizes must be positive integers: {', '.join(bad)}")
-        if self.search is None or self.pinned:
-            short = self.uncovered(dims)
-            if short:
-                raise LaunchError(f"the given plan cannot run at these sizes: {short}; compile without a "
-                                  "given plan (or one for these sizes)")
-            return self
-        from math import log2
-        key: tuple = tuple(round(log2(max(1, dims[d.id]))) for d in self.program.dims)
-        if key == tuple(round(log2(max(1, self.search.dims[d.id]))) for d in self.program.dims):
-            if not self.uncovered(dims):
-                return self
-            key = ("exact",) + tuple(dims[d.id] for d in self.program.dims)
-        if key in self._by_class and self._by_class[key].uncovered(dims):
-            # the class's plan holds strips narrower than these rows: planned for these sizes
-            key = ("exact",) + tuple(dims[d.id] for d in self.program.dims)
-        if key not in self._by_class:
-            self._by_class[key] = self._replanned(self.program, dims)
-        return self._by_class[key]
+        winner for it preferred), made once and kept by the compiler session."""
+        return self._session().for_sizes(self, dims)
 
-    def uncovered(self, dims: dict[int, int]) -> str | None:
+    def uncovered(self, dims: Mapping[int, int]) -> str | None:
         """Why a kernel of this plan whose tiles span an axis whole (strips of whole rows: a
         reduction's result used in its kernel) cannot run at sizes ``dims`` -- the axis is
         longer than its strip -- or None when every kernel can."""
-        for code in self.kernels:
-            L = code.launch
-            whole = {a for kc in code.spec.calls for a in kc.variant.whole}
-            for n, (axis, d, extent) in enumerate(zip(("i", "j"), L.axis_dims, L.axis_extent)):
-                C = L.cluster if n == L.cluster_axis else 1      # blocks spanning the axis together
-                if axis in whole and -(-dims[d] // extent) > C:
-                    what = "rows" if axis == "j" else "columns"
-                    return (f"kernel {L.kernel} reads {what} of {dims[d]} entries in strips of {extent}"
-                            + (f" x {C} blocks" if C > 1 else ""))
-        return None
+        return uncovered_at(self.kernels, dims)
 
     def for_device_scalars(self, names) -> "CompiledScript":
         """The program with the scalar inputs ``names`` (and no others) bound to 0-d device arrays
         (read by address in the kernels: no round trip through the host), planned like this one
-        (a given plan, ``with_plan``, kept); made once per set of names and kept."""
-        names = frozenset(names)
-        if names == self.program.device_scalars():
-            return self
-        if names not in self._by_scalars:
-            program = self.program.with_device_scalars(names)
-            if self.search is None:
-                from .fusion.plans import unfused_plan
-                plan = unfused_plan(program, self.library)
-                self._by_scalars[names] = CompiledScript(program, self.library, self.dtype, plan,
-                                                         generate(plan, self.library))
-            elif self.pinned:
-                # the given plan, on the program whose scalars are read by address
-                from .ir.plan import plan_from_json, plan_to_json
-                self._by_scalars[names] = self._pinned(program, plan_from_json(program, plan_to_json(self.plan)))
-            else:
-                self._by_scalars[names] = self._replanned(program, self.search.dims)
-        return self._by_scalars[names]
-
-    def _replanned(self, program: Program, dims: dict[int, int]) -> "CompiledScript":
-        """``program`` planned for sizes ``dims`` with this program's model and options (a tuned
-        winner for that size class preferred)."""
-        from .fusion.plans import PlanSearch
-        from .tuning.store import stored_plan
-        search = PlanSearch(program, self.library, sizes={d.name: dims[d.id] for d in program.dims},
-                            itemsize=np.dtype(self.dtype).itemsize, model=self.search.model,
-                            spans=self.search.spans, horizontal=self.search.horizontal,
-                            clusters=self.search.clusters, vector_on_strips=self.search.vector_on_strips)
-        stored = stored_plan(program, search, self.dtype, self.tuned)
-        plan = stored or search.best()
-        other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)
-        if stored is not None and other.uncovered(dims):    # a winner tuned at shorter rows of this class
-            stored, plan = None, search.best()
-            other = CompiledScript(program, self.library, self.dtype, plan, generate(plan, self.library), search)
-        other.tuned = self.tuned
-        other.from_store = stored is not None
-        return other
+        (a given plan, ``with_plan``, kept); made once per set of names and kept by the compiler
+        session."""
+        return self._session().for_device_scalars(self, names)
 
     def __repr__(self) -> str:
         return (f"<kfuse.CompiledScript {self.program.name} ({self.dtype}): {len(self.program.calls)} call(s) in "
@@ -302,16 +238,17 @@ class CompiledScript:
     @property
     def executor(self) -> "Executor":
         """The call path (runtime/executor.py): bindings per argument signature, graphs."""
-        if self._executor is None:
+        calls = self._calls
+        if calls.executor is None:
             from .runtime.executor import Executor
-            self._executor = Executor(self.program, self.dtype, self.resolve_artifact)
-        return self._executor
+            calls.executor = Executor(self.program, self.dtype, self.resolve_artifact)
+        return calls.executor
 
     def release(self) -> None:
         """Drop the call path's device memory (temporaries, graphs, bindings); the next call builds
         it again.  The empirical search releases each candidate once timed: 20 candidates of a
         large script would otherwise hold 20 sets of temporaries."""
-        self._executor = None
+        self._calls.executor = None
 
     def __call__(self, out: dict | None = None, sync: bool = False, stream=None, **inputs):
         """Run on the GPU.  Inputs by script name (CuPy arrays, torch CUDA tensors, any CUDA array

@@ -1,12 +1,13 @@
-"""Compiler passes named and timed: ``kfuse plan --timings`` prints where the time went."""
+"""The pipeline's stages timed by name (``pipeline.py`` runs them): ``kfuse plan --timings`` prints
+where the time went."""
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-# the passes of a compile, in data-flow order
-PASSES = ("library", "parse", "space", "rank", "search", "layout", "emit")
+# the stages of a compile (``pipeline.py``), in data-flow order
+PASSES = ("library", "parse", "space", "rank", "partition", "lower", "emit", "load")
 
 
 @dataclass

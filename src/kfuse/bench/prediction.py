@@ -76,6 +76,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     compiled = kfuse.compile(path, dtype=dtype, sizes=sizes, tuned=False)
     first_s = time.perf_counter() - t0
     search = compiled.search
+    assert search is not None, "a fused compile has a plan search"
     codes = list({id(code): code for impls in search.space.impls.values() for _, code in impls}.values())
     module_source(codes, compiled.library, dtype)
     all_s = time.perf_counter() - t0
@@ -173,7 +174,8 @@ def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int 
     import kfuse
     from ..runtime.gpu import gpu_name
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    model = kfuse.compile(paths[0], dtype=dtype, tuned=False).search.model if paths else None
+    search = kfuse.compile(paths[0], dtype=dtype, tuned=False).search if paths else None
+    model = search.model if search is not None else None
     header = {"gpu": gpu_name() or "no GPU", "dtype": dtype, "n": n, "N": N, "top": top, "reps": reps, "rounds": rounds,
               "model": getattr(model, "name", "?")}
     results = []

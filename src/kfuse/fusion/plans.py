@@ -5,10 +5,10 @@ dependency graph is acyclic.  ``PlanSearch`` ranks plans by a cost model (``cost
 one when ``kfuse.compile`` finds a calibration, else the transfer model) and yields them best
 first, then the next best, for empirical search.
 
-``PlanSearch`` is a facade over the search's stages, each in its own module: the space
-(``space.py``, data), the ranker (``rank.py``), the partitioners (``partition.py``: exhaustive,
-greedy and refinement for bounded search), the horizontal pass (``horizontal.py``) and the
-explainer (``explain.py``).  What stays here is the k-best enumeration of plans over the partitions.
+``PlanSearch`` holds the search's stages' results (``stages.py``: the space, ``space.py``; the
+ranker, ``rank.py``; the partitioners, ``partition.py``: exhaustive, greedy and refinement for
+bounded search; the horizontal pass, ``horizontal.py``) and the explainer (``explain.py``).  What
+stays here is the k-best enumeration of plans over the partitions.
 """
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from ..ir.program import Program
 from ..library.schema import Library, Variant
 from ..passes import no_timer
 from . import explain as explainer
-from .horizontal import HorizontalInputs, Tried, horizontal_pass
-from .partition import Partition, count_plans, exhaustive_partitions, greedy_partitions, ordered, refine_chosen
+from . import stages
+from .horizontal import Tried
+from .partition import Partition, count_plans, ordered
 from .reasons import Misfit, NoImplementation
-from .rank import Ranked, Ranker, entries_of, planning_dims, rank_space
+from .rank import Ranked
 from .shape import stores_of
-from .space import SPANS, Space, build_space
+from .space import SPANS, Space
+from .stages import Partitioned, SearchOptions
 from .ties import DEFAULT_BY
 
 DEFAULT_IPB = 8         # preferred instances per block for unnested functions
@@ -75,58 +77,47 @@ def unfused_plan(program: Program, lib: Library) -> Plan:
 class PlanSearch:
     """All plans of a program, ranked by a model (default: the transfer model) at the given sizes.
 
-    The constructor runs the stages (space, rank, partition, refine, horizontal) and keeps their
-    results as attributes; the methods enumerate plans best first and explain the search."""
+    Built from the partition stage's artifact (``of``; ``stages.py``); the constructor runs the
+    stages itself (space, rank, partition), each timed by ``timer``.  The stages' results are
+    kept as attributes; the methods enumerate plans best first and explain the search."""
 
     def __init__(self, program: Program, lib: Library, sizes: dict[str, int] | None = None,
                  itemsize: int = 4, machine: Machine = DEFAULT_MACHINE, model=None, timer=no_timer,
                  spans: tuple[int, ...] = SPANS, horizontal: bool = True, clusters: bool = True,
                  vector_on_strips: bool = False):
-        self.program, self.lib, self.machine = program, lib, machine
-        self.clusters = clusters        # may kernels of thread-block clusters run (compute capability 9.0)?
-        # may vector calls run on the rows of matrix calls' strips (one kernel: a gemv's result used
-        # by a dot or an axpy)?  Off by default: docs/design.md, "Strips, clusters and bands"
-        self.vector_on_strips = vector_on_strips
-        # a cost.Model: the calibrated model or, by default, the transfer model
-        self.model = model if model is not None else machine
-        self.dims = planning_dims(program, sizes)
+        options = SearchOptions(spans, horizontal, clusters, vector_on_strips)
         with timer("space"):
-            self.space: Space = build_space(program, lib, spans, on_strips_rows=vector_on_strips, dims=self.dims)
-        self.spans = spans
-        self.graph: DependencyGraph = self.space.graph
-        self.entries = entries_of(program, self.dims)
-        self.itemsize = itemsize
-        self.ranker = Ranker(self.model, self.dims, self.entries, itemsize, clusters)
-        self.ranked: dict[frozenset[int], Ranked]
-        self.sized_out: dict[frozenset[int], Misfit | NoImplementation]     # fusions no implementation of fits these sizes
+            spaced = stages.space(program, lib, sizes, options)
         with timer("rank"):
-            self.ranked, self.sized_out = rank_space(self.space, self.ranker)
-        with timer("search"):
-            self.partitions: list[Partition] = (
-                exhaustive_partitions(self.graph, self.ranked) if self.space.bounded is None
-                else greedy_partitions(self.graph, len(program.calls), self.ranked))
-        if self.space.bounded is not None:
-            with timer("space"):
-                self.ranked.update(refine_chosen(self.space, lib, self.partitions[0], self.ranker.score, spans,
-                                                 self.ranker.rank))
-        self.horizontal = horizontal
-        self.horizontal_log: list[Tried] = []   # what the horizontal pass tried, for explain()
-        if horizontal:
-            with timer("horizontal"):
-                self._horizontal()
+            ranked = stages.rank(spaced, model if model is not None else machine, itemsize)
+        with timer("partition"):
+            self._adopt(stages.partition(ranked), machine)
 
-    def _horizontal(self) -> None:
-        """The horizontal pass (``horizontal.py``) over the best partition; the merged partition,
-        if any, is added to the partitions (its plans ranked with the others)."""
-        best = min(range(len(self.partitions)),
-                   key=lambda i: (self._cost(self.partitions[i], (0,) * len(self.partitions[i])), i))
-        found = horizontal_pass(HorizontalInputs(self.program, self.graph, self.lib, self.space, self.spans,
-                                                 self.ranker, self.ranked, self.vector_on_strips),
-                                tuple(ordered(self.graph, self.partitions[best])))
-        self.ranked.update(found.ranked)
-        self.horizontal_log = list(found.log)
-        if found.partition is not None:
-            self.partitions.append(found.partition)
+    @classmethod
+    def of(cls, partitioned: Partitioned, machine: Machine = DEFAULT_MACHINE) -> "PlanSearch":
+        """The search whose stages made ``partitioned``."""
+        search = cls.__new__(cls)
+        search._adopt(partitioned, machine)
+        return search
+
+    def _adopt(self, partitioned: Partitioned, machine: Machine) -> None:
+        ranked_space = partitioned.ranked_space
+        spaced, ranker = ranked_space.spaced, ranked_space.ranker
+        self.program, self.lib, self.machine = spaced.program, spaced.lib, machine
+        options = spaced.options
+        self.clusters = options.clusters                # may kernels of thread-block clusters run?
+        self.vector_on_strips = options.vector_on_strips  # may vector calls run on matrix calls' strips?
+        self.spans, self.horizontal = options.spans, options.horizontal
+        self.model = ranker.model       # a cost.Model: the calibrated model or the transfer model
+        self.dims = spaced.dims
+        self.space: Space = spaced.space
+        self.graph: DependencyGraph = spaced.space.graph
+        self.entries, self.itemsize, self.ranker = ranker.entries, ranker.itemsize, ranker
+        self.ranked: dict[frozenset[int], Ranked] = partitioned.ranked
+        # fusions no implementation of fits these sizes
+        self.sized_out: dict[frozenset[int], Misfit | NoImplementation] = ranked_space.sized_out
+        self.partitions: list[Partition] = list(partitioned.partitions)
+        self.horizontal_log: list[Tried] = list(partitioned.horizontal_log)   # for explain()
 
     # -- counts ----------------------------------------------------------------------------
     def count_implementations(self) -> int:

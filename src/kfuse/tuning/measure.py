@@ -21,9 +21,10 @@ from ..runtime.timing import median_us
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
-def share_module(progs: list, title: str, dims: dict[int, int] | None = None) -> str:
-    """Give programs of one script (plans with distinct kernel names) one CUDA module holding all
-    their kernels: one NVRTC compile instead of one each.  With ``dims`` (on a GPU) each program's
+def share_module(progs: list, title: str, dims: dict[int, int] | None = None) -> tuple[str, list]:
+    """Programs of one script (plans with distinct kernel names) sharing one CUDA module that holds
+    all their kernels: one NVRTC compile instead of one each.  Returns (the module, the programs
+    that share it: new compiled scripts, ``CompiledScript.share_source``).  With ``dims`` (on a GPU) each program's
     block orders at those sizes are built in (runtime/order.py); a program bound at other sizes
     whose orders differ compiles its own module."""
     base = progs[0]
@@ -34,9 +35,7 @@ def share_module(progs: list, title: str, dims: dict[int, int] | None = None) ->
         pdl = pdl_available(device)
         source = "".join(dict.fromkeys(line for p in progs for line in order_defines(
             p.kernels, launch_orders(p.artifact, dims, device, pdl)).splitlines(keepends=True))) + source
-    for p in progs:
-        p.share_source(source)
-    return source
+    return source, [p.share_source(source) for p in progs]
 
 
 #: at most this many NVRTC compiles run at once (NVRTC compiles one module on one core)
@@ -62,14 +61,14 @@ def candidates_for(compiled, plans, dims: dict[int, int], device: int, pdl: bool
     return out
 
 
-def compile_candidates(candidates: list, title: str, dims: dict[int, int], device: int, pdl: bool) -> list[float]:
+def compile_candidates(candidates: list, title: str, dims: dict[int, int], device: int, pdl: bool
+                       ) -> tuple[list, list[float]]:
     """Share modules among the candidates (consecutive groups, one per compile thread, each module
-    holding its group's kernels once) and compile the modules side by side; the seconds each took."""
+    holding its group's kernels once) and compile the modules side by side: (the candidates that
+    share them, in order; the seconds each module took)."""
     threads = max(1, min(COMPILE_THREADS, os.cpu_count() or 1, len(candidates)))
     size = -(-len(candidates) // threads)
-    groups = [candidates[k:k + size] for k in range(0, len(candidates), size)]
-    for g in groups:
-        share_module(g, title, dims)
+    groups = [share_module(candidates[k:k + size], title, dims)[1] for k in range(0, len(candidates), size)]
 
     def build(c) -> float:
         t0 = time.perf_counter()
@@ -77,7 +76,7 @@ def compile_candidates(candidates: list, title: str, dims: dict[int, int], devic
             c.functions(device, launch_orders(c.artifact, dims, device, pdl))
         return time.perf_counter() - t0
     with ThreadPoolExecutor(len(groups)) as pool:
-        return list(pool.map(build, [g[0] for g in groups]))
+        return [c for g in groups for c in g], list(pool.map(build, [g[0] for g in groups]))
 
 
 def _error_on_device(cp, got, ref, denom: float) -> float:
@@ -103,7 +102,7 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
     device = cp.cuda.Device().id
     pdl = pdl_available(device)
     candidates = candidates_for(compiled, plans, dims, device, pdl)
-    each = compile_candidates(candidates, f"tuning candidates of {prog.name}", dims, device, pdl)
+    candidates, each = compile_candidates(candidates, f"tuning candidates of {prog.name}", dims, device, pdl)
     compile_s = time.perf_counter() - t0
     log(f"{label} {prog.name}: {len(candidates)} plan(s) compiled in {compile_s:.1f} s "
         f"({len(each)} modules side by side, {max(each):.1f} s the longest); sizes "
@@ -144,7 +143,7 @@ def retime(compiled, plans, dims: dict[int, int], reps: int = 20, rounds: int = 
     device = cp.cuda.Device().id
     pdl = pdl_available(device)
     candidates = candidates_for(compiled, plans, dims, device, pdl)
-    compile_candidates(candidates, f"re-timed plans of {compiled.program.name}", dims, device, pdl)
+    candidates, _ = compile_candidates(candidates, f"re-timed plans of {compiled.program.name}", dims, device, pdl)
     dev, _, _ = device_case(compiled.program, dims, compiled.dtype, 1)
     bound = [c.bind(**dev) for c in candidates]
     times: list[list[float]] = [[] for _ in candidates]

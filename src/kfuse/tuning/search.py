@@ -138,6 +138,4 @@ def tune(compiled, top: int = 20, sizes=None, reps: int = 30, store=True, log=No
         else:
             info["stored"] = str(st.path)
             log(f"tune {prog.name}: remembered in {st.path}")
-    result = compiled.with_plan(plan)
-    result.tuning = info
-    return result
+    return replace(compiled.with_plan(plan), tuning=info)
