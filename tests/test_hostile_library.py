@@ -48,7 +48,7 @@ def test_library_expressions_are_total(text, scope, kind):
     t0 = time.perf_counter()
     with pytest.raises(expr.ExprError) as info:
         expr.evaluate(text, scope, kind)
-    assert isinstance(info.value, KfuseError) and time.perf_counter() - t0 < 1
+    assert isinstance(info.value, KfuseError) and time.perf_counter() - t0 < 10   # a hang, not a speed: generous for a loaded machine
 
 
 def test_source_name_too_long_for_the_file_system(tmp_path):

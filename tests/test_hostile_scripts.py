@@ -73,19 +73,23 @@ def test_shared_scalar_arithmetic_is_emitted_once(lib):
     t0 = time.perf_counter()
     compiled = kfuse.compile(decl + body + f"y = scal(a{n}, x);\nreturn y;\n", fuse=False)
     src = compiled.cuda_source
-    assert time.perf_counter() - t0 < 10 and len(src) < 100_000
+    assert time.perf_counter() - t0 < 60 and len(src) < 100_000   # exponential before: never finished
     assert src.count("const real kf_") == n - 1          # each shared product once
     assert compiled.program.calls[0].args[0].evaluate(lambda v: 1.0) == 1.0
 
 
 def test_reassigning_one_name_parses_in_linear_time(lib):
     """Finding 4: 20,000 ``y = axpy(a, y, x);`` took 114 s (the label search rescanned)."""
-    n = 20000
-    src = HEAD + "y = scal(a, x);\n" + "y = axpy(a, y, x);\n" * n + "return y;\n"
-    t0 = time.perf_counter()
-    prog = parse_script(src, lib)
-    assert time.perf_counter() - t0 < 10
-    assert prog.outputs[0].label == f"y_{n + 1}"
+    # linear: ten times the lines take about ten times as long (quadratic: a hundred); a ratio,
+    # not a time, so that a loaded machine does not fail it
+    times = {}
+    for n in (2000, 20000):
+        src = HEAD + "y = scal(a, x);\n" + "y = axpy(a, y, x);\n" * n + "return y;\n"
+        t0 = time.perf_counter()
+        prog = parse_script(src, lib)
+        times[n] = time.perf_counter() - t0
+        assert prog.outputs[0].label == f"y_{n + 1}"
+    assert times[20000] < 30 * max(times[2000], 0.02), times
 
 
 def test_an_input_reassigned_makes_a_new_value(lib):
