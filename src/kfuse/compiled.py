@@ -56,7 +56,17 @@ class _CallPath:
 
 @dataclass(frozen=True)
 class CompiledScript:
-    """A script compiled for one element type: its program, plan and CUDA source."""
+    """A script compiled for one element type: its program, plan and CUDA source.
+
+    More public methods than one job would need, for a reason: this is the object a user holds,
+    and its methods are the documented API (docs/python-api.md) in four groups, each thin over
+    the module that does the work -- calls (``__call__``, ``bind``, ``call_outputs``, ``tune``,
+    ``with_plan``, ``release``), views (``cuda_source``, ``own_source``, ``describe``, ``graph``,
+    ``scalars_source``, ``persistent_source``), metrics the benchmarks read (``entries``,
+    ``traffic``, ``compulsory_traffic``, ``flops``, ``uncovered``), and the seams to the compiler
+    session and the runtime (``artifact``, ``resolve_artifact``, ``resolve``, ``for_sizes``,
+    ``for_device_scalars``, ``share_source``, ``executor``, ``scalar_tail``, ``module``,
+    ``functions``, ``fill_function``)."""
     program: Program
     library: Library
     dtype: str

@@ -78,7 +78,9 @@ def _is_load(s: Step) -> bool:
 
 
 class _Emitter:
-    """The emission state: the layout read, the lines and view structs written."""
+    """The emission state: the layout read, the lines and view structs written.  One method per
+    part of the kernel's text (head, indices, declarations, phases, the serial loop, a step),
+    hence their number."""
 
     def __init__(self, lay: Layout, device: bool = False):
         assert lay.frame is not None, "a finished layout has its frame"

@@ -39,7 +39,8 @@ def program_name(name: str) -> str:
 
 class ProgramBuilder:
     """Statements in, a :class:`Program` out (see the module docstring).  Subclasses say where an
-    error is (:meth:`error`)."""
+    error is (:meth:`error`).  One method per kind of statement or check the front ends hand it
+    (declarations, inputs, calls, scalar arithmetic, returns), hence their number."""
 
     def __init__(self, library: Library, name: str, file: str, source: str):
         self.lib, self.name, self.file, self.src = library, name, file, source

@@ -26,7 +26,8 @@ MAX_NESTING = 100      # parentheses and sqrt( nested deeper than this are refus
 
 
 class _Parser(ProgramBuilder):
-    """The syntax: tokens to statements, each handed to the builder (``frontend/build.py``)."""
+    """The syntax: tokens to statements, each handed to the builder (``frontend/build.py``).
+    A recursive-descent parser: one method per rule of the grammar, hence their number."""
 
     def __init__(self, src: str, file: str, library: Library, name: str):
         super().__init__(library, name, file, src)
