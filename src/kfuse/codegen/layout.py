@@ -71,12 +71,20 @@ def layout(spec: KernelSpec, lib: Library) -> Layout:
 def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> Layout:
     """Schedule, placement and barriers: what no (unroll, span) copy changes.  A ``memo`` (of
     this program's kernels) answers a spec analysed before, but for its instances per block
-    and iterations (which only ``check_spec`` reads), and schedules from the longest prefix of
-    the calls scheduled before."""
-    tile = check_spec(spec, lib)
+    and iterations (which only ``check_spec`` reads: its verdict is kept by those too), and
+    schedules from the longest prefix of the calls scheduled before."""
     if memo is None:
-        return _analyse(spec, lib, tile, None)
+        return _analyse(spec, lib, check_spec(spec, lib), None)
     key = memo.analysis_key(spec)
+    checked = memo.checks.get((key, spec.ipb, spec.iters))    # all check_spec reads
+    if checked is None:
+        try:
+            checked = memo.checks[(key, spec.ipb, spec.iters)] = (check_spec(spec, lib),)
+        except FusionError as e:
+            checked = memo.checks[(key, spec.ipb, spec.iters)] = str(e)
+    if isinstance(checked, str):
+        raise FusionError(checked)
+    tile = checked[0]
     got = memo.layouts.get(key)
     if got is None:
         try:
@@ -129,21 +137,24 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     register entries, ``check_span``'s verdict and the steps (``_Slots``)."""
     base = analyse(replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
-    frame: Frame | str | None = None
+    frame: Frame | FusionError | None = None
     # what the copies share depends on the analysis alone: with a memo, found once for the
     # analysis (kept with its steps), whatever the instances per block
     shared = memo.copies.get(id(base.steps)) if memo is not None else None
     if shared is None or shared[0] is not base.steps:
         outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
-        shared = (base.steps, outside, {})
+        shared = (base.steps, outside, {}, {})
         if memo is not None:
             memo.copies[id(base.steps)] = shared
     outside = shared[1]
     slots: dict[bool, _Slots] = shared[2]      # by span > 1
-    in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
+    # the refusals of copies: what they say depends on the analysis, the spec's name, the unroll
+    # and the span only (not on the instances per block), so they are made once per analysis
+    refusals: dict[tuple, FusionError] = shared[3]
     pl = base.placement
     # check_copies_in_registers refuses a copy (unrolled or spanned) exactly when these hold
     no_copies = bool(pl.shared) or any(kc.variant.whole for kc in spec.calls)
+    name = spec.name
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
@@ -151,33 +162,43 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
         # the checks in finish's order; a refusal is made (not raised) where one is found
         copied = unroll > 1 or span > 1
         if copied and no_copies:
-            refused = in_registers.get((unroll > 1, span))     # all its refusal depends on
+            refused = refusals.get(("registers", name, unroll > 1, span))     # all its refusal depends on
             if refused is None:
-                refused = in_registers[(unroll > 1, span)] = _refusal(
+                refused = refusals[("registers", name, unroll > 1, span)] = _refusal(
                     check_copies_in_registers, replace(spec, unroll=unroll, span=span), pl)
             out.append(refused)
             continue
-        copy_spec = replace(spec, unroll=unroll, span=span) if copied else base.spec
         if span != 1 and spec.nesting == 1:
-            out.append(_refusal(check_copy_choices, copy_spec))   # check_spec's that a span can fail
+            refused = refusals.get(("choices", name, span))
+            if refused is None:     # check_spec's that a span can fail
+                refused = refusals[("choices", name, span)] = _refusal(
+                    check_copy_choices, replace(spec, unroll=unroll, span=span))
+            out.append(refused)
             continue
-        sl = slots.get(span > 1) or slots.setdefault(span > 1, _Slots(copy_spec, base, outside))
+        sl = slots.get(span > 1)
+        if sl is None:
+            sl = slots[span > 1] = _Slots(replace(spec, unroll=unroll, span=span) if copied else base.spec,
+                                          base, outside)
         a, b, c, d = sl.sums
         if a + span * b + unroll * (c + span * d) > MAX_REGISTER_SLOTS:
-            out.append(_refusal(check_register_slots, copy_spec, sl.sums))
+            refused = refusals.get(("slots", name, unroll, span))
+            if refused is None:
+                refused = refusals[("slots", name, unroll, span)] = _refusal(
+                    check_register_slots, replace(spec, unroll=unroll, span=span), sl.sums)
+            out.append(refused)
             continue
         if frame is None:
-            try:
-                frame = make_frame(replace(base, spec=copy_spec), memo)   # the same for every copy
+            try:        # the same for every copy
+                frame = frame_of(spec, lib, base.tile, base.steps, pl.shared_size, memo)
             except FusionError as e:
-                frame = str(e)
-        if isinstance(frame, str):
-            out.append(FusionError(frame))
+                frame = e.with_traceback(None)
+        if isinstance(frame, FusionError):
+            out.append(FusionError(str(frame)))
         elif sl.refused is not None:
             out.append(FusionError(sl.refused))
         else:
-            out.append(replace(base, spec=copy_spec, steps=sl.steps, outside=outside, per_slot=sl.per_slot,
-                               frame=frame))
+            out.append(replace(base, spec=replace(spec, unroll=unroll, span=span) if copied else base.spec,
+                               steps=sl.steps, outside=outside, per_slot=sl.per_slot, frame=frame))
     return out
 
 
