@@ -80,19 +80,17 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
         if r is None:
             shape_set.update(a.threads for a in s.accesses)
             continue
-        kc = s.kc
-        XY = kc.shape(r)
+        XY, warp, array_args, read_arrays, read_scalars = s.kc.routine_facts(r)
         shape_set.add(XY)       # a routine's accesses have its shape (Scheduler.add_routine)
-        if r.name in kc.variant.warp_wide:
+        if warp:
             warp_wide.append((s, XY))
-        for g in kc.array_args(r):
+        for g in array_args:
             if g.value.id not in seen_vals:
                 seen_vals.add(g.value.id)
                 arrays.append(g)
-        values = kc.routine_values(r)
-        for v in values[1]:
+        for v in read_scalars:
             scalars[v.id] = v
-        read.append((s.phase, values[0], values[1]))
+        read.append((s.phase, read_arrays, read_scalars))
     shapes = sorted(shape_set)
     T = max(X * Y for X, Y in shapes)
     refused = None

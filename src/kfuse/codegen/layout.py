@@ -71,20 +71,12 @@ def layout(spec: KernelSpec, lib: Library) -> Layout:
 def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> Layout:
     """Schedule, placement and barriers: what no (unroll, span) copy changes.  A ``memo`` (of
     this program's kernels) answers a spec analysed before, but for its instances per block
-    and iterations (which only ``check_spec`` reads: its verdict is kept by those too), and
-    schedules from the longest prefix of the calls scheduled before."""
+    and iterations (which only ``check_spec`` reads), and schedules from the longest prefix of
+    the calls scheduled before."""
+    tile = check_spec(spec, lib)
     if memo is None:
-        return _analyse(spec, lib, check_spec(spec, lib), None)
+        return _analyse(spec, lib, tile, None)
     key = memo.analysis_key(spec)
-    checked = memo.checks.get((key, spec.ipb, spec.iters))    # all check_spec reads
-    if checked is None:
-        try:
-            checked = memo.checks[(key, spec.ipb, spec.iters)] = (check_spec(spec, lib),)
-        except FusionError as e:
-            checked = memo.checks[(key, spec.ipb, spec.iters)] = str(e)
-    if isinstance(checked, str):
-        raise FusionError(checked)
-    tile = checked[0]
     got = memo.layouts.get(key)
     if got is None:
         try:

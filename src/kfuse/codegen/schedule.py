@@ -109,9 +109,6 @@ class ScheduleMemo:
 
     def __init__(self) -> None:
         self.layouts: dict[tuple, Any] = {}
-        # layout.check_spec's verdict by (analysis_key, instances per block, iterations): (the
-        # tile,) or the refusal's message
-        self.checks: dict[tuple, tuple | str] = {}
         self.prefixes: dict[tuple, tuple | str] = {}
         # the kernel calls of the specs built for this program, by (call index, variant index,
         # macros): one object each, so that what they memoise (thread shapes) serves every spec

@@ -221,4 +221,10 @@ class Library:
         along the tile side its axis runs: rows for ``i``, columns for ``j``."""
         if tile is not None and element == "subvector" and index in (("i",), ("j",)):
             return (tile[0] if index == ("i",) else tile[1],)
-        return {"scalar": (), "subvector": (self.subvector,), "tile": tile or self.tile}[element]
+        if element == "scalar":
+            return ()
+        if element == "subvector":
+            return (self.subvector,)
+        if element == "tile":
+            return tile or self.tile
+        raise KeyError(element)
