@@ -198,6 +198,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
         impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
+        return list(impls), dict(pruned)        # these calls' own: nothing to put in
     found, pruned = shapes[key]
     return [(replace(i, calls=calls, order=tuple(idx[k] for k in order)), code) for order, i, code in found], dict(pruned)
 
@@ -237,14 +238,19 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                                    * sum(len(c) for c in copies_of.values()))
                 other_choices = fitting
             combos = list(product(by_choices, loops, ipb_choices, product(*other_choices)))
-            if combos:
-                pruned[Prune.TALL_SPANS] = pruned.get(Prune.TALL_SPANS, 0) + sum(
-                    len(UNROLLS) * len(spans) - len(copies_of[loop]) for _, loop, _, _ in combos)
+            if combos:      # each loop axis in len(combos) / len(loops) of them
+                pruned[Prune.TALL_SPANS] = pruned.get(Prune.TALL_SPANS, 0) + len(combos) // len(loops) * sum(
+                    len(UNROLLS) * len(spans) - len(copies_of[lp]) for lp in loops)
+            kcs: dict[tuple, tuple[KernelCall, ...]] = {}      # the kernel calls by (BY, macros)
             for by, loop, ipb, macros in combos:
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 copies = copies_of[loop]
+                got = kcs.get((by, macros))
+                if got is None:
+                    got = kcs[(by, macros)] = base.kernel_calls(program, kernel_calls)
                 try:
-                    codes = build_copies(base.spec(program, "k", stores, kernel_calls), lib, copies, memo)
+                    codes = build_copies(KernelSpec("k", got, iters=0, ipb=ipb, stores=stores, loop=loop, unroll=1,
+                                                    span=1), lib, copies, memo)
                 except FusionError:
                     refused += len(copies)
                     continue
