@@ -92,12 +92,13 @@ def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) ->
 def _analyse(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, memo: ScheduleMemo | None) -> Layout:
     sch = Scheduler(spec, lib, tile)
     sch.schedule(memo)
-    for s in sch.steps:
-        if s.phase != "loop" and any(sch.elements[a.element].buffers > 1 for a in s.accesses):
+    buffered = frozenset(k for k, el in sch.elements.items() if el.buffers > 1)
+    for s in sch.steps if buffered else ():
+        if s.phase != "loop" and any(a.element in buffered for a in s.accesses):
             raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
                               "two-copy local outside the serial loop (its copies alternate by iteration)")
     pl = place(spec, sch.elements, sch.steps)
-    flags = barriers(sch.steps, pl, frozenset(k for k, el in sch.elements.items() if el.buffers > 1))
+    flags = barriers(sch.steps, pl, buffered)
     steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))
     return Layout(spec, lib, tile, MappingProxyType(dict(sch.elements)), steps, pl)
 

@@ -249,9 +249,8 @@ class Scheduler:
         loop = self.spec.loop
         params = kc.call.function.param_map
         binds = kc.call.bindings()
-        for r in kc.variant.routines:
-            if r.kind != "load" or r.param is None:
-                continue
+        for r in kc.variant.loads:
+            assert r.param is not None      # Variant.loads: loads of parameters
             p = params[r.param]
             v = binds[p.name]
             made = self.produced.get((v.id, p.index))
@@ -297,9 +296,8 @@ class Scheduler:
     def schedule_stores(self, kc: KernelCall) -> None:
         params = kc.call.function.param_map
         binds = kc.call.bindings()
-        for r in kc.variant.routines:
-            if r.kind != "store" or r.param is None:
-                continue
+        for r in kc.variant.stores:
+            assert r.param is not None      # Variant.stores: stores of parameters
             p = params[r.param]
             if binds[p.name].id not in self.spec.stores:
                 continue            # consumed on chip only
