@@ -188,11 +188,15 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
 
 def _wait_phase(spec: KernelSpec, read, args, clears) -> str | None:
     """``wait_phase`` from the (phase, arrays, scalars) each routine step reads, in step order."""
-    own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
-    prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
-                                         and not g.value.is_input and g.value.id not in own}
-    prior |= {g.value.id for g in args if g.kind == "dscalar" and not g.value.is_input}   # inputs: written
-    #   before the call's first kernel, which is never launched early
+    own = {v.id for kc in spec.calls for v in kc.call.outputs}      # the values bound to its outputs
+    prior = {v.id for v, _ in clears}
+    for g in args:
+        v = g.value
+        if g.kind == "array":
+            if v.type != "scalar" and not v.is_input and v.id not in own:
+                prior.add(v.id)
+        elif g.kind == "dscalar" and not v.is_input:    # inputs: written before the call's first
+            prior.add(v.id)                             # kernel, which is never launched early
     if not prior:
         return None
     reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)

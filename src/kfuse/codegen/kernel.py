@@ -50,7 +50,7 @@ class KernelCode:
         assert isinstance(render_fn, partial), "a kernel renders from its layout"
         return render_device(*render_fn.args)
 
-    @property
+    @cached_property
     def barriers(self) -> int:
         return sum(s.barrier for s in self.steps)
 

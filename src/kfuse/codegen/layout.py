@@ -128,7 +128,7 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     on the span's width is found once: the frame (or why it was refused), the elements used
     outside the loop, and with no span and with any span > 1 the per-slot elements, their
     register entries, ``check_span``'s verdict and the steps (``_Slots``)."""
-    base = analyse(replace(spec, unroll=1, span=1), lib, memo)
+    base = analyse(spec if spec.unroll == 1 and spec.span == 1 else replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
     frame: Frame | FusionError | None = None
     # what the copies share depends on the analysis alone: with a memo, found once for the
@@ -272,13 +272,18 @@ def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement
     by_elem: dict[str, list[Access]] = {}
     for s in steps:
         for a in s.accesses:
-            by_elem.setdefault(a.element, []).append(a)
+            got = by_elem.get(a.element)
+            if got is None:
+                by_elem[a.element] = [a]
+            else:
+                got.append(a)
     offset = 0
     for key, accs in by_elem.items():
         first = accs[0]
+        mapping, threads = first.mapping, first.threads
         # one identity (Access.identity: mapping and threads), not arbitrary indexing
-        if (first.mapping != "any" and all(a.mapping == first.mapping and a.threads == first.threads for a in accs)
-                and MAPPINGS[first.mapping].registers):
+        if (mapping != "any" and (len(accs) == 1 or all(a.mapping == mapping and a.threads == threads for a in accs))
+                and MAPPINGS[mapping].registers):
             registers[key] = mapping_slots(first.mapping, elements[key].shape, *first.threads)
             continue
         bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
