@@ -84,9 +84,9 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
         shape_set.add(XY)       # a routine's accesses have its shape (Scheduler.add_routine)
         if warp:
             warp_wide.append((s, XY))
-        for g in array_args:
-            if g.value.id not in seen_vals:
-                seen_vals.add(g.value.id)
+        for g, v in zip(array_args, read_arrays):       # an array argument of each array read
+            if v.id not in seen_vals:
+                seen_vals.add(v.id)
                 arrays.append(g)
         for v in read_scalars:
             scalars[v.id] = v

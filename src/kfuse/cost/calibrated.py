@@ -322,6 +322,7 @@ class CalibratedModel:
             if known is not None and known[0] is s:
                 facts.append(known[1])
                 continue
+            fact: tuple
             if s.routine is None:
                 fact = (s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0)
             else:
