@@ -7,7 +7,7 @@ import pytest
 
 import kfuse
 from kfuse.errors import FusionError
-from kfuse.codegen.layout import MAX_PARAM_BYTES, check_param_space
+from kfuse.codegen.frame import MAX_PARAM_BYTES, check_param_space
 from kfuse.frontend import parse_script
 from kfuse.frontend.random_scripts import random_script
 from kfuse.fusion.plans import PlanSearch

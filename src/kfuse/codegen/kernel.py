@@ -50,7 +50,7 @@ class KernelCode:
         assert isinstance(render_fn, partial), "a kernel renders from its layout"
         return render_device(*render_fn.args)
 
-    @property
+    @cached_property
     def barriers(self) -> int:
         return sum(s.barrier for s in self.steps)
 
@@ -81,9 +81,13 @@ def build_copies(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
         elif first is None:
             out.append(first := _code(lay))
         else:   # the copies of one layout: launches that differ only in span and unroll
-            out.append(KernelCode(lay.spec, partial(render, lay), first.sources,
-                                  replace(first.launch, span=lay.spec.span, unroll=lay.spec.unroll),
-                                  lay.placement, lay.steps))
+            code = KernelCode(lay.spec, partial(render, lay), first.sources,
+                              replace(first.launch, span=lay.spec.span, unroll=lay.spec.unroll),
+                              lay.placement, lay.steps)
+            if len(lay.spec.calls) > 1:     # where the ranking asks (legality.stalls_streams)
+                # the copies' steps differ only in once_per_span, which serial_in_loop does not read
+                code.__dict__["serial_in_loop"] = first.serial_in_loop
+            out.append(code)
     return out
 
 

@@ -9,28 +9,27 @@ exactly when a shared element it accesses was accessed since the last barrier by
 with a different mapping (one access being a write) -- the paper's two conditions, with the
 loop's back edge taken into account.
 
-The result, a ``Layout``, is frozen: emission (``emit.py``) and the cost models only read it.
+The frame (threads, shared memory, arguments) is found in ``frame.py``.  The result, a
+``Layout``, is frozen: emission (``emit.py``) and the cost models only read it.
 An (unroll, span) copy of a kernel shares the analysis of the single one (``copy_layouts``; the
 checks of the copies are in ``copies.py``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import Mapping
 
 from ..errors import FusionError
-from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.kernel import KernelSpec
 from ..ir.record import quick_init
-from ..ir.program import Value
 from ..library.mappings import MAPPINGS
-from ..library.schema import AXES, REDUCE_OPS, Library
+from ..library.schema import AXES, Library
 from .copies import (MAX_REGISTER_SLOTS, check_copies_in_registers, check_register_entries, check_register_slots,
                      check_span, copy_sets, slot_sums, step_per_slot)
-from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots, reduced_whole
+from .frame import MAX_SHARED_BYTES, Frame, frame_of
+from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots
 
-MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
 
 
 __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
@@ -45,21 +44,6 @@ def replace(obj, **changes):
     new.__dict__.update(obj.__dict__)
     new.__dict__.update(changes)
     return new
-
-
-class Frame(NamedTuple):
-    """What the kernel derives from the calls, the placement and the instances per block -- the
-    same for every (unroll, span) copy of a kernel."""
-    shapes: list[tuple[int, int]]       # thread shapes of the routines and accesses
-    T: int                              # threads per instance
-    threads: int                        # per block
-    smem: int                           # shared entries per block
-    extents: tuple[int, ...]
-    axis_dims: tuple[int, ...]
-    args: tuple[GlobalArg, ...]
-    clears: tuple[tuple[Value, str], ...]
-    sources: tuple[str, ...]
-    wait_phase: str | None              # "pre", "loop", "post": where kf_wait_prior goes; None: none
 
 
 @quick_init
@@ -108,12 +92,13 @@ def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) ->
 def _analyse(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, memo: ScheduleMemo | None) -> Layout:
     sch = Scheduler(spec, lib, tile)
     sch.schedule(memo)
-    for s in sch.steps:
-        if s.phase != "loop" and any(sch.elements[a.element].buffers > 1 for a in s.accesses):
+    buffered = frozenset(k for k, el in sch.elements.items() if el.buffers > 1)
+    for s in sch.steps if buffered else ():
+        if s.phase != "loop" and any(a.element in buffered for a in s.accesses):
             raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
                               "two-copy local outside the serial loop (its copies alternate by iteration)")
     pl = place(spec, sch.elements, sch.steps)
-    flags = barriers(sch.steps, pl, frozenset(k for k, el in sch.elements.items() if el.buffers > 1))
+    flags = barriers(sch.steps, pl, buffered)
     steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))
     return Layout(spec, lib, tile, MappingProxyType(dict(sch.elements)), steps, pl)
 
@@ -143,23 +128,26 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
     on the span's width is found once: the frame (or why it was refused), the elements used
     outside the loop, and with no span and with any span > 1 the per-slot elements, their
     register entries, ``check_span``'s verdict and the steps (``_Slots``)."""
-    base = analyse(replace(spec, unroll=1, span=1), lib, memo)
+    base = analyse(spec if spec.unroll == 1 and spec.span == 1 else replace(spec, unroll=1, span=1), lib, memo)
     out: list[Layout | FusionError] = []
-    frame: Frame | str | None = None
+    frame: Frame | FusionError | None = None
     # what the copies share depends on the analysis alone: with a memo, found once for the
     # analysis (kept with its steps), whatever the instances per block
     shared = memo.copies.get(id(base.steps)) if memo is not None else None
     if shared is None or shared[0] is not base.steps:
         outside = frozenset(a.element for s in base.steps if s.phase != "loop" for a in s.accesses)
-        shared = (base.steps, outside, {})
+        shared = (base.steps, outside, {}, {})
         if memo is not None:
             memo.copies[id(base.steps)] = shared
     outside = shared[1]
     slots: dict[bool, _Slots] = shared[2]      # by span > 1
-    in_registers: dict[tuple[bool, int], FusionError] = {}    # check_copies_in_registers' refusals
+    # the refusals of copies: what they say depends on the analysis, the spec's name, the unroll
+    # and the span only (not on the instances per block), so they are made once per analysis
+    refusals: dict[tuple, FusionError] = shared[3]
     pl = base.placement
     # check_copies_in_registers refuses a copy (unrolled or spanned) exactly when these hold
     no_copies = bool(pl.shared) or any(kc.variant.whole for kc in spec.calls)
+    name = spec.name
     for unroll, span in copies:
         if out and isinstance(out[0], FusionError) and copies[0] == (1, 1):
             out.append(out[0])          # copies only add constraints to the refused single one
@@ -167,33 +155,43 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
         # the checks in finish's order; a refusal is made (not raised) where one is found
         copied = unroll > 1 or span > 1
         if copied and no_copies:
-            refused = in_registers.get((unroll > 1, span))     # all its refusal depends on
+            refused = refusals.get(("registers", name, unroll > 1, span))     # all its refusal depends on
             if refused is None:
-                refused = in_registers[(unroll > 1, span)] = _refusal(
+                refused = refusals[("registers", name, unroll > 1, span)] = _refusal(
                     check_copies_in_registers, replace(spec, unroll=unroll, span=span), pl)
             out.append(refused)
             continue
-        copy_spec = replace(spec, unroll=unroll, span=span) if copied else base.spec
         if span != 1 and spec.nesting == 1:
-            out.append(_refusal(check_copy_choices, copy_spec))   # check_spec's that a span can fail
+            refused = refusals.get(("choices", name, span))
+            if refused is None:     # check_spec's that a span can fail
+                refused = refusals[("choices", name, span)] = _refusal(
+                    check_copy_choices, replace(spec, unroll=unroll, span=span))
+            out.append(refused)
             continue
-        sl = slots.get(span > 1) or slots.setdefault(span > 1, _Slots(copy_spec, base, outside))
+        sl = slots.get(span > 1)
+        if sl is None:
+            sl = slots[span > 1] = _Slots(replace(spec, unroll=unroll, span=span) if copied else base.spec,
+                                          base, outside)
         a, b, c, d = sl.sums
         if a + span * b + unroll * (c + span * d) > MAX_REGISTER_SLOTS:
-            out.append(_refusal(check_register_slots, copy_spec, sl.sums))
+            refused = refusals.get(("slots", name, unroll, span))
+            if refused is None:
+                refused = refusals[("slots", name, unroll, span)] = _refusal(
+                    check_register_slots, replace(spec, unroll=unroll, span=span), sl.sums)
+            out.append(refused)
             continue
         if frame is None:
-            try:
-                frame = make_frame(replace(base, spec=copy_spec), memo)   # the same for every copy
+            try:        # the same for every copy
+                frame = frame_of(spec, lib, base.tile, base.steps, pl.shared_size, memo)
             except FusionError as e:
-                frame = str(e)
-        if isinstance(frame, str):
-            out.append(FusionError(frame))
+                frame = e.with_traceback(None)
+        if isinstance(frame, FusionError):
+            out.append(FusionError(str(frame)))
         elif sl.refused is not None:
             out.append(FusionError(sl.refused))
         else:
-            out.append(replace(base, spec=copy_spec, steps=sl.steps, outside=outside, per_slot=sl.per_slot,
-                               frame=frame))
+            out.append(replace(base, spec=replace(spec, unroll=unroll, span=span) if copied else base.spec,
+                               steps=sl.steps, outside=outside, per_slot=sl.per_slot, frame=frame))
     return out
 
 
@@ -274,13 +272,18 @@ def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement
     by_elem: dict[str, list[Access]] = {}
     for s in steps:
         for a in s.accesses:
-            by_elem.setdefault(a.element, []).append(a)
+            got = by_elem.get(a.element)
+            if got is None:
+                by_elem[a.element] = [a]
+            else:
+                got.append(a)
     offset = 0
     for key, accs in by_elem.items():
         first = accs[0]
+        mapping, threads = first.mapping, first.threads
         # one identity (Access.identity: mapping and threads), not arbitrary indexing
-        if (first.mapping != "any" and all(a.mapping == first.mapping and a.threads == first.threads for a in accs)
-                and MAPPINGS[first.mapping].registers):
+        if (mapping != "any" and (len(accs) == 1 or all(a.mapping == mapping and a.threads == threads for a in accs))
+                and MAPPINGS[mapping].registers):
             registers[key] = mapping_slots(first.mapping, elements[key].shape, *first.threads)
             continue
         bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
@@ -344,143 +347,6 @@ def _conflict(a: Access, b: Access) -> bool:
 
 # -- frame -----------------------------------------------------------------------------------
 def make_frame(lay: Layout, memo: ScheduleMemo | None = None) -> Frame:
-    """The copy-independent part of a kernel, with its checks (raises FusionError).  With a
-    ``memo``, what does not depend on the instances per block (``_frame_parts``) is found once
-    per analysis (the spec's other choices: the layouts of one analysis share its steps)."""
-    spec = lay.spec
-    parts = None
-    if memo is not None:
-        got = memo.frames.get(id(lay.steps))
-        parts = got[1] if got is not None and got[0] is lay.steps else None
-    if parts is None:
-        parts = _frame_parts(lay)
-        if memo is not None:
-            memo.frames[id(lay.steps)] = (lay.steps, parts)
-    shapes, T, refused, rest = parts
-    threads = T * spec.ipb
-    if threads > 1024:
-        raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
-    if threads % 32:
-        raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
-                          f"({T} per instance: use more instances per block)")
-    if refused is not None:
-        raise FusionError(refused)
-    smem = lay.placement.shared_size * spec.ipb
-    if smem * 8 > MAX_SHARED_BYTES:
-        raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
-    if isinstance(rest, str):
-        raise FusionError(rest)
-    return Frame(shapes, T, threads, smem, *rest)
-
-
-def _frame_parts(lay: Layout) -> tuple:
-    """What ``make_frame`` finds that the instances per block do not change, its checks in order
-    around theirs: (thread shapes, threads per instance, why the checks between the threads'
-    and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
-    the checks after the shared memory's refuse)."""
-    spec, lib, steps = lay.spec, lay.lib, lay.steps
-    shapes = sorted({s.kc.shape(s.routine) for s in steps if s.routine is not None}
-                    | {a.threads for s in steps for a in s.accesses})
-    T = max(X * Y for X, Y in shapes)
-    refused = None
-    try:
-        if T < 32 and any(X * Y != T for X, Y in shapes):
-            raise FusionError(f"{spec.name}: instances smaller than a warp cannot idle threads")
-        for s in steps:
-            if s.routine is not None and s.routine.name in s.kc.variant.warp_wide:
-                X, Y = s.kc.shape(s.routine)
-                if X * Y < T and X * Y % 32:
-                    raise FusionError(f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
-                                      f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
-                                      f"({T} threads per instance)")
-    except FusionError as e:
-        refused = str(e)
-    try:
-        first = next(kc for kc in spec.calls if not kc.on_rows)
-        extents = (lay.tile if spec.nesting == 2 else (lib.subvector,))
-        assert extents is not None, "a nested kernel's layout has its tile"
-        axis_dims = first.call.axes
-        for kc in spec.calls:
-            # a call on the rows of strips walks the strips' rows: the kernel's first axis
-            if kc.call.axes != axis_dims[:len(kc.call.axes)]:
-                raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
-                                  f"{first.call.text()}")
-        args = kernel_args(steps, axis_dims, extents, spec.cluster)
-        check_param_space(spec.name, args)
-    except FusionError as e:
-        return shapes, T, refused, str(e)
-    clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
-                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
-                   and not reduced_whole(kc, p))
-    sources = tuple(dict.fromkeys(str(f) for kc in spec.calls for f in kc.variant.files))
-    return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
-                                wait_phase(spec, steps, args, clears))
-
-
-def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -> tuple[GlobalArg, ...]:
-    """Arrays first (in order of first use), then the scalars the kernel's scalar arguments read
-    (arithmetic included): script inputs by value, scalars an earlier kernel computed (a
-    reduction's result) and script inputs bound to 0-d device arrays by address (``dscalar``: read
-    on the device, no synchronisation with the host), then counts, iterations."""
-    args: list[GlobalArg] = []
-    seen_vals: set[int] = set()
-    scalars: dict[int, Value] = {}
-    for s in steps:
-        if s.routine is None:
-            continue
-        for g in s.kc.array_args(s.routine):
-            if g.value.id not in seen_vals:
-                seen_vals.add(g.value.id)
-                args.append(g)
-        for v in s.kc.routine_values(s.routine)[1]:
-            scalars[v.id] = v
-    args += [GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
-             for v in scalars.values()]
-    return tuple(args) + _trailing_args(tuple(axis_dims), tuple(extents), cluster)
-
-
-@lru_cache(maxsize=4096)
-def _trailing_args(axis_dims: tuple[int, ...], extents: tuple[int, ...], cluster: tuple[int, int]
-                   ) -> tuple[GlobalArg, ...]:
-    """The arguments after the arrays and scalars: counts, iterations, the flip (made once per
-    instance space: they are values)."""
-    C, cax = cluster
-    return (tuple(GlobalArg("count", f"n_{ax}", axis=d, divisor=e, multiple=C if k == cax else 1)
-                  for k, (ax, d, e) in enumerate(zip("ij", axis_dims, extents)))
-            + (GlobalArg("iters", "iters"),
-               GlobalArg("flip", "kf_flip")))     # 1 on every other call: mirrored block order
-
-
-MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
-
-
-def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
-    """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
-    size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" and a.value is not None else 8 for a in args)
-    if size > MAX_PARAM_BYTES:
-        raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
-                          f"{MAX_PARAM_BYTES}-byte parameter space")
-
-
-def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
-    """A kernel launched while the launch before it still runs (the clear of its reduced outputs,
-    or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
-    phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
-    is not a script input and not written here)."""
-    own = {kc.call.bindings()[p.name].id for kc in spec.calls for p in kc.call.function.outputs}
-    prior = {v.id for v, _ in clears} | {g.value.id for g in args if g.kind == "array" and g.value.type != "scalar"
-                                         and not g.value.is_input and g.value.id not in own}
-    prior |= {g.value.id for g in args if g.kind == "dscalar" and not g.value.is_input}   # inputs: written
-    #   before the call's first kernel, which is never launched early
-
-    def reads_prior(s) -> bool:
-        arrays, scalars = s.kc.routine_values(s.routine)
-        return any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)
-
-    if not prior:
-        return None
-    reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)
-    for s in steps:
-        if s.routine is not None and s.phase not in reading and reads_prior(s):
-            reading.add(s.phase)
-    return next((ph for ph in ("pre", "loop", "post") if ph in reading), None)
+    """The copy-independent part of a laid-out kernel, with its checks (``frame.frame_of``;
+    raises FusionError)."""
+    return frame_of(lay.spec, lay.lib, lay.tile, lay.steps, lay.placement.shared_size, memo)

@@ -117,8 +117,9 @@ class ScheduleMemo:
         # instances-per-block choices share them
         self.frames: dict[int, tuple[tuple, tuple]] = {}
         # layout.copy_layouts' findings shared by an analysis's copies, by its steps (kept with
-        # them): the elements used outside the loop and the _Slots of no span and of any span
-        self.copies: dict[int, tuple[tuple, frozenset[str], dict]] = {}
+        # them): the elements used outside the loop, the _Slots of no span and of any span, and
+        # the refusals of copies
+        self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
 
     @staticmethod
@@ -248,9 +249,8 @@ class Scheduler:
         loop = self.spec.loop
         params = kc.call.function.param_map
         binds = kc.call.bindings()
-        for r in kc.variant.routines:
-            if r.kind != "load" or r.param is None:
-                continue
+        for r in kc.variant.loads:
+            assert r.param is not None      # Variant.loads: loads of parameters
             p = params[r.param]
             v = binds[p.name]
             made = self.produced.get((v.id, p.index))
@@ -296,9 +296,8 @@ class Scheduler:
     def schedule_stores(self, kc: KernelCall) -> None:
         params = kc.call.function.param_map
         binds = kc.call.bindings()
-        for r in kc.variant.routines:
-            if r.kind != "store" or r.param is None:
-                continue
+        for r in kc.variant.stores:
+            assert r.param is not None      # Variant.stores: stores of parameters
             p = params[r.param]
             if binds[p.name].id not in self.spec.stores:
                 continue            # consumed on chip only
@@ -328,19 +327,20 @@ class Scheduler:
             raise FusionError(f"{where()}: takes partial sums, but {v.name} is a map result")
 
     def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
-        X, Y = kc.shape(r)
+        XY = kc.shape(r)
+        X, Y = XY
         if (X * Y) % 32 and 32 % (X * Y):
             raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads neither divides a warp "
                               "nor is whole warps")
         acc = []
+        elements, call_elem, index = self.elements, self.call_elem, kc.call.index
         for a in r.elements:
-            key = self.arg_element(kc, a.name)
-            el = self.elements[key]
+            key = call_elem.get((index, a.name)) or self.arg_element(kc, a.name)
             assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
-            reason = mapping_check(a.mapping, el.shape, X, Y)
+            reason = mapping_check(a.mapping, elements[key].shape, X, Y)
             if reason:
                 raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
-            acc.append(Access(key, a.mode, a.mapping, (X, Y)))
+            acc.append(Access(key, a.mode, a.mapping, XY))
         self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
 
 

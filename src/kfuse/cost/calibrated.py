@@ -103,6 +103,7 @@ class CalibratedModel:
         self._routine_facts: dict[tuple, tuple] = {}     # routine identity and phase -> _facts_of (memo)
         self._barrier: dict[tuple[int, int], float] = {}   # (nesting, threads) -> ns (memo)
         self._facts: dict[int, tuple[tuple, list[tuple], int]] = {}   # id(steps) -> (steps, _step_facts, its number)
+        self._step_fact: dict[int, tuple] = {}      # id(step) -> (step, its fact in _step_facts)
         self._fact_numbers: dict[tuple, int] = {}   # _step_facts' contents -> a number (never reused)
         self._numbers = itertools.count()
         self._parts: dict[tuple, tuple[dict[str, float], float]] = {}   # _found_parts by what it reads (its key)
@@ -313,18 +314,29 @@ class CalibratedModel:
         if got is not None and got[0] is steps:
             return got[1], got[2]
         facts: list[tuple] = []
+        by_step = self._step_fact
         for s in steps:
-            if s.routine is None:
-                facts.append((s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0))
+            # a step's facts by its identity: the analyses of a program share the steps of the
+            # calls they begin with (codegen/schedule.py ScheduleMemo.prefixes)
+            known = by_step.get(id(s))
+            if known is not None and known[0] is s:
+                facts.append(known[1])
                 continue
-            # the routine's facts: by its identity (the library's objects), macros and phase
-            ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine), s.phase == "loop")
-            got = self._routine_facts.get(ident)
-            if got is None:
-                got = self._routine_facts[ident] = self._facts_of(s)
-            facts.append((s.phase == "loop", s.once_per_span, s.barrier) + got)
+            fact: tuple
+            if s.routine is None:
+                fact = (s.phase == "loop", s.once_per_span, s.barrier, None, None, 0, 0)
+            else:
+                # the routine's facts: by its identity (the library's objects), macros and phase
+                ident = (id(s.kc.call.function), id(s.kc.variant), s.kc.macros, id(s.routine), s.phase == "loop")
+                got = self._routine_facts.get(ident)
+                if got is None:
+                    got = self._routine_facts[ident] = self._facts_of(s)
+                fact = (s.phase == "loop", s.once_per_span, s.barrier) + got
+            by_step[id(s)] = (s, fact)
+            facts.append(fact)
         if len(self._facts) >= FACTS_KEPT:
             self._facts.clear()     # a model may rank many programs: it must not keep their kernels alive
+            by_step.clear()
         content = tuple(facts)
         number = self._fact_numbers.get(content)
         if number is None:

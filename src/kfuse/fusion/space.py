@@ -198,6 +198,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
         impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
+        return list(impls), dict(pruned)        # these calls' own: nothing to put in
     found, pruned = shapes[key]
     return [(replace(i, calls=calls, order=tuple(idx[k] for k in order)), code) for order, i, code in found], dict(pruned)
 
@@ -212,6 +213,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     spans = tuple(spans) if nesting == 2 else (1,)
     orders = _orders(graph, calls, 1) if sampled else _orders(graph, calls)
     keep = whole_choice(program, graph, calls)
+    kernel_calls = memo.calls if memo is not None else None
+    refused = dominated = unrolled = 0          # pruned, counted (added to ``pruned`` at the end)
     for order in orders:
         var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
                        product(*variant_indices(program, order)))
@@ -234,26 +237,37 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                     pruned[key] = (pruned.get(key, 0) + skipped * len(by_choices) * len(ipb_choices)
                                    * sum(len(c) for c in copies_of.values()))
                 other_choices = fitting
-            for by, loop, ipb, macros in product(by_choices, loops, ipb_choices, product(*other_choices)):
+            combos = list(product(by_choices, loops, ipb_choices, product(*other_choices)))
+            if combos:      # each loop axis in len(combos) / len(loops) of them
+                pruned[Prune.TALL_SPANS] = pruned.get(Prune.TALL_SPANS, 0) + len(combos) // len(loops) * sum(
+                    len(UNROLLS) * len(spans) - len(copies_of[lp]) for lp in loops)
+            kcs: dict[tuple, tuple[KernelCall, ...]] = {}      # the kernel calls by (BY, macros)
+            for by, loop, ipb, macros in combos:
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)
                 copies = copies_of[loop]
-                pruned[Prune.TALL_SPANS] = pruned.get(Prune.TALL_SPANS, 0) + len(UNROLLS) * len(spans) - len(copies)
+                got = kcs.get((by, macros))
+                if got is None:
+                    got = kcs[(by, macros)] = base.kernel_calls(program, kernel_calls)
                 try:
-                    codes = build_copies(base.spec(program, "k", stores, memo.calls if memo is not None else None), lib, copies, memo)
+                    codes = build_copies(KernelSpec("k", got, iters=0, ipb=ipb, stores=stores, loop=loop, unroll=1,
+                                                    span=1), lib, copies, memo)
                 except FusionError:
-                    pruned[Prune.REFUSED] += len(copies)
+                    refused += len(copies)
                     continue
                 for (unroll, span), code in zip(copies, codes):
                     if isinstance(code, FusionError):
-                        pruned[Prune.REFUSED] += 1
+                        refused += 1
                         continue
                     if unroll > 1 and not code.launch.carried and not code.launch.iters:
                         # nothing to amortise across a serial loop (ir/kernel.py, KernelSpec.iterations): unrolled copies
                         # hold registers and buy nothing (docs/design.md, "Unrolling")
-                        pruned[Prune.UNROLLED_WITHOUT_LOOP] += 1
+                        unrolled += 1
                         continue
-                    impl = base if (unroll, span) == (1, 1) else replace(base, unroll=unroll, span=span)
-                    _keep(built, pruned, impl, code, chosen)
+                    impl = base if unroll == 1 and span == 1 else replace(base, unroll=unroll, span=span)
+                    dominated += _keep(built, impl, code, chosen)
+    pruned[Prune.REFUSED] += refused
+    pruned[Prune.DOMINATED] += dominated
+    pruned[Prune.UNROLLED_WITHOUT_LOOP] += unrolled
     return _without_map_exchanges(list(built.values()), pruned), pruned
 
 
@@ -294,16 +308,18 @@ def _without_map_exchanges(found: list[tuple[Implementation, KernelCode]], prune
     return kept
 
 
-def _keep(built, pruned, impl: Implementation, code: KernelCode, chosen: tuple) -> None:
+def _keep(built, impl: Implementation, code: KernelCode, chosen: tuple) -> int:
     """Same choices in another call order: keep the one needing less shared memory (``chosen``:
-    the (call, variant) pairs sorted)."""
+    the (call, variant) pairs sorted).  1 when an implementation was dominated, else 0."""
     key = (chosen, impl.by, impl.macros, impl.loop, impl.unroll, impl.ipb, impl.span)
     old = built.get(key)
     if old is not None:
-        pruned[Prune.DOMINATED] += 1
         if old[1].launch.smem_bytes_per_real <= code.launch.smem_bytes_per_real:
-            return
+            return 1
+        built[key] = (impl, code)
+        return 1
     built[key] = (impl, code)
+    return 0
 
 
 EXHAUSTIVE_CALLS = 12       # scripts up to this many calls may be searched exhaustively ...

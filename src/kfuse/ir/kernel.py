@@ -110,6 +110,22 @@ class KernelCall:
     def _array_args(self) -> dict[int, tuple[Routine, tuple[GlobalArg, ...]]]:
         return {}
 
+    def routine_facts(self, routine: Routine) -> tuple[tuple[int, int], bool, tuple[GlobalArg, ...],
+                                                       tuple[Value, ...], tuple[Value, ...]]:
+        """(``shape``, does the routine exchange values between the lanes of a warp, ``array_args``,
+        ``routine_values``' arrays and scalars) in one look-up (memoised like them): what a
+        kernel's frame reads of each of its steps (codegen/frame.py)."""
+        got = self._facts.get(id(routine))
+        if got is None or got[0] is not routine:
+            arrays, scalars = self.routine_values(routine)
+            got = self._facts[id(routine)] = (routine, (self.shape(routine), routine.name in self.variant.warp_wide,
+                                                        self.array_args(routine), arrays, scalars))
+        return got[1]
+
+    @cached_property
+    def _facts(self) -> dict[int, tuple]:
+        return {}
+
     def tile(self, lib: Library) -> tuple[int, int]:
         """Rows x columns of the tile an instance of a 2-level call covers."""
         return self.variant.tile_shape(self._macro_map, lib.tile)

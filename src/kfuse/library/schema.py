@@ -123,6 +123,17 @@ class Variant:
     def computes(self) -> tuple[Routine, ...]:
         return tuple(r for r in self.routines if r.kind == "compute")
 
+    @cached_property
+    def loads(self) -> tuple[Routine, ...]:
+        """The load routines of parameters, in order (kept: the planner schedules them by the
+        thousand)."""
+        return tuple(r for r in self.routines if r.kind == "load" and r.param is not None)
+
+    @cached_property
+    def stores(self) -> tuple[Routine, ...]:
+        """The store routines of parameters, in order (kept likewise)."""
+        return tuple(r for r in self.routines if r.kind == "store" and r.param is not None)
+
     def tile_shape(self, macros: dict[str, int], default: tuple[int, int]) -> tuple[int, int]:
         """Rows x columns of an instance's tile with these macro values (``default``: the
         library's, for a variant without a tile of its own)."""
@@ -138,7 +149,15 @@ class Variant:
 
     def finishes(self, param: str) -> tuple[Routine, ...]:
         """The finish routines of an output: they run just before its store, where it runs."""
-        return tuple(r for r in self.routines if r.kind == "finish" and r.param == param)
+        got = self._finishes.get(param)
+        if got is None:
+            got = self._finishes[param] = tuple(r for r in self.routines if r.kind == "finish" and r.param == param)
+        return got
+
+    @cached_property
+    def _finishes(self) -> dict[str, tuple[Routine, ...]]:
+        """``finishes`` by parameter (memo)."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -221,4 +240,10 @@ class Library:
         along the tile side its axis runs: rows for ``i``, columns for ``j``."""
         if tile is not None and element == "subvector" and index in (("i",), ("j",)):
             return (tile[0] if index == ("i",) else tile[1],)
-        return {"scalar": (), "subvector": (self.subvector,), "tile": tile or self.tile}[element]
+        if element == "scalar":
+            return ()
+        if element == "subvector":
+            return (self.subvector,)
+        if element == "tile":
+            return tile or self.tile
+        raise KeyError(element)

@@ -1,0 +1,206 @@
+"""A kernel's frame: what it derives from its calls, its schedule and its instances per block --
+threads, shared memory, kernel arguments, clears, sources, where it waits for the launch before
+it -- the same for every (unroll, span) copy of a kernel (``layout.py``), with its checks."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from ..errors import FusionError
+from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.program import Value
+from ..library.schema import REDUCE_OPS, Library
+from .schedule import ScheduleMemo, Step, reduced_whole
+
+MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
+
+
+class Frame(NamedTuple):
+    """What the kernel derives from the calls, the placement and the instances per block -- the
+    same for every (unroll, span) copy of a kernel."""
+    shapes: list[tuple[int, int]]       # thread shapes of the routines and accesses
+    T: int                              # threads per instance
+    threads: int                        # per block
+    smem: int                           # shared entries per block
+    extents: tuple[int, ...]
+    axis_dims: tuple[int, ...]
+    args: tuple[GlobalArg, ...]
+    clears: tuple[tuple[Value, str], ...]
+    sources: tuple[str, ...]
+    wait_phase: str | None              # "pre", "loop", "post": where kf_wait_prior goes; None: none
+
+
+
+# -- frame -----------------------------------------------------------------------------------
+def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...],
+             shared_size: int, memo: ScheduleMemo | None = None) -> Frame:
+    """The copy-independent part of a kernel laid out (``steps``, with ``shared_size`` shared
+    entries per instance), with its checks (raises FusionError).  With a ``memo``, what does not
+    depend on the instances per block (``_frame_parts``) is found once per analysis (the spec's
+    other choices: the layouts of one analysis share its steps)."""
+    parts = None
+    if memo is not None:
+        got = memo.frames.get(id(steps))
+        parts = got[1] if got is not None and got[0] is steps else None
+    if parts is None:
+        parts = _frame_parts(spec, lib, tile, steps)
+        if memo is not None:
+            memo.frames[id(steps)] = (steps, parts)
+    shapes, T, refused, rest = parts
+    threads = T * spec.ipb
+    if threads > 1024:
+        raise FusionError(f"{spec.name}: {threads} threads per block (max 1024)")
+    if threads % 32:
+        raise FusionError(f"{spec.name}: {threads} threads per block is not whole warps "
+                          f"({T} per instance: use more instances per block)")
+    if refused is not None:
+        raise FusionError(refused)
+    smem = shared_size * spec.ipb
+    if smem * 8 > MAX_SHARED_BYTES:
+        raise FusionError(f"{spec.name}: {smem} shared entries per block exceed 48 KB in float64")
+    if isinstance(rest, str):
+        raise FusionError(rest)
+    return Frame(shapes, T, threads, smem, *rest)
+
+
+def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...]) -> tuple:
+    """What ``make_frame`` finds that the instances per block do not change, its checks in order
+    around theirs: (thread shapes, threads per instance, why the checks between the threads'
+    and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
+    the checks after the shared memory's refuse).  One pass over the steps gathers what the
+    checks, the arguments (``kernel_args``) and ``wait_phase`` read of them."""
+    shape_set: set[tuple[int, int]] = set()
+    warp_wide: list[tuple[Step, tuple[int, int]]] = []     # steps of routines exchanging lanes
+    arrays: list[GlobalArg] = []
+    seen_vals: set[int] = set()
+    scalars: dict[int, Value] = {}
+    read: list[tuple[str, tuple, tuple]] = []      # (phase, arrays, scalars) of each routine step
+    for s in steps:
+        r = s.routine
+        if r is None:
+            shape_set.update(a.threads for a in s.accesses)
+            continue
+        XY, warp, array_args, read_arrays, read_scalars = s.kc.routine_facts(r)
+        shape_set.add(XY)       # a routine's accesses have its shape (Scheduler.add_routine)
+        if warp:
+            warp_wide.append((s, XY))
+        for g, v in zip(array_args, read_arrays):       # an array argument of each array read
+            if v.id not in seen_vals:
+                seen_vals.add(v.id)
+                arrays.append(g)
+        for v in read_scalars:
+            scalars[v.id] = v
+        read.append((s.phase, read_arrays, read_scalars))
+    shapes = sorted(shape_set)
+    T = max(X * Y for X, Y in shapes)
+    refused = None
+    if T < 32 and any(X * Y != T for X, Y in shapes):
+        refused = f"{spec.name}: instances smaller than a warp cannot idle threads"
+    else:
+        for s, (X, Y) in warp_wide:
+            if X * Y < T and X * Y % 32:
+                assert s.routine is not None
+                refused = (f"{spec.name}: {s.routine.fn} of {s.kc.call.text()} exchanges values between "
+                           f"the lanes of a warp, which would run it in {X * Y} of {min(T, 32)} lanes "
+                           f"({T} threads per instance)")
+                break
+    try:
+        first = next(kc for kc in spec.calls if not kc.on_rows)
+        extents = (tile if spec.nesting == 2 else (lib.subvector,))
+        assert extents is not None, "a nested kernel's layout has its tile"
+        axis_dims = first.call.axes
+        for kc in spec.calls:
+            # a call on the rows of strips walks the strips' rows: the kernel's first axis
+            if kc.call.axes != axis_dims[:len(kc.call.axes)]:
+                raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
+                                  f"{first.call.text()}")
+        args = _with_scalars(arrays, scalars, axis_dims, extents, spec.cluster)
+        check_param_space(spec.name, args)
+    except FusionError as e:
+        return shapes, T, refused, str(e)
+    clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
+                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
+                   and not reduced_whole(kc, p))
+    sources = tuple(dict.fromkeys(str(f) for kc in spec.calls for f in kc.variant.files))
+    return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
+                                _wait_phase(spec, read, args, clears))
+
+
+def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -> tuple[GlobalArg, ...]:
+    """Arrays first (in order of first use), then the scalars the kernel's scalar arguments read
+    (arithmetic included): script inputs by value, scalars an earlier kernel computed (a
+    reduction's result) and script inputs bound to 0-d device arrays by address (``dscalar``: read
+    on the device, no synchronisation with the host), then counts, iterations."""
+    args: list[GlobalArg] = []
+    seen_vals: set[int] = set()
+    scalars: dict[int, Value] = {}
+    for s in steps:
+        if s.routine is None:
+            continue
+        for g in s.kc.array_args(s.routine):
+            if g.value.id not in seen_vals:
+                seen_vals.add(g.value.id)
+                args.append(g)
+        for v in s.kc.routine_values(s.routine)[1]:
+            scalars[v.id] = v
+    return _with_scalars(args, scalars, axis_dims, extents, cluster)
+
+
+def _with_scalars(arrays: list[GlobalArg], scalars: dict[int, Value], axis_dims, extents,
+                  cluster: tuple[int, int]) -> tuple[GlobalArg, ...]:
+    """``kernel_args`` from the arrays in order of first use and the scalars read."""
+    return (tuple(arrays) + tuple(GlobalArg("scalar" if v.is_input and not v.on_device else "dscalar", v.label, v)
+                                  for v in scalars.values())
+            + _trailing_args(tuple(axis_dims), tuple(extents), cluster))
+
+
+@lru_cache(maxsize=4096)
+def _trailing_args(axis_dims: tuple[int, ...], extents: tuple[int, ...], cluster: tuple[int, int]
+                   ) -> tuple[GlobalArg, ...]:
+    """The arguments after the arrays and scalars: counts, iterations, the flip (made once per
+    instance space: they are values)."""
+    C, cax = cluster
+    return (tuple(GlobalArg("count", f"n_{ax}", axis=d, divisor=e, multiple=C if k == cax else 1)
+                  for k, (ax, d, e) in enumerate(zip("ij", axis_dims, extents)))
+            + (GlobalArg("iters", "iters"),
+               GlobalArg("flip", "kf_flip")))     # 1 on every other call: mirrored block order
+
+
+MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
+
+
+def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
+    """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
+    size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" and a.value is not None else 8 for a in args)
+    if size > MAX_PARAM_BYTES:
+        raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
+                          f"{MAX_PARAM_BYTES}-byte parameter space")
+
+
+def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
+    """A kernel launched while the launch before it still runs (the clear of its reduced outputs,
+    or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
+    phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
+    is not a script input and not written here)."""
+    return _wait_phase(spec, [(s.phase, *s.kc.routine_values(s.routine)) for s in steps if s.routine is not None],
+                       args, clears)
+
+
+def _wait_phase(spec: KernelSpec, read, args, clears) -> str | None:
+    """``wait_phase`` from the (phase, arrays, scalars) each routine step reads, in step order."""
+    own = {v.id for kc in spec.calls for v in kc.call.outputs}      # the values bound to its outputs
+    prior = {v.id for v, _ in clears}
+    for g in args:
+        v = g.value
+        if g.kind == "array":
+            if v.type != "scalar" and not v.is_input and v.id not in own:
+                prior.add(v.id)
+        elif g.kind == "dscalar" and not v.is_input:    # inputs: written before the call's first
+            prior.add(v.id)                             # kernel, which is never launched early
+    if not prior:
+        return None
+    reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)
+    for phase, arrays, scalars in read:
+        if phase not in reading and (any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)):
+            reading.add(phase)
+    return next((ph for ph in ("pre", "loop", "post") if ph in reading), None)
