@@ -56,6 +56,8 @@ class ProgramBuilder:
         self.returns: tuple[Value | ScalarArg, ...] = ()    # set when the return statement has arithmetic
         self._items: list[Value | ScalarArg] = []           # the return statement so far
         self._outs: list[Value] = []
+        self._returned: set[int] = set()                    # ids of the values returned by name
+        self._out_by_name: dict[str, Value] = {}            # the outputs so far, by name (one each)
         self.parent: list[int] = []              # union-find over dimension ids
         self.dim_info: list[tuple[str, int | None, bool]] = []   # name, literal, declared
         self.named_dims: dict[str, int] = {}
@@ -148,21 +150,26 @@ class ProgramBuilder:
                 raise self.error(f"{tok.text} is an input; return values the script computes", tok)
             if tok.text not in self.current:
                 raise self.error(f"{tok.text} is returned but never assigned", tok)
-            if self.current[tok.text] in items:
+            if self.current[tok.text].id in self._returned:
                 raise self.error(f"{tok.text} is returned twice", tok)
+            self._returned.add(self.current[tok.text].id)
             items.append(self.current[tok.text])
             reads = [self.current[tok.text]]
         else:
             arg = self.scalar(node)
             items.append(arg)
             reads = [v for v in arg.values() if not v.is_input]
-        for v in (v for v in reads if v not in outs):
-            same = [o for o in outs if o.name == v.name] + [v]
-            if len(same) > 1:
-                lines = [next(c.line for c in self.calls if o in c.outputs) for o in sorted(same, key=lambda o: o.id)]
+        for v in reads:
+            other = self._out_by_name.get(v.name)
+            if other is not None and other.id == v.id:
+                continue                                  # already an output
+            if other is not None:
+                same = sorted([other, v], key=lambda o: o.id)
+                lines = [next(c.line for c in self.calls if o in c.outputs) for o in same]
                 raise self.error(f"the returned values read two values named {v.name}: the one assigned on line "
                                  f"{lines[0]} and the one assigned on line {lines[1]}; outputs are known by name: "
                                  "assign one of them to another name", tok)
+            self._out_by_name[v.name] = v
             outs.append(v)
 
     def end_return(self, ret) -> None:
