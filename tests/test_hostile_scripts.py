@@ -80,16 +80,14 @@ def test_shared_scalar_arithmetic_is_emitted_once(lib):
 
 def test_reassigning_one_name_parses_in_linear_time(lib):
     """Finding 4: 20,000 ``y = axpy(a, y, x);`` took 114 s (the label search rescanned)."""
-    # linear: ten times the lines take about ten times as long (quadratic: a hundred); a ratio,
-    # not a time, so that a loaded machine does not fail it
-    times = {}
-    for n in (2000, 20000):
-        src = HEAD + "y = scal(a, x);\n" + "y = axpy(a, y, x);\n" * n + "return y;\n"
-        t0 = time.perf_counter()
-        prog = parse_script(src, lib)
-        times[n] = time.perf_counter() - t0
-        assert prog.outputs[0].label == f"y_{n + 1}"
-    assert times[20000] < 30 * max(times[2000], 0.02), times
+    # linear: about 1 s on the 2-core machine (3.5 s seen on a loaded one), quadratic: 114 s; the
+    # bound sits between them, far from both (a ratio of two timings was too noisy)
+    n = 20000
+    src = HEAD + "y = scal(a, x);\n" + "y = axpy(a, y, x);\n" * n + "return y;\n"
+    t0 = time.perf_counter()
+    prog = parse_script(src, lib)
+    assert time.perf_counter() - t0 < 40
+    assert prog.outputs[0].label == f"y_{n + 1}"
 
 
 def test_an_input_reassigned_makes_a_new_value(lib):
