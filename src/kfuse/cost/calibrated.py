@@ -108,6 +108,7 @@ class CalibratedModel:
         self._numbers = itertools.count()
         self._parts: dict[tuple, tuple[dict[str, float], float]] = {}   # _found_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
+        self._measured_steps: dict[int, tuple[tuple, bool]] = {}   # id(steps) -> (steps, _measured)
         self._launch_content: dict[tuple, tuple] = {}   # _launch_facts by what they read (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
@@ -362,16 +363,30 @@ class CalibratedModel:
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
-        if code.launch.whole_entries and not self._measured(code):
-            # a strip kernel (a reduction's result used in the kernel computing it, issue 18) whose
-            # routines this calibration did not measure: priced by the transfer model (its bytes at
-            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
+        if not self._measured(code):
+            # a kernel with routines this calibration did not measure (a strip kernel, a function
+            # added to the library since): priced by the transfer model (its bytes at the copy
+            # bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
+            if not code.launch.whole_entries:
+                missing = next(self._probe_key(s) for s in code.steps
+                               if s.routine is not None and self._probe_key(s) not in self.cal.routines)
+                fn = missing.split("/")[0]
+                notice_once(("unmeasured", self.cal.key, fn),
+                            f"calibration {self.cal.describe()} has no measurement of {missing}: kernels with "
+                            f"{fn} are priced by the transfer model (kfuse calibrate measures them)")
             return transfer_kernel_time(code, dims, entries, itemsize)
         return self._found_parts(code, dims, itemsize)[1]
 
     def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel?"""
-        return all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
+        """Has this calibration measured every routine of the kernel?  (Memoised by the steps'
+        identity, as ``_numbered_step_facts``: the unrolled copies of a kernel share them.)"""
+        got = self._measured_steps.get(id(code.steps))
+        if got is None or got[0] is not code.steps:
+            if len(self._measured_steps) >= FACTS_KEPT:
+                self._measured_steps.clear()
+            got = self._measured_steps[id(code.steps)] = (code.steps, all(
+                self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None))
+        return got[1]
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:

@@ -58,10 +58,23 @@ DEFAULT_MACHINE = Machine()
 
 def kernel_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
     """Each array once per load or store routine that moves it (an array that two calls load
-    with different thread mappings crosses the bus twice)."""
+    with different thread mappings crosses the bus twice), and each gathered input once."""
     moves = [s.kc.call.bindings()[str(s.routine.param)].id for s in code.steps
              if s.routine is not None and s.routine.kind in ("load", "store")]
-    return sum(entries[v] for v in moves) * itemsize
+    return (sum(entries[v] for v in moves) + sum(entries[v] for v in gathered_values(code))) * itemsize
+
+
+def gathered_values(code: KernelCode) -> set[int]:
+    """Ids of the values the kernel's compute routines read through global views (inputs read
+    beyond their element: a stencil's neighbourhood, a gather), each counted as one pass over it
+    (the neighbours' entries come again from the caches)."""
+    out = set()
+    for s in code.steps:
+        if s.routine is not None and s.routine.kind == "compute":
+            params = {p.name: p for p in s.kc.call.function.params}
+            binds = s.kc.call.bindings()
+            out |= {binds[a.name].id for a in s.routine.args if a.kind == "global" and params[a.name].gathered}
+    return out
 
 
 def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
