@@ -185,6 +185,14 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
     names = [p.name for p in params]
     if len(set(names)) != len(names):
         raise ctx.fail(f"{where}.params", "duplicate parameter name")
+    words = {"vector": ("len",), "matrix": ("rows", "cols"), "csr": ("rows", "cols")}
+    for p in params:
+        for ref in p.size:
+            other, word = ref.split(".")
+            q = next((q for q in params if q.name == other and q is not p), None)
+            if q is None or word not in words.get(q.type, ()) or q.size:
+                raise ctx.fail(f"{where}.params.{p.name}.size", f"{ref}: not a dimension of another parameter "
+                               "that follows the instance axes")
     if not any(p.dir == "out" for p in params):
         raise ctx.fail(f"{where}.params", "no output parameter")
     reduces = [p for p in params if p.reduce]
@@ -211,8 +219,8 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     if not isinstance(p, dict):
         raise ctx.fail(where, "expected a table")
-    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial", "reach"},
-                     where)
+    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial", "reach",
+                         "size"}, where)
     name = ctx.ident(ctx.get(p, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.params.{name}"
     ptype = ctx.get(p, "type", where, str)
@@ -221,8 +229,17 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     direction = ctx.get(p, "dir", where, str)
     if direction not in ("in", "out"):
         raise ctx.fail(f"{where}.dir", f"{direction!r} is not 'in' or 'out'")
-    dims = {"scalar": 0, "vector": 1, "matrix": 2}[ptype]
+    dims = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 1}[ptype]   # a csr's rows follow axis i
     index = tuple(ctx.get(p, "index", where, list, []))
+    size = tuple(ctx.get(p, "size", where, list, []))
+    if size:
+        if not all(isinstance(s, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\.(len|rows|cols)", s) for s in size) \
+                or len(size) != {"vector": 1, "matrix": 2}.get(ptype, -1) or index:
+            raise ctx.fail(f"{where}.size", "a vector (one) or matrix (two) input with index = [] gives its sizes "
+                           "as dimensions of other parameters: \"A.cols\", \"x.len\", \"B.rows\"")
+        dims = 0
+    if ptype == "csr" and (direction != "in" or index != ("i",)):
+        raise ctx.fail(f"{where}.index", "a csr matrix is an input whose rows follow axis i: index = [\"i\"]")
     if len(index) != dims:
         raise ctx.fail(f"{where}.index", f"a {ptype} follows {dims} instance axes, got {list(index)}")
     bad = [a for a in index if a not in axes]
@@ -250,13 +267,18 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     partial = ctx.get(p, "partial", where, bool, False)
     if partial and (direction != "in" or ptype == "matrix"):
         raise ctx.fail(f"{where}.partial", "only vector or scalar inputs can take partial sums")
-    reach = ctx.get(p, "reach", where, str, "element")
+    reach = ctx.get(p, "reach", where, str, "any" if ptype == "csr" else "element")
+    if ptype == "csr" and reach != "any":
+        raise ctx.fail(f"{where}.reach", "a csr matrix is read through its global view only: reach = \"any\"")
+    if size and reach == "element":
+        raise ctx.fail(f"{where}.size", "only inputs read beyond their element (reach = \"neighbours\" or "
+                       "\"any\") follow no instance axis")
     if reach not in REACHES:
         raise ctx.fail(f"{where}.reach", f"{reach!r} is not one of {', '.join(REACHES)}")
     if reach != "element" and (direction != "in" or ptype == "scalar" or partial):
         raise ctx.fail(f"{where}.reach", "only vector or matrix inputs (not partial sums) are read beyond "
                        "their element")
-    return Param(name, ptype, direction, index, hoist, reduce, pad, partial, reach)
+    return Param(name, ptype, direction, index, hoist, reduce, pad, partial, reach, size)
 
 
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
