@@ -286,13 +286,15 @@ class ProgramBuilder:
             call_args.append(v)
         # inputs that follow no axis (a gathered x of a sparse mat-vec) take other params' sizes
         by_name = {p.name: a for p, a in zip(fn.inputs, call_args)}
-        for n, (p, a) in enumerate(zip(fn.inputs, call_args), 1):
-            for d, ref in zip(a.dims if isinstance(a, Value) else (), p.size):
+        for n, (p, arg) in enumerate(zip(fn.inputs, call_args), 1):
+            if not isinstance(arg, Value):
+                continue
+            for d, ref in zip(arg.dims, p.size):
                 other, word = ref.split(".")
                 src = by_name[other]
                 assert isinstance(src, Value)
                 k = SIZE_WORDS[RANKS[src.type]].index(word)
-                self.unify(src.dims[k], d, f"argument {n} ({p.name}) of {fn.name} {a.name}: its size must be "
+                self.unify(src.dims[k], d, f"argument {n} ({p.name}) of {fn.name} {arg.name}: its size must be "
                            f"{src.name}'s {'length' if word == 'len' else word}", args[n - 1][1])
         # outputs
         outs = []
