@@ -201,3 +201,15 @@ def test_a_library_of_its_own_may_declare_a_csr_function(tmp_path):
 def test_bad_csr_metadata_is_refused_at_load(tmp_path, changes, field, words):
     err = load_error(_sparse_library(tmp_path / "lib", _spmv_fn(**changes)))
     assert isinstance(err, LibraryError) and field in str(err) and words in str(err), str(err)
+
+
+def test_jit_refuses_a_sparse_argument_with_the_way_to_a_script():
+    from kfuse.errors import TraceError
+
+    @kfuse.jit
+    def step(A, p):
+        return kfuse.lib.spmv(A, p)
+
+    with pytest.raises(TraceError) as e:
+        step.specs((kfuse.CSR(None, None, None, (3, 3)), None))
+    assert "sparse matrix" in str(e.value) and "csr A;" in str(e.value)
