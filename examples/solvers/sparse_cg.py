@@ -72,7 +72,7 @@ def sparse_cg(A, b, x=None, tol=1e-8, max_iterations=1000, check=10):
 
 def mesh_matrix(n: int):
     """The 7-point Laplacian of an n x n x n grid (SciPy CSR, float64): SPD, 7 entries per row."""
-    import scipy.sparse as sp
+    import scipy.sparse as sp  # type: ignore[import-untyped]
     d = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
     eye = sp.identity(n)
     return (sp.kron(sp.kron(d, eye), eye) + sp.kron(sp.kron(eye, d), eye) + sp.kron(sp.kron(eye, eye), d)).tocsr()
@@ -97,7 +97,7 @@ def demo():
     import numpy as np
     import cupy as cp
     import cupyx.scipy.sparse as cps
-    import scipy.sparse.linalg as spla
+    import scipy.sparse.linalg as spla  # type: ignore[import-untyped]
     for name, A in (("3-D mesh Laplacian 40^3", mesh_matrix(40)), ("skewed random SPD", skewed_matrix(20_000))):
         rows = np.diff(A.indptr)
         b = np.random.default_rng(1).standard_normal(A.shape[0])
