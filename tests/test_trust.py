@@ -112,6 +112,8 @@ def test_expressions_never_reach_eval(monkeypatch, lib):
 def test_shipped_expressions_bit_identical_to_eval(lib):
     rng = np.random.default_rng(3)
     for f in lib.functions:
+        if f.reference is None:         # spmv: the reference evaluator has no sparse matrices
+            continue
         shape = {"vector": (40,), "matrix": (40, 40)}
         scope = {p.name: float(rng.standard_normal()) if p.type == "scalar" else rng.standard_normal(shape[p.type])
                  for p in f.inputs}

@@ -185,6 +185,10 @@ class JitFunction:
             if isinstance(a, (int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0):
                 specs.append(ArgSpec(name, "scalar"))
                 continue
+            if _sparse(a):
+                raise TraceError(f"argument {name} of {self.fn.__name__} is a sparse matrix; @kfuse.jit does not "
+                                 "trace sparse matrices yet: write the step as a script with a csr input "
+                                 "(csr A; q = spmv(A, p);) and call kfuse.compile(script)(A=A, ...)", user_site())
             if not (hasattr(a, "shape") and hasattr(a, "dtype")):
                 raise TraceError(f"argument {name} of {self.fn.__name__}: expected an array or a number, got "
                                  f"{type(a).__name__}", user_site())
@@ -349,3 +353,11 @@ def _cell(c):
         return c.cell_contents
     except ValueError:          # an empty cell
         return None
+
+
+def _sparse(a) -> bool:
+    """A sparse matrix (SciPy, cupyx, torch sparse, kfuse.CSR): not a dense array to trace."""
+    from .runtime.csr import CSR
+    mod = type(a).__module__ or ""
+    layout = str(getattr(a, "layout", ""))
+    return isinstance(a, CSR) or mod.startswith(("scipy.sparse", "cupyx.scipy.sparse")) or "sparse" in layout

@@ -314,10 +314,15 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
     and macro value of a library -- but the cluster variants' and the vector variants on the rows
     of strips': a probe runs its routine in blocks of their own, a cluster's routines read the
     other blocks' shared memory, and a vector call on strips runs only beside a matrix call
-    (their kernels are priced by the transfer model, cost/calibrated.py)."""
+    (their kernels are priced by the transfer model, cost/calibrated.py).  Functions reading a
+    csr matrix (a sparse mat-vec) have none either: what their routines cost depends on the
+    matrix's row lengths and the gather's locality, which no fixed micro-kernel stands for; their
+    kernels are priced by the transfer model too."""
     routines: dict[str, str] = {}
     probes: dict[str, Probe] = {}
     for fn in lib.functions:
+        if any(p.type == "csr" for p in fn.params):
+            continue
         for var in fn.variants:
             if var.cluster or (var.whole and fn.nesting == 1):
                 continue

@@ -171,7 +171,8 @@ MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
 
 def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
     """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
-    size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" and a.value is not None else 8 for a in args)
+    size = sum((8 * 8 if a.value.type == "csr" else 8 * (1 + len(a.value.dims))) if a.kind == "array" and
+               a.value is not None else 8 for a in args)
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
                           f"{MAX_PARAM_BYTES}-byte parameter space")

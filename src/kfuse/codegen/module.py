@@ -9,6 +9,7 @@ from ..library.schema import Library
 from .kernel import KernelCode
 
 PRELUDE = Path(__file__).with_name("prelude.cuh")
+SPARSE_PRELUDE = Path(__file__).with_name("sparse.cuh")     # KfCsr: only where a kernel reads a csr matrix
 DTYPES = {"float32": "float", "float64": "double"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
@@ -88,6 +89,8 @@ def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: st
     ]
     rendered = ([k.device_function() for k in kernels] if persistent is not None
                 else [(k.source, k.views) for k in kernels])
+    if any("KfCsr g_" in text for text, _ in rendered):
+        parts += ['#line 1 "kfuse/sparse.cuh"', SPARSE_PRELUDE.read_text()]
     views = dict.fromkeys(v for _, vs in rendered for v in vs)
     for src in dict.fromkeys(s for k in kernels for s in k.sources):
         path = Path(src)

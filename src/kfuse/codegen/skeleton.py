@@ -13,11 +13,19 @@ from __future__ import annotations
 
 from ..library.mappings import MAPPINGS
 
-_DIMS = {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": ()}
+_DIMS = {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": (), "csr": ("rows", "cols", "nnz")}
+# a csr matrix's parameters after its values and sizes: index width and the row mapping chosen at
+# bind time (runtime/csr.py), in this order
+CSR_META = ("int {n}_wide", "int {n}_lanes", "long long {n}_long")
 
 
 def array_params(name: str, typ: str) -> list[str]:
-    """Kernel parameters of a global array: its pointer and its dimensions."""
+    """Kernel parameters of a global array: its pointer and its dimensions (a csr matrix: its
+    row pointers, column indices, values, sizes and ``CSR_META``)."""
+    if typ == "csr":
+        return ([f"const void* __restrict__ {name}_ptr", f"const void* __restrict__ {name}_idx",
+                 f"real* __restrict__ {name}_p"] + [f"long long {name}_{n}" for n in _DIMS[typ]]
+                + [m.format(n=name) for m in CSR_META])
     return [f"real* __restrict__ {name}_p"] + [f"long long {name}_{n}" for n in _DIMS[typ]]
 
 
@@ -51,6 +59,9 @@ def global_view(name: str, typ: str, notes: bool = True) -> str:
     """The view (``KfMat``, ``KfVec``) of a global array argument."""
     if typ == "matrix":
         return f"    const KfMat g_{name}{{{name}_p, {name}_rows, {name}_cols}};"
+    if typ == "csr":
+        return (f"    const KfCsr g_{name}{{{name}_ptr, {name}_idx, {name}_p, {name}_rows, {name}_cols, {name}_nnz, "
+                f"{name}_wide, {name}_lanes, {name}_long}};")
     if typ == "vector":
         return f"    const KfVec g_{name}{{{name}_p, {name}_n}};"
     return f"    const KfVec g_{name}{{{name}_p, 1}};" + ("   // scalar result" if notes else "")

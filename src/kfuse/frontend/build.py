@@ -21,7 +21,7 @@ from ..errors import KfuseError
 from ..library.schema import AXES, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
-RANKS = {"scalar": 0, "vector": 1, "matrix": 2}
+RANKS = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}   # csr: rows, cols, non-zeros
 
 
 class Token(Protocol):
@@ -284,6 +284,18 @@ class ProgramBuilder:
             for d, a in zip(v.dims, p.index):
                 self.unify(axis_of[a], d, f"{what} {tok.text}: size does not match the other arguments", tok)
             call_args.append(v)
+        # inputs that follow no axis (a gathered x of a sparse mat-vec) take other params' sizes
+        by_name = {p.name: a for p, a in zip(fn.inputs, call_args)}
+        for n, (p, arg) in enumerate(zip(fn.inputs, call_args), 1):
+            if not isinstance(arg, Value):
+                continue
+            for d, ref in zip(arg.dims, p.size):
+                other, word = ref.split(".")
+                src = by_name[other]
+                assert isinstance(src, Value)
+                k = SIZE_WORDS[RANKS[src.type]].index(word)
+                self.unify(src.dims[k], d, f"argument {n} ({p.name}) of {fn.name} {arg.name}: its size must be "
+                           f"{src.name}'s {'length' if word == 'len' else word}", args[n - 1][1])
         # outputs
         outs = []
         for tok, p in zip(targets, fn.outputs):

@@ -64,7 +64,7 @@ class _Parser(ProgramBuilder):
         return out
 
     # -- statements ----------------------------------------------------------------------
-    TYPES = {"scalar": "scalar", "vector": "vector", "matrix": "matrix"}
+    TYPES = {"scalar": "scalar", "vector": "vector", "matrix": "matrix", "csr": "csr"}
 
     def script_type(self, tok: Tok) -> str | None:
         t = tok.text
@@ -134,8 +134,12 @@ class _Parser(ProgramBuilder):
                         break
                     self.next()
                 self.expect("]")
+                if vtype == "csr" and len(dims) == 2:       # csr A[m, n]: its non-zeros its own size
+                    dims.append(self.new_dim(f"{tok.text}.nnz"))
                 if len(dims) != ndims:
-                    raise self.error(f"a {vtype} has {ndims} sizes, {len(dims)} given", open_tok)
+                    raise self.error(f"a {vtype} has {ndims} sizes, {len(dims)} given" if vtype != "csr" else
+                                     f"a csr matrix has 2 sizes (rows, columns) or 3 (and non-zeros), "
+                                     f"{len(dims)} given", open_tok)
             self.declare(tok, vtype, dims)
             if self.peek().text != ",":
                 break

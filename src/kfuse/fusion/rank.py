@@ -9,7 +9,7 @@ from ..codegen.kernel import KernelCode
 from ..cost.calibrated import resident_fraction
 from ..cost.transfer import H100_FACTS
 from ..ir.kernel import target_blocks
-from ..ir.program import Program
+from ..ir.program import Program, entries
 from .legality import fits_at, stalls_streams, without_fallbacks, without_serial_sections
 from .reasons import Misfit, NarrowerStrip, NoImplementation, Spills
 from .space import Implementation, Space
@@ -31,13 +31,7 @@ def planning_dims(program: Program, sizes: Mapping[str, int] | None) -> dict[int
 
 def entries_of(program: Program, dims: Mapping[int, int]) -> dict[int, int]:
     """Value id -> its number of elements at these sizes."""
-    out = {}
-    for v in program.values:
-        n = 1
-        for d in v.dims:
-            n *= dims[d]
-        out[v.id] = n
-    return out
+    return {v.id: entries(v, dims) for v in program.values}
 
 
 class Ranker:

@@ -22,8 +22,9 @@ class Value:
     id: int
     name: str                   # script name (several values may share one after reassignment)
     label: str                  # unique, C-identifier-safe: the name, or name_2, name_3 ...
-    type: str                   # scalar | vector | matrix
-    dims: tuple[int, ...]       # dimension ids (vector: 1, matrix: rows, cols; scalar: none)
+    type: str                   # scalar | vector | matrix | csr
+    dims: tuple[int, ...]       # dimension ids (vector: 1, matrix: rows, cols; csr: rows, cols,
+                                # non-zeros; scalar: none)
     is_input: bool = False
     on_device: bool = False     # a scalar input bound to a 0-d device array: passed by address
 
@@ -230,7 +231,21 @@ class Call:
         return f"{', '.join(v.name for v in self.outputs)} = {self.function.name}({args})"
 
 
-SIZE_WORDS = {0: (), 1: ("len",), 2: ("rows", "cols")}   # automatic size names by rank: x.len, A.rows
+SIZE_WORDS = {0: (), 1: ("len",), 2: ("rows", "cols"), 3: ("rows", "cols", "nnz")}   # automatic size names
+                                            # by rank: x.len, A.rows; a csr matrix's A.nnz its non-zeros
+
+
+def entries(v: Value, dims: Mapping[int, int]) -> int:
+    """Entries of a value at sizes ``dims``: the product of its sizes; for a csr matrix (rows,
+    cols, nnz) what its three arrays hold counted in entries of the element type (values and
+    column indices per non-zero, a row pointer per row), which is what the transfer model moves."""
+    if v.type == "csr":
+        rows, _, nnz = (dims[d] for d in v.dims)
+        return 2 * nnz + rows + 1
+    n = 1
+    for d in v.dims:
+        n *= dims[d]
+    return n
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from . import cusource
 from .files import parse_toml as _parse_toml, read_folder
 from .expr import ExprError, check
 from .mappings import MAPPINGS
+from .param_fields import check_sizes, reach_field, size_field
 from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
-from .schema import (ACCESS_MODES, AXES, KINDS, REACHES, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
+from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -185,6 +186,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
     names = [p.name for p in params]
     if len(set(names)) != len(names):
         raise ctx.fail(f"{where}.params", "duplicate parameter name")
+    check_sizes(ctx, params, where)
     if not any(p.dir == "out" for p in params):
         raise ctx.fail(f"{where}.params", "no output parameter")
     reduces = [p for p in params if p.reduce]
@@ -211,7 +213,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     if not isinstance(p, dict):
         raise ctx.fail(where, "expected a table")
-    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial", "reach"},
+    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial", "reach", "size"},
                      where)
     name = ctx.ident(ctx.get(p, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.params.{name}"
@@ -221,8 +223,9 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     direction = ctx.get(p, "dir", where, str)
     if direction not in ("in", "out"):
         raise ctx.fail(f"{where}.dir", f"{direction!r} is not 'in' or 'out'")
-    dims = {"scalar": 0, "vector": 1, "matrix": 2}[ptype]
     index = tuple(ctx.get(p, "index", where, list, []))
+    size = size_field(ctx, p, where, ptype, direction, index)
+    dims = 0 if size else {"scalar": 0, "vector": 1, "matrix": 2, "csr": 1}[ptype]   # a csr's rows follow i
     if len(index) != dims:
         raise ctx.fail(f"{where}.index", f"a {ptype} follows {dims} instance axes, got {list(index)}")
     bad = [a for a in index if a not in axes]
@@ -250,13 +253,8 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     partial = ctx.get(p, "partial", where, bool, False)
     if partial and (direction != "in" or ptype == "matrix"):
         raise ctx.fail(f"{where}.partial", "only vector or scalar inputs can take partial sums")
-    reach = ctx.get(p, "reach", where, str, "element")
-    if reach not in REACHES:
-        raise ctx.fail(f"{where}.reach", f"{reach!r} is not one of {', '.join(REACHES)}")
-    if reach != "element" and (direction != "in" or ptype == "scalar" or partial):
-        raise ctx.fail(f"{where}.reach", "only vector or matrix inputs (not partial sums) are read beyond "
-                       "their element")
-    return Param(name, ptype, direction, index, hoist, reduce, pad, partial, reach)
+    reach = reach_field(ctx, p, where, ptype, size, direction != "in" or ptype == "scalar" or partial)
+    return Param(name, ptype, direction, index, hoist, reduce, pad, partial, reach, size)
 
 
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:

@@ -9,8 +9,10 @@ from pathlib import Path
 KINDS: dict[str, int] = {"map": 1, "reduce": 1, "map-map": 2, "map-reduce": 2}
 AXES: dict[int, tuple[str, ...]] = {1: ("i",), 2: ("i", "j")}
 LOOP_AXES = ("i", "j")   # the serial loop walks one instance axis, chosen per kernel
-SCRIPT_TYPES = ("scalar", "vector", "matrix")
-ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile"}
+SCRIPT_TYPES = ("scalar", "vector", "matrix", "csr")
+# a csr (compressed sparse row) matrix has no on-chip element: it is always read through its global
+# view (``KfCsr``), like an input of reach "any"
+ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile", "csr": "csr"}
 REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
 ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler clears first)
 # what of an input an instance reads: its own element (loaded on chip), the entries around it
@@ -33,6 +35,9 @@ class Param:
     partial: bool = False           # in: may be fed per-instance partial sums of a producer that
                                     #     reduces over the same axes (the routines add it linearly)
     reach: str = "element"          # in: one of REACHES
+    # in, gathered: the sizes of a value that follows no instance axis, each a dimension of another
+    # parameter ("A.cols": a sparse mat-vec's x is as long as A has columns); empty: by ``index``
+    size: tuple[str, ...] = ()
 
     @property
     def gathered(self) -> bool:

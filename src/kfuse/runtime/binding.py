@@ -16,19 +16,22 @@ from ..errors import LaunchError
 from ..ir.artifact import Artifact
 from ..ir.program import Program
 from . import driver, modules
+from . import csr as csr_inputs
 from .args import facts
 from .arrays import to_scalar
 from .gpu import cupy
 from .launch import KernelLaunch, PackedArgs, pdl_available
 from .order import ALTERNATE, launch_orders, launch_shape
 
-AXIS_WORDS = {1: ("length",), 2: ("rows", "columns")}
+AXIS_WORDS = {1: ("length",), 2: ("rows", "columns"), 3: ("rows", "columns", "non-zeros")}
 MAX_GRID = 2**31 - 1
 FILL_THREADS, FILL_BLOCKS = 256, 1024       # kf_fill: grid-stride loop over the cleared entries
 ALIGN = 256
 
-# where a patched pointer or scalar comes from
-IN, OUT, OWN, TMP, SCALAR = range(5)
+# where a patched pointer or scalar comes from (LANES, LONG: a csr input's row mapping, chosen from
+# its row lengths: ``Binding.check_csr``)
+IN, OUT, OWN, TMP, SCALAR, LANES, LONG = range(7)
+CSR_PARTS = ("", "#indices", "#data")      # pointer slots of a csr input A: A, A#indices, A#data
 
 
 def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
@@ -117,10 +120,14 @@ def check_arguments(prog: Program, inputs: dict, out: dict, dtype: np.dtype,
     arrays = [v for v in prog.inputs if v.type != "scalar"]
     if not arrays:
         raise LaunchError("a program without array inputs cannot be called (nothing fixes its sizes or device)")
-    f = {v.name: facts(inputs[v.name]) for v in arrays}
+    f = {v.name: csr_inputs.facts_of(inputs[v.name]) if v.type == "csr" else facts(inputs[v.name])
+         for v in arrays}
     device = f[arrays[0].name][3]
     for v in arrays:
-        check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
+        if v.type == "csr":
+            csr_inputs.check(v.name, inputs[v.name], dtype, device, arrays[0].name)
+        else:
+            check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
     for v in prog.inputs:
         if v.on_device if device_scalars is None else v.name in device_scalars:
             # a 0-d device array, read by address in the kernels
@@ -151,9 +158,26 @@ class Binding:
         dims = self.dims
         self.out_names = sorted(v.name for v in prog.outputs if v.name in out)    # the order calls read them in
         # pointers patched per call: arrays and device scalars, in the order of the script's inputs
-        self.array_inputs = [v.name for v in prog.inputs if v.type != "scalar" or v.on_device]
+        # (a csr input A takes three: its row pointers A, column indices A#indices, values A#data)
+        self.array_inputs = [v.name + part for v in prog.inputs if v.type != "scalar" or v.on_device
+                             for part in (CSR_PARTS if v.type == "csr" else ("",))]
         self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar" and not v.on_device]
-        self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values}
+        self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values if v.type != "csr"}
+        # csr inputs: name -> [lanes, long_row] of the matrix now bound, and the index pointers
+        # (row pointers, column indices) it was checked at (``check_csr``)
+        self.csr = [v.name for v in prog.inputs if v.type == "csr"]
+        self.csr_mapping: dict[str, list[int]] = {}
+        self.csr_checked: dict[str, dict[tuple[int, int], tuple[int, int]]] = {n: {} for n in self.csr}
+        self.csr_at: dict[str, tuple[int, int]] = {}
+        self.csr_wide: dict[str, bool] = {}
+        for v in prog.inputs:
+            if v.type == "csr":
+                rows, _, nnz = (dims[d] for d in v.dims)
+                isz = csr_inputs.index_itemsize(inputs[v.name])
+                self.nbytes.update({v.name: (rows + 1) * isz, v.name + "#indices": nnz * isz,
+                                    v.name + "#data": nnz * dtype.itemsize})
+                self.csr_mapping[v.name] = [1, 0]
+                self.csr_wide[v.name] = isz == 8
         self.in_nbytes = [self.nbytes[n] for n in self.array_inputs]
         self.out_nbytes = [self.nbytes[n] for n in self.out_names]
         self.tmp_blocks: dict[int, Any] = {}      # stream -> the block of values neither input nor returned
@@ -286,7 +310,19 @@ class Binding:
         args: list = []
         patches: list = []
         for g in L.args:
-            if g.kind == "array":
+            if g.kind == "array" and g.value.type == "csr":
+                # row pointers, column indices, values; rows, cols, nnz; wide, lanes, long_row
+                src, slot = self._source(g.value)
+                for k in range(3):
+                    patches.append((len(args), src, slot + k))
+                    args.append(0)
+                args.extend(np.int64(self.dims[d]) for d in g.value.dims)
+                args.append(np.int32(self.csr_wide[g.value.name]))
+                patches.append((len(args), LANES, self.csr.index(g.value.name)))
+                args.append(np.int32(1))
+                patches.append((len(args), LONG, self.csr.index(g.value.name)))
+                args.append(np.int64(0))
+            elif g.kind == "array":
                 patches.append((len(args), *self._source(g.value)))
                 args.append(0)
                 if g.value.type != "scalar":
@@ -318,8 +354,40 @@ class Binding:
                 obj.value = tmp + a
             elif src == OUT:
                 obj.value = out_ptrs[a]
-            else:
+            elif src == SCALAR:
                 obj.value = scalars[a]
+            else:
+                obj.value = self.csr_mapping[self.csr[a]][src - LANES]
+
+    def pointers(self, inputs: dict) -> list[int]:
+        """The pointers of the array inputs (``array_inputs``' slots) of adapted ``inputs``."""
+        out = []
+        for v in self.prog.inputs:
+            if v.type == "csr":
+                out += csr_inputs.pointers(inputs[v.name])
+            elif v.type != "scalar" or v.on_device:
+                out.append(facts(inputs[v.name])[4])
+        return out
+
+    def check_csr(self, inputs: dict, in_ptrs) -> None:
+        """Before a call: the structure of each csr input checked and its row mapping set, where its
+        index arrays' pointers differ from the call before (``runtime/csr.py``); ``inputs`` as the
+        caller gave them."""
+        for name in self.csr:
+            slot = self.array_inputs.index(name)
+            at = (in_ptrs[slot], in_ptrs[slot + 1])
+            if self.csr_at.get(name) == at:
+                continue
+            known = self.csr_checked[name]
+            got = known.get(at)
+            if got is None:
+                c = csr_inputs.adapt_csr(inputs[name], name)
+                got = csr_inputs.validate(name, c, self.device)
+                if len(known) >= 16:
+                    known.clear()
+                known[at] = got
+            self.csr_mapping[name][:] = got
+            self.csr_at[name] = at
 
     def set_flip(self, flip: int) -> None:
         """Mirror (1) or keep (0) every kernel's block order in the launches from now on: the

@@ -37,6 +37,7 @@ from ..ir.program import Program
 from . import driver
 from .args import adapt, facts, torch_dtype, torch_tensor_type
 from .arrays import to_scalar
+from . import csr as csr_inputs
 from .binding import OUT, Binding, check_arguments, check_names, overlapping
 from .gpu import cupy
 
@@ -87,6 +88,7 @@ class Executor:
         self.program, self.resolve = program, resolve
         self.names = [v.name for v in program.inputs]
         self.kinds = [v.type == "scalar" for v in program.inputs]
+        self.sparse = [v.type == "csr" for v in program.inputs]
         self.dtype = np.dtype(dtype)
         self.bindings: dict = {}
         self._capture: dict[int, int] = {}      # device -> private capture stream
@@ -98,9 +100,11 @@ class Executor:
         binding = self.bindings.get(key) if key is not None else None
         if binding is None:
             binding, arrays, scalars, torch_in = self._bind(inputs, out, key)
-            ptrs = [facts(a)[4] for a in arrays] + [facts(adapt((out or {})[n], n))[4] for n in binding.out_names]
+            ptrs = arrays + [facts(adapt((out or {})[n], n))[4] for n in binding.out_names]
         n_in = len(binding.array_inputs)
         in_ptrs, out_ptrs = ptrs[:n_in], ptrs[n_in:]
+        if binding.csr:
+            binding.check_csr(inputs, in_ptrs)
         if out_ptrs:
             self._check_overlap(binding, in_ptrs, out_ptrs)
         s = self._stream(stream, binding.device, torch_in, cp)
@@ -133,8 +137,16 @@ class Executor:
         torch_in = False
         ndarray = cp.ndarray
         try:
-            for name, is_scalar in zip(self.names, self.kinds):
+            for name, is_scalar, sparse in zip(self.names, self.kinds, self.sparse):
                 x = inputs[name]
+                if sparse:
+                    got = csr_inputs.fast_key(x)
+                    if got is None:
+                        return None, None, None, False
+                    keys.append(got[0])
+                    ptrs.extend(got[1])
+                    torch_in = torch_in or got[2]
+                    continue
                 if is_scalar:
                     if type(x) is float or type(x) is int:
                         scalars.append(x)
@@ -185,7 +197,9 @@ class Executor:
         cp = cupy()
         for name, x in inputs.items():
             is_scalar = name in self.names and self.kinds[self.names.index(name)]
-            if is_scalar and _on_device(x, cp):
+            if name in self.names and self.sparse[self.names.index(name)]:
+                adapted[name] = csr_inputs.adapt_csr(x, name)
+            elif is_scalar and _on_device(x, cp):
                 device_scalars.append(name)
                 adapted[name] = adapt(x, name)
             else:
@@ -198,10 +212,11 @@ class Executor:
         binding.graphs = Graphs()
         if key is not None:
             self.bindings[key] = binding
-        arrays = [adapted[n] for n in binding.array_inputs]
+        arrays = binding.pointers(adapted)
         scalars = [float(to_scalar(adapted[n], n, self.dtype)) for n in binding.scalar_inputs]
         tensor = torch_tensor_type()
-        torch_in = tensor is not None and any(isinstance(a, tensor) for a in arrays)
+        torch_in = tensor is not None and any(isinstance(a, tensor) for v in self.program.inputs if v.type != "scalar"
+                                              for a in (adapted[v.name][:3] if v.type == "csr" else (adapted[v.name],)))
         return binding, arrays, scalars, torch_in
 
     def _stream(self, stream, device: int, torch_in: bool, cp) -> int:
@@ -351,7 +366,9 @@ class BoundCall:
         self.binding, self.executor = binding, ex
         self.dims = binding.dims
         out_list = [adapt(out[n], f"out[{n!r}]") for n in binding.out_names]
-        self._in = [facts(a)[4] for a in arrays]
+        self._in = arrays
+        if binding.csr:
+            binding.check_csr(inputs, self._in)
         self._out = [facts(a)[4] for a in out_list]
         if out_list:
             ex._check_overlap(binding, self._in, self._out)
@@ -359,7 +376,7 @@ class BoundCall:
         self._scalars = scalars
         self._torch = torch_in
         self.result = ex._result(binding, self._block, out)
-        self._arrays = arrays + out_list        # kept alive with the binding
+        self._arrays = [inputs, out_list]       # kept alive with the binding
 
     @property
     def outputs(self):

@@ -157,6 +157,9 @@ class Instance:
         self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
 
     def _bind(self, ex, ins, outs) -> None:
+        if any(v.type == "csr" for v in ex.program.inputs):
+            raise LaunchError("a device loop over a program with a csr matrix input is not supported yet; "
+                              "call the compiled step in a Python loop (examples/solvers/sparse_cg.py)")
         self.binding = ex._bind(ins, outs, None, self.pdl)[0]
         b = self.binding
         self.patches = [([self._ptr(self.body.inputs[n], p) for n in b.array_inputs],

@@ -1,0 +1,206 @@
+"""CSR (compressed sparse row) matrices as program inputs: what a ``csr`` input may be, its
+arrays read without copying, its structure checked, and the row mapping chosen from its row
+lengths.
+
+Accepted for a ``csr`` input (scripts, ``kfuse.compile``, ``@kfuse.jit``, loops):
+
+* a ``cupyx.scipy.sparse.csr_matrix`` (int32 indices);
+* a torch sparse CSR CUDA tensor (``layout=torch.sparse_csr``; int32 or int64 indices);
+* a :class:`kfuse.CSR` (``kfuse.CSR(indptr, indices, data, shape)``) or a plain tuple
+  ``(indptr, indices, data, shape)`` of CUDA arrays (CuPy arrays or torch tensors).
+
+A SciPy (host) matrix is refused with the way to move it to the GPU.  Index arrays are int32 or
+int64, both compiled into every kernel (``KfCsr::wide`` picks one, uniformly, at run time); the
+values have the program's dtype.
+
+Checks.  Shapes and dtypes are checked on every new binding (host-side).  The structure --
+``indptr[0] == 0``, ``indptr[rows] == nnz``, row pointers non-decreasing, every column index in
+``[0, cols)`` -- takes reductions on the GPU and one synchronisation, so it runs when a binding is
+made and again only when the index arrays' pointers change from the call before (a fed-back loop
+over one matrix checks it once; values may change freely: they need no check).  Arrays changed in
+place behind the same pointers are not checked again; the kernels still read a column outside
+``[0, cols)`` as 0 instead of reading outside x (``kf_gather``), and row pointers are read only
+inside ``[0, rows]``.  Column indices need not be sorted within a row.
+
+Row mapping (docs/design.md, "Sparse mat-vec"): the same reductions give the mean and the longest
+row length; ``lanes`` (threads per row) is the power of two nearest the mean, between 1 and 32, and
+rows longer than ``long_row`` (the larger of 256 and 8 times the mean) are summed by a whole
+instance's 128 threads instead of one group -- set only where such a row exists (0: none).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..errors import LaunchError
+from .args import adapt, facts, torch_tensor_type
+from .gpu import cupy
+
+INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+PARTS = ("indptr", "indices", "data")
+LONG_MIN = 256          # rows at most this long always stay with one group of lanes
+LONG_FACTOR = 8         # ... and rows at most this many times the mean
+
+
+class CSR(NamedTuple):
+    """A CSR matrix given by its arrays (CUDA arrays: CuPy or torch): ``indptr`` (rows + 1 row
+    pointers), ``indices`` (column of each non-zero), ``data`` (its value), ``shape`` (rows,
+    columns)."""
+    indptr: Any
+    indices: Any
+    data: Any
+    shape: tuple[int, int]
+
+
+def _scipy_hint(x, name: str) -> LaunchError | None:
+    mod = type(x).__module__ or ""
+    if mod.startswith("scipy.sparse"):
+        return LaunchError(f"{name}: a SciPy sparse matrix lives in host memory; move it to the GPU "
+                           "(cupyx.scipy.sparse.csr_matrix(A), or torch's A.to_sparse_csr().cuda())")
+    if mod.startswith("cupyx.scipy.sparse") and getattr(x, "format", "csr") != "csr":
+        return LaunchError(f"{name}: a cupyx sparse matrix in {x.format} format; pass A.tocsr()")
+    return None
+
+
+def _torch_csr(x) -> bool:
+    tensor = torch_tensor_type()
+    return tensor is not None and isinstance(x, tensor) and x.layout == sys.modules["torch"].sparse_csr
+
+
+def parts(x, name: str) -> CSR:
+    """The four parts of a csr input as given (not adapted), or a LaunchError saying what a csr
+    input may be."""
+    hint = _scipy_hint(x, name)
+    if hint is not None:
+        raise hint
+    if _torch_csr(x):
+        if not x.is_cuda:
+            raise LaunchError(f"{name}: torch sparse CSR tensor is on {x.device}; move it to the GPU (.cuda())")
+        if x.dim() != 2:
+            raise LaunchError(f"{name}: a batched or hybrid sparse CSR tensor (shape {tuple(x.shape)}); "
+                              "pass one 2-D matrix")
+        return CSR(x.crow_indices(), x.col_indices(), x.values(), (int(x.shape[0]), int(x.shape[1])))
+    if isinstance(x, CSR):
+        return x
+    if all(hasattr(x, a) for a in ("indptr", "indices", "data", "shape")):      # cupyx csr_matrix
+        return CSR(x.indptr, x.indices, x.data, tuple(x.shape))
+    if isinstance(x, tuple) and len(x) == 4:
+        return CSR(*x)
+    raise LaunchError(f"{name}: expected a CSR matrix (cupyx.scipy.sparse.csr_matrix, a torch sparse CSR "
+                      f"CUDA tensor, or kfuse.CSR(indptr, indices, data, shape)), got {type(x).__name__}")
+
+
+def adapt_csr(x, name: str) -> CSR:
+    """A csr input's arrays adapted (CuPy or torch, zero copy) and their shapes and dtypes checked
+    against each other (not yet against the program: ``check``)."""
+    c = parts(x, name)
+    shape = c.shape
+    if (not isinstance(shape, (tuple, list)) or len(shape) != 2
+            or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in shape)):
+        raise LaunchError(f"{name}: shape must be (rows, columns) of positive integers, got {shape!r}")
+    arrays = [adapt(a, f"{name}.{p}") for a, p in zip(c[:3], PARTS)]
+    got = [facts(a) for a in arrays]
+    for (shp, dt, strides, _, _), p in zip(got, PARTS):
+        if len(shp) != 1:
+            raise LaunchError(f"{name}.{p}: expected a 1-D array, got shape {shp}")
+        if shp[0] > 1 and strides[0] != dt.itemsize:
+            raise LaunchError(f"{name}.{p}: array is not contiguous; pass a contiguous copy")
+    rows, cols = int(shape[0]), int(shape[1])
+    (ps, pdt, *_), (is_, idt, *_), (ds, _, *_) = got
+    if ps[0] != rows + 1:
+        raise LaunchError(f"{name}.indptr: {ps[0]} entries, a CSR matrix of {rows} rows has {rows + 1}")
+    for dt, p in ((pdt, "indptr"), (idt, "indices")):
+        if dt not in INDEX_DTYPES:
+            raise LaunchError(f"{name}.{p}: dtype {dt}; CSR index arrays are int32 or int64")
+    if pdt != idt:
+        raise LaunchError(f"{name}: indptr is {pdt} but indices is {idt}; give both one integer type")
+    if is_[0] != ds[0]:
+        raise LaunchError(f"{name}: {is_[0]} column indices but {ds[0]} values")
+    if len({g[3] for g in got}) != 1:
+        raise LaunchError(f"{name}: its arrays are on different GPUs")
+    return CSR(arrays[0], arrays[1], arrays[2], (rows, cols))
+
+
+def check(name: str, c: CSR, dtype: np.dtype, device: int | None, first: str) -> tuple[int, int, int]:
+    """(rows, cols, nnz) of an adapted csr input, its values' dtype and device checked against the
+    program's and the call's."""
+    _, vdt, _, dev, _ = facts(c.data)
+    if vdt != dtype:
+        raise LaunchError(f"{name}.data: dtype is {vdt}, the program was compiled for {dtype} "
+                          f"(convert the values with .astype({dtype.name}) or compile with dtype={vdt.name!r})")
+    if device is not None and dev != device:
+        raise LaunchError(f"{name} is on GPU {dev} but {first} is on GPU {device}; put every array of a call "
+                          "on one GPU")
+    nnz = facts(c.indices)[0][0]
+    if nnz == 0:
+        raise LaunchError(f"{name}: the matrix has no non-zeros (its product is zero: no kernel needed)")
+    return c.shape[0], c.shape[1], nnz
+
+
+def facts_of(c: CSR) -> tuple:
+    """``args.facts``'s tuple for a csr input: (rows, cols, nnz), the values' dtype, contiguous
+    strides, device, the row pointers' address."""
+    _, vdt, _, dev, _ = facts(c.data)
+    return ((c.shape[0], c.shape[1], facts(c.indices)[0][0]), vdt, (), dev, facts(c.indptr)[4])
+
+
+def index_itemsize(c: CSR) -> int:
+    return facts(c.indices)[1].itemsize
+
+
+def pointers(c: CSR) -> list[int]:
+    return [facts(a)[4] for a in c[:3]]
+
+
+def fast_key(x) -> tuple[tuple, list[int], bool] | None:
+    """(signature key, the three pointers, torch?) of a csr input on the fast path (a cupyx matrix,
+    a torch sparse CSR tensor or a CSR of CuPy arrays), or None (the slow path adapts it)."""
+    cp = cupy()
+    if _torch_csr(x) and x.is_cuda and x.dim() == 2:
+        a, b, d = x.crow_indices(), x.col_indices(), x.values()
+        return (("csr", tuple(x.shape), b.shape[0], b.dtype, d.dtype, x.device),
+                [a.data_ptr(), b.data_ptr(), d.data_ptr()], True)
+    c = x if isinstance(x, CSR) else x if type(x).__name__ == "csr_matrix" and hasattr(x, "indptr") else None
+    if c is None:
+        return None
+    a, b, d = c.indptr, c.indices, c.data
+    if not (type(a) is cp.ndarray and type(b) is cp.ndarray and type(d) is cp.ndarray):
+        return None
+    return (("csr", tuple(c.shape), b.shape[0], b.dtype, d.dtype, d.data.device_id, a.strides, b.strides, d.strides),
+            [a.data.ptr, b.data.ptr, d.data.ptr], False)
+
+
+def mapping(rows: int, nnz: int, longest: int) -> tuple[int, int]:
+    """(lanes, long_row) for a matrix of these row statistics (see the module docstring)."""
+    mean = nnz / rows
+    lanes = min(32, max(1, 2 ** round(math.log2(max(mean, 1.0)))))
+    threshold = max(LONG_MIN, int(LONG_FACTOR * mean))
+    return lanes, (threshold if longest > threshold else 0)
+
+
+def validate(name: str, c: CSR, device: int) -> tuple[int, int]:
+    """Check the structure of an adapted csr input on the GPU (one synchronisation) and return its
+    row mapping (``mapping``).  Raises a LaunchError naming what is wrong."""
+    cp = cupy()
+    rows, cols = c.shape
+    with cp.cuda.Device(device):
+        cp.cuda.Device(device).synchronize()        # arrays made on another stream are complete
+        ip, ix = cp.asarray(c.indptr).astype(cp.int64), cp.asarray(c.indices)
+        nnz = ix.shape[0]
+        d = ip[1:] - ip[:-1]
+        got = cp.stack([ip[0], ip[-1], d.min(), d.max(), ix.min().astype(cp.int64),
+                        ix.max().astype(cp.int64)]).get()
+    first, last, shortest, longest, lo, hi = (int(v) for v in got)
+    if first != 0:
+        raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
+    if last != nnz:
+        raise LaunchError(f"{name}: malformed CSR: indptr[{rows}] is {last}, but there are {nnz} column indices")
+    if shortest < 0:
+        raise LaunchError(f"{name}: malformed CSR: the row pointers decrease (a row of {shortest} entries)")
+    if lo < 0 or hi >= cols:
+        bad = lo if lo < 0 else hi
+        raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
+    return mapping(rows, nnz, longest)

@@ -1,0 +1,215 @@
+"""CSR matrices and the sparse mat-vec on the CPU: the library format's csr type and ``size``
+field, scripts declaring csr matrices, the plan fusing a dot and an axpy into spmv's kernel, the
+generated CUDA (nvcc compiles it), the row mapping chosen from row statistics, and the checks of
+csr inputs that need no GPU."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import kfuse
+from kfuse.errors import LaunchError, LibraryError, ScriptError
+from kfuse.runtime import csr as csr_inputs
+
+from test_library import META, dump_functions, load_error
+
+CG_STEP = """csr A;
+vector p, q, r;
+scalar pq;
+input A, p, r;
+q = spmv(A, p);
+pq = dot(p, q);
+return q, pq;
+"""
+
+FUSED = """csr A[m, n];
+vector x[n], y[m], z[m], w[m];
+scalar a, s;
+input A, x, z, a;
+y = spmv(A, x);
+w = axpy(a, y, z);
+s = dot(y, w);
+return w, s;
+"""
+
+
+def compiled(src: str, dtype: str = "float64", **kw):
+    return kfuse.compile(src, dtype=dtype, calibration=False, tuned=False, **kw)
+
+
+def groups(prog) -> list[list[str]]:
+    return [sorted(kc.call.function.name for kc in k.spec.calls) for k in prog.kernels]
+
+
+def test_spmv_is_loaded_with_a_csr_input_and_a_gathered_x(lib):
+    (fn,) = lib.overloads("spmv")
+    A, x, out = fn.params
+    assert A.type == "csr" and A.index == ("i",) and A.gathered and not A.on_chip
+    assert x.reach == "any" and x.index == () and x.size == ("A.cols",)
+    assert out.index == ("i",) and out.on_chip
+    assert lib.overloads("csrmv") == (fn,)
+
+
+def test_a_script_declares_csr_matrices_and_spmv_ties_their_sizes():
+    prog = compiled(FUSED).program
+    A = next(v for v in prog.inputs if v.name == "A")
+    assert A.type == "csr" and [prog.dim(d).name for d in A.dims] == ["m", "n", "A.nnz"]
+    x = next(v for v in prog.inputs if v.name == "x")
+    assert prog.dim(x.dims[0]).name == "n"
+
+
+@pytest.mark.parametrize("src, words", [
+    ("csr A;\nvector x, y;\ninput A, x;\ny = spmv(x, x);\nreturn y;\n", "must be a csr, x is a vector"),
+    ("matrix A;\nvector x, y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n", "must be a csr, A is a matrix"),
+    ("csr A[m, n];\nvector x[m], y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n", "declared sizes"),
+    ("csr A[4];\nvector x, y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n", "a csr matrix has 2 sizes"),
+    ("csr A;\nvector x, y;\ninput A, x;\ny = gemv(A, x);\nreturn y;\n", "must be a matrix, A is a csr"),
+])
+def test_script_errors_of_csr_values(src, words):
+    with pytest.raises(ScriptError) as e:
+        compiled(src)
+    assert words in str(e.value)
+
+
+def test_spmv_fuses_with_the_dot_of_its_result(nvcc, tmp_path):
+    prog = compiled(CG_STEP)
+    assert groups(prog) == [["dot", "spmv"]]
+    assert "[spmv/rows]" in prog.describe()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("src", [CG_STEP, FUSED, "csr A;\nvector x, y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n"])
+def test_generated_cuda_of_spmv_compiles(nvcc, tmp_path, dtype, src):
+    prog = compiled(src, dtype)
+    assert any("spmv" in g for g in groups(prog))
+    text = prog.cuda_source
+    assert "struct KfCsr" in text and "const KfCsr g_A{" in text and "spmv_rows(" in text
+    cu = tmp_path / "k.cu"
+    cu.write_text(text)
+    subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(cu)], check=True,
+                   capture_output=True)
+
+
+def test_axpy_and_dot_of_spmv_result_share_its_kernel():
+    prog = compiled(FUSED)
+    assert ["axpy", "dot", "spmv"] in groups(prog), groups(prog)
+
+
+def test_the_producer_of_x_runs_in_an_earlier_kernel():
+    src = "csr A;\nvector x, u, y;\nscalar a;\ninput A, u, a;\nx = scal(a, u);\ny = spmv(A, x);\nreturn y;\n"
+    prog = compiled(src)
+    assert ["scal"] in groups(prog) and ["spmv"] in groups(prog)
+
+
+def test_modules_without_csr_matrices_have_no_sparse_prelude():
+    prog = compiled("vector x, y;\nscalar a;\ninput x, a;\ny = scal(a, x);\nreturn y;\n")
+    assert "KfCsr" not in prog.cuda_source
+
+
+def test_the_transfer_model_counts_a_csr_matrix_by_its_non_zeros():
+    from kfuse.ir.program import entries
+    prog = compiled(CG_STEP).program
+    A = prog.inputs[0]
+    rows, cols, nnz = A.dims
+    assert entries(A, {rows: 1000, cols: 1000, nnz: 16000}) == 2 * 16000 + 1001
+
+
+@pytest.mark.parametrize("rows, nnz, longest, lanes, long_row", [
+    (1000, 1000, 1, 1, 0),           # one entry per row: a thread per row
+    (1000, 4000, 9, 4, 0),
+    (1000, 16000, 40, 16, 0),
+    (1000, 64000, 100, 32, 0),       # long rows: a warp per row
+    (1000, 5000, 100_000, 4, 256),   # one very long row: the whole instance sums it
+    (100, 20000, 5000, 32, 1600),    # rows of 200 on average, one of 5000
+])
+def test_row_mapping_follows_the_row_statistics(rows, nnz, longest, lanes, long_row):
+    assert csr_inputs.mapping(rows, nnz, longest) == (lanes, long_row)
+
+
+class _FakeScipy:
+    """Stands for a scipy.sparse matrix (SciPy need not be installed for the message's test)."""
+    shape = (3, 3)
+
+
+_FakeScipy.__module__ = "scipy.sparse._csr"
+
+
+def test_a_host_scipy_matrix_is_refused_with_the_way_to_the_gpu():
+    with pytest.raises(LaunchError) as e:
+        csr_inputs.parts(_FakeScipy(), "A")
+    assert "host memory" in str(e.value) and "cupyx.scipy.sparse.csr_matrix(A)" in str(e.value)
+
+
+def test_something_else_is_refused_as_no_csr_matrix():
+    with pytest.raises(LaunchError) as e:
+        csr_inputs.parts([1, 2, 3], "A")
+    assert "expected a CSR matrix" in str(e.value)
+
+
+def _spmv_fn(**changes) -> dict:
+    f = {
+        "name": "myspmv", "kind": "map",
+        "params": [
+            {"name": "A", "type": "csr", "dir": "in", "index": ["i"]},
+            {"name": "x", "type": "vector", "dir": "in", "index": [], "reach": "any", "size": ["A.cols"]},
+            {"name": "out", "type": "vector", "dir": "out", "index": ["i"]},
+        ],
+        "variant": [{
+            "name": "rows", "source": ["sparse.cu", "fn.cu"], "threads": [128, 1],
+            "locals": [{"name": "part", "element": "tile", "shape": [32, 4]}],
+            "routines": [
+                {"name": "compute", "fn": "spmv_rows", "args": ["&A", "&x", "out:w:any"]},
+                {"name": "store_out", "fn": "blas1_store", "args": ["out:r:lane", "&out"], "threads": [32, 1]},
+            ],
+        }],
+    }
+    for path, value in changes.items():
+        where, key = path.rsplit(".", 1) if "." in path else ("", path)
+        target = f
+        for part in where.split(".") if where else ():
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[key] = value
+    return f
+
+
+def _sparse_library(root, fn):
+    from pathlib import Path
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "library.toml").write_text(META)
+    (root / "fn.toml").write_text(dump_functions([fn]))
+    blas = Path(kfuse.__file__).parent / "blas"
+    (root / "fn.cu").write_bytes((blas / "blas1.cu").read_bytes())
+    (root / "sparse.cu").write_bytes((blas / "sparse.cu").read_bytes())
+    return root
+
+
+def test_a_library_of_its_own_may_declare_a_csr_function(tmp_path):
+    lib = kfuse.load_library(_sparse_library(tmp_path / "lib", _spmv_fn()))
+    assert lib.overloads("myspmv")[0].params[1].size == ("A.cols",)
+
+
+@pytest.mark.parametrize("changes, field, words", [
+    ({"params.0.dir": "out"}, "index", "a csr matrix is an input"),
+    ({"params.0.index": ["j"]}, "index", ""),
+    ({"params.0.reach": "element"}, "reach", "read through its global view only"),
+    ({"params.1.size": ["B.cols"]}, "size", "not a dimension of another parameter"),
+    ({"params.1.size": ["A.nnz"]}, "size", "\"A.cols\""),
+    ({"params.1.reach": "element"}, "size", "only inputs read beyond their element"),
+    ({"params.1.index": ["i"]}, "size", "index = []"),
+])
+def test_bad_csr_metadata_is_refused_at_load(tmp_path, changes, field, words):
+    err = load_error(_sparse_library(tmp_path / "lib", _spmv_fn(**changes)))
+    assert isinstance(err, LibraryError) and field in str(err) and words in str(err), str(err)
+
+
+def test_jit_refuses_a_sparse_argument_with_the_way_to_a_script():
+    from kfuse.errors import TraceError
+
+    @kfuse.jit
+    def step(A, p):
+        return kfuse.lib.spmv(A, p)
+
+    with pytest.raises(TraceError) as e:
+        step.specs((kfuse.CSR(None, None, None, (3, 3)), None))
+    assert "sparse matrix" in str(e.value) and "csr A;" in str(e.value)
