@@ -314,7 +314,9 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
     and macro value of a library -- but the cluster variants' and the vector variants on the rows
     of strips': a probe runs its routine in blocks of their own, a cluster's routines read the
     other blocks' shared memory, and a vector call on strips runs only beside a matrix call
-    (their kernels are priced by the transfer model, cost/calibrated.py)."""
+    (their kernels are priced by the transfer model, cost/calibrated.py) -- and the stencils'
+    compute routines: they read a grid view whose extents a probe does not have (kernels with a
+    stencil are priced by the transfer model likewise)."""
     routines: dict[str, str] = {}
     probes: dict[str, Probe] = {}
     for fn in lib.functions:
@@ -323,6 +325,8 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
                 continue
             for macros in macro_choices(var):
                 for r in var.routines:
+                    if fn.grid and r.kind == "compute":
+                        continue
                     p = _probe(lib, fn, var, macros, r)
                     if p.shared_entries() * max(p.ipbs) * 8 > MAX_SHARED_BYTES:
                         continue        # no kernel can hold it (the builder refuses it too)
