@@ -252,7 +252,7 @@ def _eval(node: ast.expr, scope: dict):
         return _eval(node.value, scope).T
     if isinstance(node, ast.Call):
         f = node.func
-        fn = _NP_CALLS[f.attr] if isinstance(f, ast.Attribute) else _GRID_CALLS.get(f.id, abs)
+        fn = _NP_CALLS[f.attr] if isinstance(f, ast.Attribute) else _GRID_CALLS.get(getattr(f, "id", ""), abs)
         kw: dict[str, Any] = {}
         for k in node.keywords:
             if not isinstance(k.value, ast.Constant):

@@ -10,7 +10,7 @@ extents as arguments (``codegen/grids.py``), filled once per binding.
 from __future__ import annotations
 
 from ..errors import LaunchError
-from ..ir.program import Program
+from ..ir.program import Program, Value
 
 GRID_NDIMS = (2, 3)
 
@@ -69,7 +69,7 @@ def check_stencils(prog: Program, grids: dict[int, tuple[int, ...]]) -> None:
         if not fn.grid:
             continue
         for p, a in zip(fn.inputs, c.args):
-            if p.reach != "neighbours":
+            if p.reach != "neighbours" or not isinstance(a, Value):
                 continue
             d = a.dims[0]
             shape = grids.get(d)
