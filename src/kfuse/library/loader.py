@@ -15,11 +15,12 @@ from typing import Any
 from ..errors import LibraryError
 from . import cusource
 from .files import parse_toml as _parse_toml, read_folder
-from .expr import ExprError, check
+from .expr_fields import flops_field as _flops, reference_field as _reference
 from .mappings import MAPPINGS
 from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
-from .schema import (ACCESS_MODES, AXES, BOUNDARIES, GRID_RANKS, KINDS, MAX_RADIUS, REACHES, REDUCE_OPS,
-                     SCRIPT_TYPES, Arg, Function, Library, Local, Param, Routine, Variant)
+from .stencil_fields import stencil_fields
+from .schema import (ACCESS_MODES, AXES, KINDS, REACHES, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
+                     Library, Local, Param, Routine, Variant)
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 SHIPPED = Path(__file__).resolve().parent.parent / "blas"
@@ -169,8 +170,8 @@ def _table(ctx: _Ctx, t, where: str) -> dict:
 
 def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
     _table(ctx, t, where)
-    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "flops", "params", "variant",
-                         "grid", "boundary", "radius"}, where)
+    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "flops", "params", "variant", "grid",
+                         "boundary", "radius"}, where)
     name = ctx.ident(ctx.get(t, "name", where, str), f"{where}.name")
     where = f"function {name}"
     kind = ctx.get(t, "kind", where, str)
@@ -193,7 +194,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.kind", f"{kind} function has reduce output {reduces[0].name}")
     if kind in ("reduce", "map-reduce") and not reduces:
         raise ctx.fail(f"{where}.kind", f"{kind} function has no output with reduce = ...")
-    grid, boundary, radius = _stencil_fields(ctx, t, where, kind, params)
+    grid, boundary, radius = stencil_fields(ctx, t, where, kind, params)
     variants = tuple(_load_variant(ctx, v, f"{where}.variant[{n}]", params, KINDS[kind])
                      for n, v in enumerate(ctx.get(t, "variant", where, list)))
     if not variants:
@@ -208,36 +209,6 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
                     math=ctx.get(t, "math", where, str, ""), params=params, variants=variants,
                     file=ctx.file, reference=_reference(ctx, t, where, params),
                     flops=_flops(ctx, t, where, params), grid=grid, boundary=boundary, radius=radius)
-
-
-def _stencil_fields(ctx: _Ctx, t: dict, where: str, kind: str, params: tuple[Param, ...]) -> tuple[int, str, int]:
-    """(grid, boundary, radius) of a stencil: a map whose inputs declared reach = "neighbours"
-    are read as a 2-D or 3-D grid (their routines get a ``KfGrid2``/``KfGrid3`` view with the
-    boundary rule compiled in).  A function without ``grid`` takes neither of the others."""
-    if "grid" not in t:
-        for key in ("boundary", "radius"):
-            if key in t:
-                raise ctx.fail(f"{where}.{key}", "only a stencil (a function declaring grid = 2 or 3) has one")
-        return 0, "zero", 0
-    grid = ctx.get(t, "grid", where, int)
-    if grid not in GRID_RANKS:
-        raise ctx.fail(f"{where}.grid", f"{grid} is not one of {', '.join(map(str, GRID_RANKS))} (the grid's rank)")
-    if kind != "map":
-        raise ctx.fail(f"{where}.grid", f"a stencil is a map over the grid's points, not a {kind}")
-    if not any(p.reach == "neighbours" for p in params):
-        raise ctx.fail(f"{where}.grid", "a stencil reads at least one input around its point: declare it "
-                       "reach = \"neighbours\"")
-    bad = [p.name for p in params if p.reach == "any"]
-    if bad:
-        raise ctx.fail(f"{where}.grid", f"{bad[0]} declares reach = \"any\"; a stencil's inputs are read "
-                       "around their point (\"neighbours\") or at it (\"element\")")
-    boundary = ctx.get(t, "boundary", where, str, "zero")
-    if boundary not in BOUNDARIES:
-        raise ctx.fail(f"{where}.boundary", f"{boundary!r} is not one of {', '.join(BOUNDARIES)}")
-    radius = ctx.get(t, "radius", where, int, 1)
-    if not 1 <= radius <= MAX_RADIUS:
-        raise ctx.fail(f"{where}.radius", f"{radius}: a stencil reads 1 to {MAX_RADIUS} points away along each axis")
-    return grid, boundary, radius
 
 
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
@@ -503,32 +474,3 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                            f"through its global view &{p.name})")
         if p.dir == "out" and p.on_chip and p.name not in written:
             raise ctx.fail(f"{where}.routines", f"no compute routine writes output {p.name}")
-
-
-def _expression(ctx: _Ctx, t: dict, where: str, key: str, names: set[str], syntax: str, what: str,
-                grid: bool = False) -> str | None:
-    """An optional expression field, checked by :mod:`.expr` (never run as Python): only the
-    constructs the library format documents, free names among ``names`` (``grid``: a stencil's
-    reference, which may also call the grid helpers ``cross`` and ``box``)."""
-    expr = ctx.get(t, key, where, str, None)
-    if expr is not None:
-        try:
-            check(expr, frozenset(names), "grid_reference" if grid and key == "reference" else key)
-        except ExprError as e:
-            msg = str(e)
-            if msg.startswith("syntax: "):
-                msg = f"{syntax}: {msg[8:]}"
-            raise ctx.fail(f"{where}.{key}", f"{msg} (in {expr[:80]!r})") from None
-    return expr
-
-
-def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
-    """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
-    names = {p.name for p in params if p.dir == "in"}
-    return _expression(ctx, t, where, "reference", names, "not a Python expression", "an input parameter",
-                       grid=t.get("grid", 0) in GRID_RANKS)
-
-
-def _flops(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
-    """Floating-point operations as an expression of the parameters' entry counts."""
-    return _expression(ctx, t, where, "flops", {p.name for p in params}, "not an expression", "a parameter")
