@@ -251,7 +251,9 @@ def test_argument_errors_name_the_callers_line():
         line = here() + 1
         f.compile(x, np.zeros(M, np.float64))
     assert e.value.line == line and e.value.file == __file__
-    _raises(f, x, np.zeros((2, 3, 4), np.float32), match="argument y of <lambda> has rank 3")
+    _raises(f, x, np.zeros((2, 3, 4, 5), np.float32), match="argument y of <lambda> has rank 4")
+    # a 3-D array is a vector laid out as a grid (its length the product of its shape)
+    _raises(f, x, np.zeros((2, 3, 4), np.float32), match=r"\+: shapes \(31,\) and \(24,\) differ")
     _raises(f, x, "y", match="argument y of <lambda>: expected an array or a number, got str")
     _raises(f, x, np.zeros(M, np.int32), match="dtype int32")
     _raises(kfuse.jit(lambda a, b: a * b), 1.0, 2.0, match="without a vector or matrix argument")

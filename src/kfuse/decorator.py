@@ -201,9 +201,9 @@ class JitFunction:
             if any(not 0 <= n <= 2 ** 48 for n in shape):     # the scripts' bound on a size
                 raise TraceError(f"argument {name} of {self.fn.__name__} has shape {str(shape):.80}: a size is "
                                  "from 0 to 2^48", user_site())
-            if len(shape) > 2:
+            if len(shape) > 3:
                 raise TraceError(f"argument {name} of {self.fn.__name__} has rank {len(shape)} (shape {shape}); "
-                                 "kfuse works on scalars, vectors and matrices", user_site())
+                                 "kfuse works on scalars, vectors, matrices and 3-D grids (vectors)", user_site())
             if dt not in (np.float32, np.float64):
                 raise TraceError(f"argument {name} of {self.fn.__name__} has dtype {dt}; kfuse runs float32 or "
                                  "float64", user_site())

@@ -106,9 +106,9 @@ def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
             raise TraceError(f"{what}: state entry {k} is a {type(x).__name__}; a loop carries arrays, 0-d "
                              "device arrays and numbers", user_site())
         shape = tuple(int(n) for n in x.shape)
-        if len(shape) > 2:
-            raise TraceError(f"{what}: state entry {k} has rank {len(shape)}; kfuse works on scalars, vectors "
-                             "and matrices", user_site())
+        if len(shape) > 3:
+            raise TraceError(f"{what}: state entry {k} has rank {len(shape)}; kfuse works on scalars, vectors, "
+                             "matrices and 3-D grids (vectors)", user_site())
         dt = _dtype(x.dtype)
         if dt not in (np.float32, np.float64):
             raise TraceError(f"{what}: state entry {k} has dtype {dt}; kfuse runs float32 or float64", user_site())

@@ -16,11 +16,17 @@ from .library import expr as library_expr
 
 
 def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[int, Any]:
-    """Value id -> float64 result for every value of the program."""
+    """Value id -> float64 result for every value of the program.  A vector input given as a 2-D
+    or 3-D array is a grid (runtime/grids.py): vectors are kept flat, and a stencil's reference
+    gets the vectors of that size in the grid's shape."""
     env: dict[int, Any] = {}                 # arrays; floats for scalar inputs
+    grids: dict[int, tuple[int, ...]] = {}   # dimension id -> grid shape
     for v in program.inputs:
         x = inputs[v.name]
         x = float(x) if v.type == "scalar" else np.asarray(x, dtype=np.float64)
+        if v.type == "vector" and np.ndim(x) in (2, 3):
+            grids.setdefault(v.dims[0], np.shape(x))
+            x = np.ravel(x)
         env[v.id] = np.abs(x) if magnitude else x
     for c in program.calls:
         fn = c.function
@@ -30,12 +36,16 @@ def evaluate(program: Program, inputs: dict, magnitude: bool = False) -> dict[in
         for p, a in zip(fn.inputs, c.args):
             if isinstance(a, ScalarArg):
                 scope[p.name] = a.evaluate(lambda v: env[v.id], magnitude)   # inputs already absolute
+            elif fn.grid and a.type == "vector" and a.dims[0] in grids:
+                scope[p.name] = env[a.id].reshape(grids[a.dims[0]])
             else:
                 scope[p.name] = env[a.id]
-        result = library_expr.evaluate(fn.reference, scope, "reference")   # checked, never eval
+        result = library_expr.evaluate(fn.reference, scope, fn.reference_kind)   # checked, never eval
         results = result if len(fn.outputs) > 1 else (result,)
         for v, r in zip(c.outputs, results):
             env[v.id] = np.asarray(r, dtype=np.float64)
+            if v.type == "vector":
+                env[v.id] = np.ravel(env[v.id])
     return env
 
 
@@ -59,8 +69,11 @@ def random_inputs(program: Program, dims: dict[int, int], seed: int | None = Non
 
 
 def relative_error(got, ref: np.ndarray, scale: np.ndarray) -> float:
-    """||got - ref|| / ||scale||; NaN anywhere (an unwritten element) gives inf."""
+    """||got - ref|| / ||scale||; NaN anywhere (an unwritten element) gives inf.  A grid-shaped
+    result is compared with its flat reference entry by entry."""
     got = np.asarray(got, dtype=np.float64)
+    if got.ndim in (2, 3) and np.ndim(ref) == 1 and got.size == np.size(ref):
+        got = got.ravel()
     if got.shape != ref.shape:
         raise KfuseError(f"result shape {got.shape} differs from the reference {ref.shape}")
     if not np.all(np.isfinite(got)):

@@ -316,8 +316,9 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
     other blocks' shared memory, and a vector call on strips runs only beside a matrix call
     (their kernels are priced by the transfer model, cost/calibrated.py).  Functions reading a
     csr matrix (a sparse mat-vec) have none either: what their routines cost depends on the
-    matrix's row lengths and the gather's locality, which no fixed micro-kernel stands for; their
-    kernels are priced by the transfer model too."""
+    matrix's row lengths and the gather's locality, which no fixed micro-kernel stands for; nor
+    have the stencils' compute routines: they read a grid view whose extents a probe does not
+    have.  Kernels of either are priced by the transfer model too."""
     routines: dict[str, str] = {}
     probes: dict[str, Probe] = {}
     for fn in lib.functions:
@@ -328,6 +329,8 @@ def library_probes(lib: Library) -> tuple[dict[str, str], dict[str, Probe]]:
                 continue
             for macros in macro_choices(var):
                 for r in var.routines:
+                    if fn.grid and r.kind == "compute":
+                        continue
                     p = _probe(lib, fn, var, macros, r)
                     if p.shared_entries() * max(p.ipbs) * 8 > MAX_SHARED_BYTES:
                         continue        # no kernel can hold it (the builder refuses it too)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..ir.program import ScalarArg
 from ..library.mappings import MAPPINGS
-from . import skeleton as sk
+from . import grids, skeleton as sk
 from .layout import Access, Layout, Step
 
 
@@ -120,6 +120,8 @@ class _Emitter:
         for g in self.fr.args:
             if g.kind == "array" and g.value is not None:
                 params_c += sk.array_params(g.name, g.value.type)
+            elif g.kind == "grid":
+                params_c += grids.grid_params(g.name)
             elif g.kind == "scalar":
                 params_c.append(f"real s_{g.name}")
             elif g.kind == "dscalar":
@@ -159,6 +161,8 @@ class _Emitter:
         for g in fr.args:
             if g.kind == "array" and g.value is not None:
                 w(sk.global_view(g.name, g.value.type))
+        for v, rank, boundary in grids.grid_reads(self.lay.steps):
+            w(grids.view_decl(v.label, rank, boundary))
 
     def indices(self) -> None:
         spec, w, L, other, V = self.spec, self.w, self.L, self.other, self.V
@@ -240,8 +244,11 @@ class _Emitter:
         cargs = ["rix"]
         binds = kc.call.bindings()
         declared: dict[str, str] = {}       # view variable -> its struct (an element passed twice)
+        fn = kc.call.function
         for a, acc in zip(r.args, _accesses_in_order(s)):
-            if a.kind == "global":
+            if a.kind == "global" and fn.grid and fn.param_map[a.name].reach == "neighbours":
+                cargs.append(grids.view_name(binds[a.name].label, fn.grid, fn.boundary))
+            elif a.kind == "global":
                 cargs.append(f"g_{binds[a.name].label}")
             elif a.kind == "scalar":
                 decls, expr = _scalar_code(binds[a.name], f"kf_{a.name}_")

@@ -10,6 +10,7 @@ from ..errors import FusionError
 from ..ir.kernel import GlobalArg, KernelSpec
 from ..ir.program import Value
 from ..library.schema import REDUCE_OPS, Library
+from .grids import grid_args
 from .schedule import ScheduleMemo, Step, reduced_whole
 
 MAX_SHARED_BYTES = 48 * 1024   # static shared memory per block (checked in float64, the larger type)
@@ -114,7 +115,7 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
             if kc.call.axes != axis_dims[:len(kc.call.axes)]:
                 raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                                   f"{first.call.text()}")
-        args = _with_scalars(arrays, scalars, axis_dims, extents, spec.cluster)
+        args = _with_scalars(arrays + grid_args(steps), scalars, axis_dims, extents, spec.cluster)
         check_param_space(spec.name, args)
     except FusionError as e:
         return shapes, T, refused, str(e)
@@ -143,7 +144,7 @@ def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -
                 args.append(g)
         for v in s.kc.routine_values(s.routine)[1]:
             scalars[v.id] = v
-    return _with_scalars(args, scalars, axis_dims, extents, cluster)
+    return _with_scalars(args + grid_args(steps), scalars, axis_dims, extents, cluster)
 
 
 def _with_scalars(arrays: list[GlobalArg], scalars: dict[int, Value], axis_dims, extents,
@@ -170,9 +171,10 @@ MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
 
 
 def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
-    """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
+    """An array passes its pointer and a 64-bit size per dimension (a csr matrix its three arrays
+    and five sizes), a grid its three extents; anything else at most 8 bytes."""
     size = sum((8 * 8 if a.value.type == "csr" else 8 * (1 + len(a.value.dims))) if a.kind == "array" and
-               a.value is not None else 8 for a in args)
+               a.value is not None else 24 if a.kind == "grid" else 8 for a in args)
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
                           f"{MAX_PARAM_BYTES}-byte parameter space")

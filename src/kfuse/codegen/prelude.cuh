@@ -5,6 +5,7 @@
 //               instance's element indices (i, j) in the instance space
 //   KfVec/KfMat global-memory views with 64-bit offsets; reads outside the array return the
 //               fill value (the reduction identity), writes outside it are dropped
+//   KfGrid2/3   grid views of a stencil's inputs (extents, boundary rule): get(x, y[, z])
 //   KfReg<N>    an element held in registers: slot k of the calling thread is e(k)
 //   kf_load16 / kf_store16   4 consecutive entries as 16-byte vector accesses (float4 or
 //               2 x double2); KfVec::get4 / put4 use them when they can (mapping "quad"),
@@ -159,6 +160,50 @@ struct KfMat {           // row-major, rows x cols, leading dimension cols
 #pragma unroll
             for (int k = 0; k < 4; ++k) put(r, c + k, v[k]);
         }
+    }
+};
+
+// Grid views (stencils: library functions declaring grid = 2 or 3).  The array is an
+// nz x ny x nx grid (2-D: ny x nx), x fastest (C order); the boundary rule B is compiled in:
+// KF_ZERO reads entries past the grid's edges as 0 (homogeneous Dirichlet).  get(x, y, z) applies
+// the rule; ld(e) reads entry e, which the caller knows is inside, and quad(e, v) the four
+// entries e .. e+3 (inside) as 16-byte accesses when their address is aligned.  Plain loads (no
+// __ldg): in a persistent kernel the value was written before a grid barrier of the same launch.
+enum { KF_ZERO = 0 };
+KF_DEVICE void kf_grid_quad(const real* p, long long e, real (&v)[4]) {
+    if (((reinterpret_cast<unsigned long long>(p) + (unsigned long long)e * sizeof(real)) & 15ull) == 0) {
+        kf_load16(p + e, v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = p[e + k];
+    }
+}
+template <int B>
+struct KfGrid3 {
+    static constexpr int boundary = B;
+    const real* __restrict__ p;
+    long long nx, ny, nz;
+    KF_DEVICE long long n() const { return nx * ny * nz; }
+    KF_DEVICE real ld(long long e) const { return p[e]; }
+    KF_DEVICE void quad(long long e, real (&v)[4]) const { kf_grid_quad(p, e, v); }
+    KF_DEVICE bool inside(long long x, long long y, long long z) const {
+        return x >= 0 && x < nx && y >= 0 && y < ny && z >= 0 && z < nz;
+    }
+    KF_DEVICE real get(long long x, long long y, long long z) const {
+        return inside(x, y, z) ? p[(z * ny + y) * nx + x] : real(0);
+    }
+};
+template <int B>
+struct KfGrid2 {
+    static constexpr int boundary = B;
+    const real* __restrict__ p;
+    long long nx, ny;
+    KF_DEVICE long long n() const { return nx * ny; }
+    KF_DEVICE real ld(long long e) const { return p[e]; }
+    KF_DEVICE void quad(long long e, real (&v)[4]) const { kf_grid_quad(p, e, v); }
+    KF_DEVICE bool inside(long long x, long long y) const { return x >= 0 && x < nx && y >= 0 && y < ny; }
+    KF_DEVICE real get(long long x, long long y) const {
+        return inside(x, y) ? p[y * nx + x] : real(0);
     }
 };
 

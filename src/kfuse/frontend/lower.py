@@ -79,7 +79,7 @@ class _Lowering:
             self.inputs.append((script, k))
             if spec.kind == "dscalar":
                 self.device.append(script)
-            for word, size in zip(SIZE_WORDS.get(node.rank, ()), spec.shape):
+            for word, size in zip(SIZE_WORDS.get(node.rank, ()), node.shape):   # a grid: its length
                 self.sizes[f"{script}.{word}"] = size
 
     def fresh(self, base: str, numbered: bool = False) -> str:

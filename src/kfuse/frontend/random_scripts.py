@@ -27,9 +27,13 @@ class RandomScript:
 
 def _usable(lib: Library, matrix: bool) -> list[Function]:
     """Functions a script of this class can call: every array param is a vector or a square matrix
-    of the script's one size; vector-only scripts call no matrix function."""
+    of the script's one size; vector-only scripts call no matrix function.  Stencils are left
+    out: they need their vectors' grid shape, which the arrays of a call give and a random
+    script's flat vectors do not."""
     out = []
     for f in lib.functions:
+        if f.grid:
+            continue
         types = {p.type for p in f.params}
         if (not matrix and "matrix" in types) or "csr" in types:    # no sparse inputs in random scripts
             continue

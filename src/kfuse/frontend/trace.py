@@ -433,7 +433,16 @@ def _reference_call(name: str, args: tuple):
     if fn is None or fn.reference is None:
         raise TraceError(f"kfuse.lib.{name} with {len(args)} arguments is no shipped function with a reference; "
                          "call library functions inside a @kfuse.jit function", user_site())
-    return expr.evaluate(fn.reference, {p.name: a for p, a in zip(fn.inputs, args)}, "reference")
+    return expr.evaluate(fn.reference, {p.name: a for p, a in zip(fn.inputs, args)}, fn.reference_kind)
+
+
+def _arg_node(s: ArgSpec, here) -> Node:
+    """The node of an argument: a 3-D array is a vector laid out as a grid (its length the
+    product of its shape; the binding takes the shape: runtime/grids.py)."""
+    if s.kind == "array" and len(s.shape) == 3:
+        return Node("arg", 1, data=s, site=here, shape=(s.shape[0] * s.shape[1] * s.shape[2],))
+    return Node("arg", {"array": len(s.shape), "dscalar": 0, "scalar": 0}[s.kind], data=s, site=here,
+                shape=s.shape)
 
 
 def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
@@ -442,8 +451,7 @@ def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
     body when ``fn`` is kfuse's wrapper of it)."""
     tracer = Tracer(library)
     here = definition_site(site_of or fn)
-    args = [Node("arg", {"array": len(s.shape), "dscalar": 0, "scalar": 0}[s.kind], data=s, site=here,
-                 shape=s.shape) for s in specs]
+    args = [_arg_node(s, here) for s in specs]
     prev = getattr(_state, "tracer", None)
     _state.tracer = tracer
     try:

@@ -8,8 +8,13 @@ are bit-identical.
 Allowed (``reference``): numeric literals, names of the function's inputs, ``+ - * / @`` and
 unary ``- +``, ``** k`` with a literal exponent of at most 8 in magnitude, ``E.T``, the calls
 ``np.dot``, ``np.outer``, ``np.sum`` (optionally ``axis=<int>``), ``np.abs`` and ``abs``, and a
-tuple of expressions for several outputs.  ``flops``: literals, parameter names, ``+ - * //``
-and unary ``-``.
+tuple of expressions for several outputs.  A stencil's reference (``grid_reference``: a function
+declaring ``grid``) may also call the grid helpers ``cross(u)`` and ``box(u)``, optionally with a
+second argument ``fill`` (a number or an array of u's shape): over a 2-D or 3-D grid ``u``, the
+sum of u at each point and its 2 x rank axis neighbours (``cross``: the 5- or 7-point star) or its
+whole 3 x 3 (x 3) box (``box``: 9 or 27 points), a neighbour past the grid's edge reading as
+``fill`` at the point (default 0: the "zero" boundary rule).  ``flops``: literals, parameter
+names, ``+ - * //`` and unary ``-``.
 """
 from __future__ import annotations
 
@@ -32,9 +37,66 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _NP_CALLS: dict[str, Callable[..., Any]] = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs}
 
+
+
+def _shifted(u: np.ndarray, offset: tuple[int, ...], fill) -> np.ndarray:
+    """u read at ``offset`` from each point (``out[x] = u[x + offset]``), ``fill`` (a number, or
+    an array of u's shape read at the point) where x + offset leaves the grid."""
+    out = np.array(np.broadcast_to(np.asarray(fill, dtype=np.float64), u.shape), dtype=np.float64)
+    dst, src = [], []
+    for o, n in zip(offset, u.shape):
+        if abs(o) >= n:
+            return out
+        dst.append(slice(0, n - o) if o >= 0 else slice(-o, n))
+        src.append(slice(o, n) if o >= 0 else slice(0, n + o))
+    out[tuple(dst)] = u[tuple(src)]
+    return out
+
+
+def _grid_sum(u, fill, offsets_of) -> np.ndarray:
+    u = np.asarray(u, dtype=np.float64)
+    if u.ndim not in (2, 3):
+        raise ValueError(f"a grid helper takes a 2-D or 3-D grid, got an array of shape {u.shape}")
+    if np.ndim(fill) and np.shape(fill) != u.shape:
+        raise ValueError(f"fill of shape {np.shape(fill)} differs from the grid's {u.shape}")
+    total = np.zeros(u.shape)
+    for off in offsets_of(u.ndim):
+        total += u if not any(off) else _shifted(u, off, fill)
+    return total
+
+
+def _cross_offsets(rank: int) -> list[tuple[int, ...]]:
+    """The point and its 2 x rank axis neighbours."""
+    out = [(0,) * rank]
+    for a in range(rank):
+        for o in (-1, 1):
+            out.append(tuple(o if b == a else 0 for b in range(rank)))
+    return out
+
+
+def _box_offsets(rank: int) -> list[tuple[int, ...]]:
+    """The 3^rank points of the box around the point (itself included)."""
+    import itertools
+    return list(itertools.product((-1, 0, 1), repeat=rank))
+
+
+def cross(u, fill=0.0) -> np.ndarray:
+    """Sum of u over each point's star (the point and its axis neighbours), ``fill`` past the edges."""
+    return _grid_sum(u, fill, _cross_offsets)
+
+
+def box(u, fill=0.0) -> np.ndarray:
+    """Sum of u over each point's 3 x 3 (x 3) box, ``fill`` past the edges."""
+    return _grid_sum(u, fill, _box_offsets)
+
+
+_GRID_CALLS: dict[str, Callable[..., Any]] = {"cross": cross, "box": box}
+
 KINDS: dict[str, dict[str, Any]] = {
     "reference": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow),
                   "calls": True, "tuple": True},
+    "grid_reference": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult, ast.Pow),
+                       "calls": True, "tuple": True, "grid": True},
     "flops": {"binops": (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv), "calls": False, "tuple": False},
 }
 
@@ -121,9 +183,12 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                 allowed_kw = {"axis"} if f.attr == "sum" else set()
             elif isinstance(f, ast.Name) and f.id == "abs" and "abs" not in names:
                 nargs, allowed_kw = 1, set()
+            elif isinstance(f, ast.Name) and f.id in _GRID_CALLS and rules.get("grid") and f.id not in names:
+                nargs, allowed_kw = (1 if len(node.args) == 1 else 2), set()
             else:
                 raise ExprError(f"call {_describe(f)} is not allowed (only np.dot, np.outer, np.sum, "
-                                "np.abs, abs)")
+                                "np.abs, abs" + (", cross, box)" if rules.get("grid") else "; a stencil's "
+                                                 "reference also cross and box)"))
             if len(node.args) != nargs or any(isinstance(a, ast.Starred) for a in node.args):
                 raise ExprError(f"{_describe(node)} takes {nargs} argument(s)")
             for kw in node.keywords:
@@ -187,7 +252,7 @@ def _eval(node: ast.expr, scope: dict):
         return _eval(node.value, scope).T
     if isinstance(node, ast.Call):
         f = node.func
-        fn = _NP_CALLS[f.attr] if isinstance(f, ast.Attribute) else abs
+        fn = _NP_CALLS[f.attr] if isinstance(f, ast.Attribute) else _GRID_CALLS.get(getattr(f, "id", ""), abs)
         kw: dict[str, Any] = {}
         for k in node.keywords:
             if not isinstance(k.value, ast.Constant):

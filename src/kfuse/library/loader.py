@@ -15,10 +15,11 @@ from typing import Any
 from ..errors import LibraryError
 from . import cusource
 from .files import parse_toml as _parse_toml, read_folder
-from .expr import ExprError, check
+from .expr_fields import flops_field as _flops, reference_field as _reference
 from .mappings import MAPPINGS
 from .param_fields import check_sizes, reach_field, size_field
 from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
+from .stencil_fields import stencil_fields
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
@@ -170,7 +171,8 @@ def _table(ctx: _Ctx, t, where: str) -> dict:
 
 def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
     _table(ctx, t, where)
-    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "flops", "params", "variant"}, where)
+    ctx.unknown_keys(t, {"name", "aliases", "kind", "doc", "math", "reference", "flops", "params", "variant", "grid",
+                         "boundary", "radius"}, where)
     name = ctx.ident(ctx.get(t, "name", where, str), f"{where}.name")
     where = f"function {name}"
     kind = ctx.get(t, "kind", where, str)
@@ -194,6 +196,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.kind", f"{kind} function has reduce output {reduces[0].name}")
     if kind in ("reduce", "map-reduce") and not reduces:
         raise ctx.fail(f"{where}.kind", f"{kind} function has no output with reduce = ...")
+    grid, boundary, radius = stencil_fields(ctx, t, where, kind, params)
     variants = tuple(_load_variant(ctx, v, f"{where}.variant[{n}]", params, KINDS[kind])
                      for n, v in enumerate(ctx.get(t, "variant", where, list)))
     if not variants:
@@ -207,7 +210,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
     return Function(name=name, aliases=aliases, kind=kind, doc=ctx.get(t, "doc", where, str, ""),
                     math=ctx.get(t, "math", where, str, ""), params=params, variants=variants,
                     file=ctx.file, reference=_reference(ctx, t, where, params),
-                    flops=_flops(ctx, t, where, params))
+                    flops=_flops(ctx, t, where, params), grid=grid, boundary=boundary, radius=radius)
 
 
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
@@ -469,29 +472,3 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                            f"through its global view &{p.name})")
         if p.dir == "out" and p.on_chip and p.name not in written:
             raise ctx.fail(f"{where}.routines", f"no compute routine writes output {p.name}")
-
-
-def _expression(ctx: _Ctx, t: dict, where: str, key: str, names: set[str], syntax: str, what: str) -> str | None:
-    """An optional expression field, checked by :mod:`.expr` (never run as Python): only the
-    constructs the library format documents, free names among ``names``."""
-    expr = ctx.get(t, key, where, str, None)
-    if expr is not None:
-        try:
-            check(expr, frozenset(names), key)
-        except ExprError as e:
-            msg = str(e)
-            if msg.startswith("syntax: "):
-                msg = f"{syntax}: {msg[8:]}"
-            raise ctx.fail(f"{where}.{key}", f"{msg} (in {expr[:80]!r})") from None
-    return expr
-
-
-def _reference(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
-    """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
-    names = {p.name for p in params if p.dir == "in"}
-    return _expression(ctx, t, where, "reference", names, "not a Python expression", "an input parameter")
-
-
-def _flops(ctx: _Ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
-    """Floating-point operations as an expression of the parameters' entry counts."""
-    return _expression(ctx, t, where, "flops", {p.name for p in params}, "not an expression", "a parameter")

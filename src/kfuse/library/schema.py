@@ -20,6 +20,12 @@ ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler 
 # read through the global view by compute routines, so the value must be complete before the
 # kernel starts (fusion/legality.py)
 REACHES = ("element", "neighbours", "any")
+# a stencil (a map whose ``grid`` is 2 or 3) reads its neighbours-reach inputs as a grid of that
+# many dimensions, x fastest (C order); entries past the grid's edges follow its boundary rule:
+# "zero" reads them as 0 (homogeneous Dirichlet)
+GRID_RANKS = (2, 3)
+BOUNDARIES = ("zero",)
+MAX_RADIUS = 4
 
 
 @dataclass(frozen=True)
@@ -189,10 +195,20 @@ class Function:
     file: Path
     reference: str | None = None    # NumPy expression of the inputs (float64 checking)
     flops: str | None = None        # operations, as an expression of the params' entry counts
+    grid: int = 0                   # a stencil: the rank of the grid its neighbours-reach inputs
+                                    # are read as (2 or 3; 0: not a stencil)
+    boundary: str = "zero"          # a stencil: what entries past the grid's edges read as (BOUNDARIES)
+    radius: int = 0                 # a stencil: how far from its point it reads along each axis
 
     @cached_property
     def nesting(self) -> int:
         return KINDS[self.kind]
+
+    @property
+    def reference_kind(self) -> str:
+        """The expression kind of its reference (library/expr.py): a stencil's may call the grid
+        helpers."""
+        return "grid_reference" if self.grid else "reference"
 
     @property
     def axes(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from . import csr as csr_inputs
 from .args import facts
 from .arrays import to_scalar
 from .gpu import cupy
+from .grids import check_stencils, extents, flat_shapes, grid_shapes
 from .launch import KernelLaunch, PackedArgs, pdl_available
 from .order import ALTERNATE, launch_orders, launch_shape
 
@@ -127,22 +128,35 @@ def check_arguments(prog: Program, inputs: dict, out: dict, dtype: np.dtype,
         if v.type == "csr":
             csr_inputs.check(v.name, inputs[v.name], dtype, device, arrays[0].name)
         else:
-            check_array(v.name, f[v.name], len(v.dims), dtype, device, arrays[0].name)
+            # a vector may come as a 2-D or 3-D array: a grid (runtime/grids.py)
+            nd = len(f[v.name][0]) if v.type == "vector" and len(f[v.name][0]) in (2, 3) else len(v.dims)
+            check_array(v.name, f[v.name], nd, dtype, device, arrays[0].name)
     for v in prog.inputs:
         if v.on_device if device_scalars is None else v.name in device_scalars:
             # a 0-d device array, read by address in the kernels
             check_array(v.name, facts(inputs[v.name]), 0, dtype, device, arrays[0].name)
         elif v.type == "scalar":
             to_scalar(inputs[v.name], v.name, dtype)
-    dims = bind_sizes(prog, {v.name: f[v.name][0] for v in arrays})
+    shapes = {v.name: f[v.name][0] for v in arrays}
+    dims = bind_sizes(prog, flat_shapes(prog, shapes))
+    grids = grid_shapes(prog, shapes)
+    check_stencils(prog, grids)
     for v in prog.outputs:
         if v.name in out:
             name = f"out[{v.name!r}]"
             of = facts(out[v.name])
-            check_array(name, of, len(v.dims), dtype, device, arrays[0].name)
-            if of[0] != tuple(dims[d] for d in v.dims):
-                raise LaunchError(f"{name}: shape {of[0]}, expected {tuple(dims[d] for d in v.dims)}")
+            want = result_shape(v, dims, grids)
+            check_array(name, of, len(want), dtype, device, arrays[0].name)
+            if of[0] != want:
+                raise LaunchError(f"{name}: shape {of[0]}, expected {want}")
     return device, dims, f
+
+
+def result_shape(v, dims: dict[int, int], grids: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape of a value's array: a vector of a size with a grid shape has that shape."""
+    if v.type == "vector" and v.dims[0] in grids:
+        return grids[v.dims[0]]
+    return tuple(dims[d] for d in v.dims)
 
 
 class Binding:
@@ -154,8 +168,10 @@ class Binding:
         self._pdl = pdl             # None: where the device has it (launch.pdl_available)
         self.artifact, self.prog = artifact, prog
         self.dtype = dtype = np.dtype(artifact.dtype)
-        self.device, self.dims, _ = check_arguments(prog, inputs, out, dtype)
+        self.device, self.dims, f = check_arguments(prog, inputs, out, dtype)
         dims = self.dims
+        # dimension id -> grid shape (stencils' extents, results' shapes)
+        self.grids = grid_shapes(prog, {v.name: f[v.name][0] for v in prog.inputs if v.type != "scalar"})
         self.out_names = sorted(v.name for v in prog.outputs if v.name in out)    # the order calls read them in
         # pointers patched per call: arrays and device scalars, in the order of the script's inputs
         # (a csr input A takes three: its row pointers A, column indices A#indices, values A#data)
@@ -207,7 +223,7 @@ class Binding:
         self.prefilled = {v for v in cleared if v in self.offsets}
         # per returned value: (name, offset in the per-call block or None when given, shape, bytes)
         self.result_layout = [(v.name, None if v.name in user else self.offsets[v.id][1],
-                               tuple(self.dims[d] for d in v.dims), self.nbytes[v.name]) for v in prog.outputs]
+                               result_shape(v, self.dims, self.grids), self.nbytes[v.name]) for v in prog.outputs]
 
     def _place(self, values, cleared: set[int], where: int) -> tuple[int, int]:
         total = 0
@@ -335,6 +351,8 @@ class Binding:
                 args.append(self.dtype.type(0))
             elif g.kind == "count":
                 args.append(np.int64(g.count(self.dims)))
+            elif g.kind == "grid":          # a stencil's grid extents (check_stencils: it has them)
+                args.extend(np.int64(e) for e in extents(self.grids[g.value.dims[0]]))
         args.append(np.int32(min(iters, 2**31 - 1)))
         args.append(np.int32(0))                  # kf_flip: set per call (``set_flip``)
         return args, patches
