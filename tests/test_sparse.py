@@ -127,6 +127,13 @@ def test_row_mapping_follows_the_row_statistics(rows, nnz, longest, lanes, long_
     assert csr_inputs.mapping(rows, nnz, longest) == (lanes, long_row)
 
 
+def test_a_few_long_rows_do_not_widen_every_row():
+    """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would give every row a
+    warp; the median keeps the short rows' groups narrow and sends the long one to the instance."""
+    assert csr_inputs.mapping(2053, 125_000, 120_000, median=2) == (2, 256)
+    assert csr_inputs.mapping(2053, 125_000, 120_000) == (32, 487)
+
+
 class _FakeScipy:
     """Stands for a scipy.sparse matrix (SciPy need not be installed for the message's test)."""
     shape = (3, 3)

@@ -153,8 +153,10 @@ class _Body:
         all_specs = ([ArgSpec("i", "dscalar")] if indexed else []) + list(specs)
         tr = trace(step, all_specs, library, site_of=fn)
         for j, (res, spec) in enumerate(zip(tr.results, specs)):
-            rank = len(spec.shape)
-            if res.rank != rank or (rank and res.shape and any(a and a != b for a, b in zip(res.shape, spec.shape))):
+            # a 3-D state entry is a vector laid out as a grid (frontend/trace.py _arg_node)
+            traced = (spec.shape[0] * spec.shape[1] * spec.shape[2],) if len(spec.shape) == 3 else spec.shape
+            rank = len(traced)
+            if res.rank != rank or (rank and res.shape and any(a and a != b for a, b in zip(res.shape, traced))):
                 got = f"a {RANK_WORDS[res.rank]}" + (f" of shape {res.shape}" if res.rank else "")
                 raise TraceError(f"{what}: the body returns {got} as state entry {j}, which came in as a "
                                  f"{RANK_WORDS[rank]}" + (f" of shape {spec.shape}" if rank else "")

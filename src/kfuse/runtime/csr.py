@@ -23,9 +23,11 @@ place behind the same pointers are not checked again; the kernels still read a c
 inside ``[0, rows]``.  Column indices need not be sorted within a row.
 
 Row mapping (docs/design.md, "Sparse mat-vec"): the same reductions give the mean and the longest
-row length; ``lanes`` (threads per row) is the power of two nearest the mean, between 1 and 32, and
-rows longer than ``long_row`` (the larger of 256 and 8 times the mean) are summed by a whole
-instance's 128 threads instead of one group -- set only where such a row exists (0: none).
+row length, and the median row length; ``lanes`` (threads per row) is the power of two nearest the
+typical row length, the smaller of the mean and the median (a few very long rows must not widen
+every row's group), between 1 and 32, and rows longer than ``long_row`` (the larger of 256 and 8
+times the typical length) are summed by a whole instance's 128 threads instead of one group -- set
+only where such a row exists (0: none).
 """
 from __future__ import annotations
 
@@ -173,11 +175,11 @@ def fast_key(x) -> tuple[tuple, list[int], bool] | None:
             [a.data.ptr, b.data.ptr, d.data.ptr], False)
 
 
-def mapping(rows: int, nnz: int, longest: int) -> tuple[int, int]:
+def mapping(rows: int, nnz: int, longest: int, median: float | None = None) -> tuple[int, int]:
     """(lanes, long_row) for a matrix of these row statistics (see the module docstring)."""
-    mean = nnz / rows
-    lanes = min(32, max(1, 2 ** round(math.log2(max(mean, 1.0)))))
-    threshold = max(LONG_MIN, int(LONG_FACTOR * mean))
+    typical = nnz / rows if median is None else min(nnz / rows, median)
+    lanes = min(32, max(1, 2 ** round(math.log2(max(typical, 1.0)))))
+    threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
     return lanes, (threshold if longest > threshold else 0)
 
 
@@ -192,8 +194,8 @@ def validate(name: str, c: CSR, device: int) -> tuple[int, int]:
         nnz = ix.shape[0]
         d = ip[1:] - ip[:-1]
         got = cp.stack([ip[0], ip[-1], d.min(), d.max(), ix.min().astype(cp.int64),
-                        ix.max().astype(cp.int64)]).get()
-    first, last, shortest, longest, lo, hi = (int(v) for v in got)
+                        ix.max().astype(cp.int64), cp.median(d).astype(cp.int64)]).get()
+    first, last, shortest, longest, lo, hi, median = (int(v) for v in got)
     if first != 0:
         raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
     if last != nnz:
@@ -203,4 +205,4 @@ def validate(name: str, c: CSR, device: int) -> tuple[int, int]:
     if lo < 0 or hi >= cols:
         bad = lo if lo < 0 else hi
         raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
-    return mapping(rows, nnz, longest)
+    return mapping(rows, nnz, longest, median)
