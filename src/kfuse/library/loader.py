@@ -17,7 +17,8 @@ from . import cusource
 from .files import parse_toml as _parse_toml, read_folder
 from .expr import ExprError, check
 from .mappings import MAPPINGS
-from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
+from .variant_fields import (PLAIN, cluster_field as _cluster, sources_field as _sources, triangle_field as _triangle,
+                             whole_field as _whole)
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
@@ -158,7 +159,13 @@ def _load_file(path: Path, raw: bytes, subvector: tuple[int], tile: tuple[int, i
     data = _parse_toml(path, raw)
     ctx.unknown_keys(data, {"function"}, "")
     tables = ctx.get(data, "function", "", list)
-    return [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
+    functions = [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
+    for f in functions:
+        for v in f.variants:
+            if v.triangle and v.tile is None and tile[0] != tile[1]:
+                raise ctx.fail(f"function {f.name}.variant.{v.name}.triangle", "a triangle's tiles are square: "
+                               f"declare tile = [S, S] (the library's tile is {tile[0]} x {tile[1]})")
+    return functions
 
 
 def _table(ctx: _Ctx, t, where: str) -> dict:
@@ -198,6 +205,11 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.variant", "needs at least one variant")
     if len({v.name for v in variants}) != len(variants):
         raise ctx.fail(f"{where}.variant", "duplicate variant name")
+    if len({v.triangle for v in variants}) > 1:
+        raise ctx.fail(f"{where}.variant", "every variant walks the same tiles: give each the same triangle "
+                       f"(here {', '.join(sorted(repr(v.triangle) for v in variants))})")
+    if variants[0].triangle and not any(p.type == "matrix" for p in params):
+        raise ctx.fail(f"{where}.variant.{variants[0].name}.triangle", "a function on a triangle reads a matrix")
     for v in variants:
         if v.fallback is not None and (v.fallback == v.name or v.fallback not in {w.name for w in variants}):
             raise ctx.fail(f"{where}.variant.{v.name}.fallback", f"{v.fallback!r} is not another variant of "
@@ -255,7 +267,7 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines", "tile", "whole", "cluster", "fallback"}, where)
+                         "routines", "tile", "whole", "cluster", "fallback", "triangle"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     sources = _sources(ctx, v, where)
@@ -319,9 +331,10 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         if loc.buffers > 1 and any(a.name == loc.name and a.mode == "acc" for r in routines for a in r.elements):
             raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
+    triangle = _triangle(ctx, v, where, nesting, tile, whole)
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole,
                       cluster=cluster, sources=sources if len(sources) > 1 else (),
-                      fallback=ctx.get(v, "fallback", where, str, None))
+                      fallback=ctx.get(v, "fallback", where, str, None), triangle=triangle)
     _check_routines(ctx, variant, params, where)
     return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
 
@@ -427,13 +440,19 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                 if not elems or any(a.name not in staged | {r.param} or a.mode != "r" for a in elems):
                     raise ctx.fail(rw, f"a store after finish routines reads {r.param} or the locals they "
                                    f"wrote ({', '.join(sorted(staged))})")
+            elif r.kind == "load" and elems and elems[0].name == r.param and all(
+                    a.name in {loc.name for loc in v.locals} and a.mode == "w" for a in elems[1:]):
+                pass    # a load may also write locals: more of the same array (symv's x along i too)
             elif len(elems) != 1 or elems[0].name != r.param:
-                raise ctx.fail(rw, f"a {r.kind} routine accesses exactly the element {r.param}")
+                raise ctx.fail(rw, f"a {r.kind} routine accesses exactly the element {r.param}"
+                               + (" (a load: first, then locals it writes)" if r.kind == "load" else ""))
             if (elems[0].mode == "r") != (r.kind == "store"):
                 raise ctx.fail(rw, f"a {r.kind} routine must {'read' if r.kind == 'store' else 'write'} "
                                f"{r.param}")
             if r.kind == "load" and elems[0].mode == "acc":
                 raise ctx.fail(rw, "a load writes its element (mode w)")
+            if r.kind == "load":
+                written |= {a.name for a in elems[1:]}
         else:
             if any(a.kind == "global" for a in r.args):
                 raise ctx.fail(rw, f"a {r.kind} routine works on chip only (no &global views)")

@@ -13,6 +13,7 @@ SCRIPT_TYPES = ("scalar", "vector", "matrix")
 ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile"}
 REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
 ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler clears first)
+TRIANGLES = ("upper",)                      # a variant's ``triangle``: the tiles it walks
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,11 @@ class Variant:
     # another variant of the function: this one is taken only where no implementation giving the
     # call that variant fits the sizes at hand (row bands where strips of whole rows do not fit)
     fallback: str | None = None
+    # "upper": the instances are only the tiles (I, J) with I <= J of a square matrix (BLAS
+    # uplo = 'U'): tiles below the diagonal are never launched, and the routines of a diagonal
+    # tile leave its entries below the diagonal unread.  A kernel of such a variant holds its call
+    # alone and walks the upper tiles one after another (codegen/emit.py); None: every tile.
+    triangle: str | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -176,6 +182,12 @@ class Function:
     @cached_property
     def nesting(self) -> int:
         return KINDS[self.kind]
+
+    @property
+    def triangle(self) -> str | None:
+        """The triangle its variants walk ("upper"), or None; the loader requires every variant
+        of a function to agree, so fusion rules can ask the function."""
+        return self.variants[0].triangle if self.variants else None
 
     @property
     def axes(self) -> tuple[str, ...]:

@@ -1,13 +1,14 @@
 """Variant fields of library metadata that say where a variant's tiles reach and where its
 routines come from: ``whole`` (axes a tile spans whole), ``cluster`` (blocks of a thread-block
-cluster spanning that axis together) and ``source`` (its routine files).  Checked like the rest
+cluster spanning that axis together), ``triangle`` (only the tiles on and above the diagonal) and
+``source`` (its routine files).  Checked like the rest
 of the metadata (``loader.py``): a problem is a LibraryError naming the file and the field."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from .schema import AXES, Param
+from .schema import AXES, TRIANGLES, Param
 
 
 def whole_field(ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
@@ -110,3 +111,23 @@ def folder_safe(path: Path) -> str:
         return str(path.resolve())
     except (OSError, RuntimeError):
         return "a path that cannot be resolved"
+
+
+def triangle_field(ctx, v: dict, where: str, nesting: int, tile, whole: tuple[str, ...]) -> str | None:
+    """A variant's ``triangle``: the instances are the tiles on and above the diagonal of a square
+    matrix only.  Its tiles are square (the diagonal runs through the diagonal tiles' corners), a
+    2-level function's, not spanning an axis whole (a strip would cross the diagonal)."""
+    triangle = ctx.get(v, "triangle", where, str, None)
+    if triangle is None:
+        return None
+    if triangle not in TRIANGLES:
+        raise ctx.fail(f"{where}.triangle", f"{triangle!r} is not one of {', '.join(map(repr, TRIANGLES))}")
+    if nesting != 2:
+        raise ctx.fail(f"{where}.triangle", "only a 2-level function's tiles lie on or off a diagonal")
+    if whole or "cluster" in v or "fallback" in v:
+        raise ctx.fail(f"{where}.triangle", "a variant on a triangle walks single tiles: no whole, cluster "
+                       "or fallback")
+    if tile is not None and tile[0] != tile[1]:
+        raise ctx.fail(f"{where}.triangle", f"a triangle's tiles are square (one int or one macro for both "
+                       f"sides): tile = {list(tile)}")
+    return triangle
