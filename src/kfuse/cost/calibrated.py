@@ -112,6 +112,10 @@ class CalibratedModel:
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
         self.device = cal.device                            # the GPU's multiprocessor facts
+        # carried over from an earlier library (calibration/measure.py, carry_over): routines added
+        # since are known to be unmeasured, and their kernels take the transfer model's price
+        self.carried = isinstance(cal.meta.get("carried_from"), str) and bool(cal.meta["carried_from"])
+        self._measured_steps: dict[int, tuple[tuple, bool]] = {}    # _measured (memo)
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -262,7 +266,7 @@ class CalibratedModel:
     def _new_launch_facts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple:
         """``_launch_facts``, found."""
         L, spec, dev = code.launch, code.spec, self.device
-        instances = math.prod(L.counts(dims))
+        instances = L.instances(dims)
         iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)
@@ -362,16 +366,27 @@ class CalibratedModel:
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
-        if code.launch.whole_entries and not self._measured(code):
+        if (code.launch.whole_entries or self.carried) and not self._measured(code):
             # a strip kernel (a reduction's result used in the kernel computing it, issue 18) whose
-            # routines this calibration did not measure: priced by the transfer model (its bytes at
-            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
+            # routines this calibration did not measure, or a kernel of routines added to the library
+            # since a calibration carried over to it (symv, vmul: cost/store.py, carry_over): priced
+            # by the transfer model (its bytes at the copy bandwidth, launch, clear, atomic and barrier
+            # terms; docs/design.md, 'The calibrated model').  A calibration measured for this very
+            # library that lacks a routine is refused where the routine is priced (_facts_of).
             return transfer_kernel_time(code, dims, entries, itemsize)
         return self._found_parts(code, dims, itemsize)[1]
 
     def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel?"""
-        return all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
+        """Has this calibration measured every routine of the kernel?  (Memoised by the steps'
+        identity, kept with them: a carried calibration asks for every kernel it prices.)"""
+        got = self._measured_steps.get(id(code.steps))
+        if got is not None and got[0] is code.steps:
+            return got[1]
+        known = all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
+        if len(self._measured_steps) >= FACTS_KEPT:
+            self._measured_steps.clear()
+        self._measured_steps[id(code.steps)] = (code.steps, known)
+        return known
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:

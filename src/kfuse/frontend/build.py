@@ -284,6 +284,8 @@ class ProgramBuilder:
             for d, a in zip(v.dims, p.index):
                 self.unify(axis_of[a], d, f"{what} {tok.text}: size does not match the other arguments", tok)
             call_args.append(v)
+        if fn.triangle:     # its tiles lie on or above the diagonal: rows and columns are one dimension
+            self.unify(axis_of["i"], axis_of["j"], f"{fn.name} reads a triangle of a square matrix", fn_tok)
         # outputs
         outs = []
         for tok, p in zip(targets, fn.outputs):
