@@ -18,7 +18,7 @@ from .files import parse_toml as _parse_toml, read_folder
 from .expr import ExprError, check
 from .mappings import MAPPINGS
 from .variant_fields import (PLAIN, cluster_field as _cluster, sources_field as _sources, triangle_field as _triangle,
-                             whole_field as _whole)
+                             triangle_tiles, triangles_agree, whole_field as _whole)
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
@@ -159,13 +159,7 @@ def _load_file(path: Path, raw: bytes, subvector: tuple[int], tile: tuple[int, i
     data = _parse_toml(path, raw)
     ctx.unknown_keys(data, {"function"}, "")
     tables = ctx.get(data, "function", "", list)
-    functions = [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
-    for f in functions:
-        for v in f.variants:
-            if v.triangle and v.tile is None and tile[0] != tile[1]:
-                raise ctx.fail(f"function {f.name}.variant.{v.name}.triangle", "a triangle's tiles are square: "
-                               f"declare tile = [S, S] (the library's tile is {tile[0]} x {tile[1]})")
-    return functions
+    return triangle_tiles(ctx, [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)], tile)
 
 
 def _table(ctx: _Ctx, t, where: str) -> dict:
@@ -205,11 +199,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.variant", "needs at least one variant")
     if len({v.name for v in variants}) != len(variants):
         raise ctx.fail(f"{where}.variant", "duplicate variant name")
-    if len({v.triangle for v in variants}) > 1:
-        raise ctx.fail(f"{where}.variant", "every variant walks the same tiles: give each the same triangle "
-                       f"(here {', '.join(sorted(repr(v.triangle) for v in variants))})")
-    if variants[0].triangle and not any(p.type == "matrix" for p in params):
-        raise ctx.fail(f"{where}.variant.{variants[0].name}.triangle", "a function on a triangle reads a matrix")
+    triangles_agree(ctx, variants, params, where)
     for v in variants:
         if v.fallback is not None and (v.fallback == v.name or v.fallback not in {w.name for w in variants}):
             raise ctx.fail(f"{where}.variant.{v.name}.fallback", f"{v.fallback!r} is not another variant of "

@@ -131,3 +131,25 @@ def triangle_field(ctx, v: dict, where: str, nesting: int, tile, whole: tuple[st
         raise ctx.fail(f"{where}.triangle", f"a triangle's tiles are square (one int or one macro for both "
                        f"sides): tile = {list(tile)}")
     return triangle
+
+
+def triangles_agree(ctx, variants, params: tuple[Param, ...], where: str) -> None:
+    """Every variant of a function walks the same tiles (fusion rules ask the function), and a
+    function on a triangle reads a matrix."""
+    if len({v.triangle for v in variants}) > 1:
+        raise ctx.fail(f"{where}.variant", "every variant walks the same tiles: give each the same triangle "
+                       f"(here {', '.join(sorted(repr(v.triangle) for v in variants))})")
+    if variants[0].triangle and not any(p.type == "matrix" for p in params):
+        raise ctx.fail(f"{where}.variant.{variants[0].name}.triangle", "a function on a triangle reads a matrix")
+
+
+def triangle_tiles(ctx, functions: list, tile: tuple[int, int]) -> list:
+    """``functions``, once every variant on a triangle without a tile of its own is known to take
+    a square library tile."""
+    for f in functions:
+        for v in f.variants:
+            if v.triangle and v.tile is None and tile[0] != tile[1]:
+                raise ctx.fail(f"function {f.name}.variant.{v.name}.triangle", "a triangle's tiles are square: "
+                               f"declare tile = [S, S] (the library's tile is {tile[0]} x {tile[1]})")
+    return functions
+
