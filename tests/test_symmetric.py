@@ -235,3 +235,19 @@ def test_every_implementation_compiles(nvcc, tmp_path, script, dtype):
 def test_scripts_compile(nvcc, tmp_path, script, strips, dtype):
     prog = kfuse.compile(script, dtype=dtype, tuned=False, sizes={"n": 1000}, vector_on_strips=strips)
     nvcc_compile(nvcc, prog.cuda_source, tmp_path, "script", spills=True)
+
+
+def test_no_row_blocks_of_a_triangle():
+    from kfuse.distributed.partition import partition
+    prog = kfuse.compile(SYMV, tuned=False)
+    with pytest.raises(KfuseError, match="a block of its rows cannot be split off"):
+        partition(prog.program, kfuse.load_library(), 2)
+
+
+def test_calibration_probes_cover_the_new_routines(lib):
+    """``kfuse calibrate`` measures symv's, trmv's and vmul's routines like the others' (each in a
+    micro-kernel of its own frame; test_calibration builds the probe modules)."""
+    from kfuse.calibration.probes import library_probes
+    routines, _ = library_probes(lib)
+    for key in ("symv(A,x)/quad/BY=8,S=64/load_x", "trmv(A,x)/quad/BY=16,S=32/store_out", "vmul(x,y)/quad/-/compute"):
+        assert key in routines

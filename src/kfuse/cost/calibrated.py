@@ -43,6 +43,10 @@ from .transfer import kernel_time as transfer_kernel_time
 FACTS_KEPT = 20000          # steps tuples whose facts a model keeps (CalibratedModel._step_facts)
 
 
+class Unmeasured(KfuseError):
+    """A routine the calibration has no measurement of (``CalibratedModel._facts_of``)."""
+
+
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
     """Fraction of an SM's thread slots filled by blocks of this size and shared memory
     (registers are not known before compilation and are not counted)."""
@@ -115,7 +119,6 @@ class CalibratedModel:
         # carried over from an earlier library (calibration/measure.py, carry_over): routines added
         # since are known to be unmeasured, and their kernels take the transfer model's price
         self.carried = isinstance(cal.meta.get("carried_from"), str) and bool(cal.meta["carried_from"])
-        self._measured_steps: dict[int, tuple[tuple, bool]] = {}    # _measured (memo)
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -359,34 +362,30 @@ class CalibratedModel:
         key = self._probe_key(s)
         pid = self.cal.routines.get(key)
         if pid is None:
-            raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
+            raise Unmeasured(f"calibration {self.cal.describe()} has no measurement of {key}; "
                              "recalibrate (kfuse calibrate)")
         kind = "compute" if s.routine.kind == "finish" else s.routine.kind
         T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
-        if (code.launch.whole_entries or self.carried) and not self._measured(code):
+        if code.launch.whole_entries and not self._measured(code):
             # a strip kernel (a reduction's result used in the kernel computing it, issue 18) whose
-            # routines this calibration did not measure, or a kernel of routines added to the library
-            # since a calibration carried over to it (symv, vmul: cost/store.py, carry_over): priced
-            # by the transfer model (its bytes at the copy bandwidth, launch, clear, atomic and barrier
-            # terms; docs/design.md, 'The calibrated model').  A calibration measured for this very
-            # library that lacks a routine is refused where the routine is priced (_facts_of).
+            # routines this calibration did not measure: priced by the transfer model (its bytes at
+            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
             return transfer_kernel_time(code, dims, entries, itemsize)
-        return self._found_parts(code, dims, itemsize)[1]
+        try:
+            return self._found_parts(code, dims, itemsize)[1]
+        except Unmeasured:
+            if not self.carried:
+                raise       # a calibration measured for this very library lacks the routine
+            # a kernel of routines added to the library since the calibration was carried over to
+            # it (symv, vmul: calibration/measure.py, carry_over): the transfer model's price, as above
+            return transfer_kernel_time(code, dims, entries, itemsize)
 
     def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel?  (Memoised by the steps'
-        identity, kept with them: a carried calibration asks for every kernel it prices.)"""
-        got = self._measured_steps.get(id(code.steps))
-        if got is not None and got[0] is code.steps:
-            return got[1]
-        known = all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
-        if len(self._measured_steps) >= FACTS_KEPT:
-            self._measured_steps.clear()
-        self._measured_steps[id(code.steps)] = (code.steps, known)
-        return known
+        """Has this calibration measured every routine of the kernel?"""
+        return all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
