@@ -43,10 +43,6 @@ from .transfer import kernel_time as transfer_kernel_time
 FACTS_KEPT = 20000          # steps tuples whose facts a model keeps (CalibratedModel._step_facts)
 
 
-class Unmeasured(KfuseError):
-    """A routine the calibration has no measurement of (``CalibratedModel._facts_of``)."""
-
-
 def resident_fraction(device: dict, threads: int, smem_bytes: int) -> float:
     """Fraction of an SM's thread slots filled by blocks of this size and shared memory
     (registers are not known before compilation and are not counted)."""
@@ -112,13 +108,11 @@ class CalibratedModel:
         self._numbers = itertools.count()
         self._parts: dict[tuple, tuple[dict[str, float], float]] = {}   # _found_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
+        self._measured_steps: dict[int, tuple[tuple, bool]] = {}   # id(steps) -> (steps, _measured)
         self._launch_content: dict[tuple, tuple] = {}   # _launch_facts by what they read (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
         self.device = cal.device                            # the GPU's multiprocessor facts
-        # carried over from an earlier library (calibration/measure.py, carry_over): routines added
-        # since are known to be unmeasured, and their kernels take the transfer model's price
-        self.carried = isinstance(cal.meta.get("carried_from"), str) and bool(cal.meta["carried_from"])
 
     # -- one routine ---------------------------------------------------------------------------
     def routine_ns(self, probe_id: str, loop: str, unroll: int, ipb: int, resident: float) -> float:
@@ -362,30 +356,37 @@ class CalibratedModel:
         key = self._probe_key(s)
         pid = self.cal.routines.get(key)
         if pid is None:
-            raise Unmeasured(f"calibration {self.cal.describe()} has no measurement of {key}; "
+            raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
                              "recalibrate (kfuse calibrate)")
         kind = "compute" if s.routine.kind == "finish" else s.routine.kind
         T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
-        if code.launch.whole_entries and not self._measured(code):
-            # a strip kernel (a reduction's result used in the kernel computing it, issue 18) whose
-            # routines this calibration did not measure: priced by the transfer model (its bytes at
-            # the copy bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
+        if not self._measured(code):
+            # a kernel with routines this calibration did not measure (a strip kernel, a function
+            # added to the library since): priced by the transfer model (its bytes at the copy
+            # bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
+            if not code.launch.whole_entries:
+                missing = next(self._probe_key(s) for s in code.steps
+                               if s.routine is not None and self._probe_key(s) not in self.cal.routines)
+                fn = missing.split("/")[0]
+                notice_once(("unmeasured", self.cal.key, fn),
+                            f"calibration {self.cal.describe()} has no measurement of {missing}: kernels with "
+                            f"{fn} are priced by the transfer model (kfuse calibrate measures them)")
             return transfer_kernel_time(code, dims, entries, itemsize)
-        try:
-            return self._found_parts(code, dims, itemsize)[1]
-        except Unmeasured:
-            if not self.carried:
-                raise       # a calibration measured for this very library lacks the routine
-            # a kernel of routines added to the library since the calibration was carried over to
-            # it (symv, vmul: calibration/measure.py, carry_over): the transfer model's price, as above
-            return transfer_kernel_time(code, dims, entries, itemsize)
+        return self._found_parts(code, dims, itemsize)[1]
 
     def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel?"""
-        return all(self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None)
+        """Has this calibration measured every routine of the kernel?  (Memoised by the steps'
+        identity, as ``_numbered_step_facts``: the unrolled copies of a kernel share them.)"""
+        got = self._measured_steps.get(id(code.steps))
+        if got is None or got[0] is not code.steps:
+            if len(self._measured_steps) >= FACTS_KEPT:
+                self._measured_steps.clear()
+            got = self._measured_steps[id(code.steps)] = (code.steps, all(
+                self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None))
+        return got[1]
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:

@@ -72,7 +72,7 @@ class Calibration:
     barrier_ns: dict[int, dict[int, float]]     # nesting -> threads per block -> ns per instance
     routines: dict[str, str]
     probes: dict[str, dict]
-    meta: dict = field(default_factory=dict)       # written, kfuse, quick, sizes, reps, carried_from
+    meta: dict = field(default_factory=dict)       # written, kfuse, quick, sizes, reps
     source: str = ""                                # the file it was read from
 
     @property
@@ -141,7 +141,7 @@ class Calibration:
                 raise CalibrationError("negative launch, clear or barrier cost")
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise CalibrationError(f"malformed entry ({e!r})") from None
-        meta = {k: rec[k] for k in ("written", "kfuse", "quick", "sizes", "reps", "carried_from") if k in rec}
+        meta = {k: rec[k] for k in ("written", "kfuse", "quick", "sizes", "reps") if k in rec}
         return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source)
 
 

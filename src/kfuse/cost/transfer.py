@@ -59,15 +59,30 @@ DEFAULT_MACHINE = Machine()
 def kernel_bytes(code: KernelCode, entries: dict[int, int], itemsize: int,
                  dims: dict[int, int] | None = None) -> int:
     """Each array once per load or store routine that moves it (an array that two calls load
-    with different thread mappings crosses the bus twice).  A kernel on a triangle moves the
-    share of each matrix its upper tiles cover (about half; ``dims`` needed)."""
-    moves = [(s.kc.call.bindings()[str(s.routine.param)], s.routine.kind) for s in code.steps
+    with different thread mappings crosses the bus twice), and each gathered input once.  A
+    kernel on a triangle moves the share of each matrix its upper tiles cover (about half;
+    ``dims`` needed)."""
+    moves = [s.kc.call.bindings()[str(s.routine.param)] for s in code.steps
              if s.routine is not None and s.routine.kind in ("load", "store")]
-    share = 1.0
+    gathered = sum(entries[v] for v in gathered_values(code))
     if code.launch.triangle and dims is not None:
         T = code.launch.counts(dims)[0]
         share = code.launch.instances(dims) / max(1, T * T)
-    return int(sum(entries[v.id] * (share if v.type == "matrix" else 1.0) for v, _ in moves) * itemsize)
+        return int((sum(entries[v.id] * (share if v.type == "matrix" else 1.0) for v in moves) + gathered) * itemsize)
+    return (sum(entries[v.id] for v in moves) + gathered) * itemsize
+
+
+def gathered_values(code: KernelCode) -> set[int]:
+    """Ids of the values the kernel's compute routines read through global views (inputs read
+    beyond their element: a stencil's neighbourhood, a gather), each counted as one pass over it
+    (the neighbours' entries come again from the caches)."""
+    out = set()
+    for s in code.steps:
+        if s.routine is not None and s.routine.kind == "compute":
+            params = {p.name: p for p in s.kc.call.function.params}
+            binds = s.kc.call.bindings()
+            out |= {binds[a.name].id for a in s.routine.args if a.kind == "global" and params[a.name].gathered}
+    return out
 
 
 def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from ..ir.graph import DependencyGraph
 from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
-from .reasons import (Cycle, Dependent, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers, NothingShared,
-                      OnTriangle, OtherInstances, PartialsOfMap, Reason, ReductionBarrier, Refusal, ScalarBarrier, SmallerCluster,
+from .reasons import (Cycle, Dependent, GatherBarrier, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers,
+                      NothingShared, OnTriangle, OtherInstances, PartialsOfMap, Reason, ReductionBarrier, Refusal,
+                      ScalarBarrier, SmallerCluster,
                       Spills, Uncovered, UnlinkedRows)
 
 
@@ -120,13 +121,15 @@ def one_pass_exchanges(program: Program, graph: DependencyGraph, fusion: frozens
 
 
 def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozenset[int]
-                      ) -> ScalarBarrier | IndexBarrier | ReductionBarrier | PartialsOfMap | None:
+                      ) -> ScalarBarrier | GatherBarrier | IndexBarrier | ReductionBarrier | PartialsOfMap | None:
     """Every value passed between fused calls must stay in the instance that made it: the consumer
     reads the same element the producer wrote; a reduction's result is used in the kernel that
     computes it only as partial sums by an input that accumulates them linearly into a reduction
     over the same axes -- or whole, when every instance contributing to one of its entries runs
     in the same block: a variant of the producer spans the reduced axes whole (and one of the
-    consumer walks the same strips), so the global barrier becomes a block barrier.  Whether the
+    consumer walks the same strips), so the global barrier becomes a block barrier.  An input
+    read beyond its element (``reach``: a stencil's neighbours, a gather) is read from global
+    memory, where other blocks' entries are complete only after the kernel that makes them.  Whether the
     rows fit that block depends on the sizes: ``fits_at`` decides per implementation."""
     for p, c in graph.edges_within(fusion):
         key = ("exchange", p, c)
@@ -139,7 +142,7 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
 
 
 def _edge_exchange(program: Program, graph: DependencyGraph, p: int, c: int
-                   ) -> ScalarBarrier | IndexBarrier | ReductionBarrier | PartialsOfMap | None:
+                   ) -> ScalarBarrier | GatherBarrier | IndexBarrier | ReductionBarrier | PartialsOfMap | None:
     """``exchanges_on_chip`` of the edge from call p to call c alone (the first reason among its
     values; it depends on nothing else, so each edge is judged once: ``graph.memo``)."""
     prod, cons = program.calls[p], program.calls[c]
@@ -150,6 +153,8 @@ def _edge_exchange(program: Program, graph: DependencyGraph, p: int, c: int
                 return ScalarBarrier(cons, prod, v)
             if a is not v:
                 continue
+            if q.gathered:
+                return GatherBarrier(cons, prod, v, q.reach)
             if q.index != out.index:
                 return IndexBarrier(cons, prod, v, ''.join(q.index), ''.join(out.index))
             if out.reduce and not q.partial:
@@ -298,8 +303,8 @@ def _read_index(program: Program, graph: DependencyGraph, c: int) -> dict[int, f
         call = program.calls[c]
         found: dict[int, set] = {}
         for q, x in zip(call.function.inputs, call.args):
-            if isinstance(x, Value):
-                found.setdefault(x.id, set()).add(q.index)
+            if isinstance(x, Value):     # a gathered read shares no element with the others
+                found.setdefault(x.id, set()).add((q.reach,) if q.gathered else q.index)
         got = graph.memo[key] = {vid: frozenset(ix) for vid, ix in found.items()}
     return got
 

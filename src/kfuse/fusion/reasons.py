@@ -107,6 +107,21 @@ class IndexBarrier:
 
 
 @dataclass(frozen=True)
+class GatherBarrier:
+    """exchanges_on_chip: ``cons`` reads ``value`` beyond its instance's own element (``reach``:
+    a stencil's neighbours, a sparse mat-vec's gather), which other blocks of the kernel make."""
+    cons: Call
+    prod: Call
+    value: Value
+    reach: str
+
+    def __str__(self) -> str:
+        what = "the neighbours of each entry" if self.reach == "neighbours" else "entries anywhere"
+        return (f"{self.cons.text()} reads {what} of {self.value.name}, which {self.prod.text()} makes: "
+                "a global barrier (the value must be complete before its kernel starts)")
+
+
+@dataclass(frozen=True)
 class ReductionBarrier:
     """exchanges_on_chip: ``cons`` uses the whole result of ``prod``'s reduction over ``axes``, and
     no variants of the two span those axes whole."""

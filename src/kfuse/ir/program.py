@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..library.schema import Function
+from .dag import post_order
 
 
 @dataclass(frozen=True)
@@ -54,20 +55,7 @@ class ScalarArg:
     def _nodes(self) -> tuple["ScalarArg", ...]:
         """The distinct nodes of this argument, operands before the nodes that use them, leaves
         in order of first appearance (left to right)."""
-        order: list[ScalarArg] = []
-        seen: set[int] = set()
-        stack: list[tuple[ScalarArg, bool]] = [(self, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((o, False) for o in reversed(node.operands) if id(o) not in seen)
-        return tuple(order)
+        return tuple(post_order([self], lambda n: n.operands))
 
     def nodes(self) -> tuple["ScalarArg", ...]:
         """The distinct nodes, operands before the nodes that use them (this one last)."""

@@ -19,7 +19,7 @@ from .expr import ExprError, check
 from .mappings import MAPPINGS
 from .variant_fields import (PLAIN, cluster_field as _cluster, sources_field as _sources, triangle_field as _triangle,
                              triangle_tiles, triangles_agree, whole_field as _whole)
-from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
+from .schema import (ACCESS_MODES, AXES, KINDS, REACHES, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
@@ -213,7 +213,8 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     if not isinstance(p, dict):
         raise ctx.fail(where, "expected a table")
-    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial"}, where)
+    ctx.unknown_keys(p, {"name", "type", "dir", "index", "invariant", "reduce", "pad", "partial", "reach"},
+                     where)
     name = ctx.ident(ctx.get(p, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.params.{name}"
     ptype = ctx.get(p, "type", where, str)
@@ -251,7 +252,13 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     partial = ctx.get(p, "partial", where, bool, False)
     if partial and (direction != "in" or ptype == "matrix"):
         raise ctx.fail(f"{where}.partial", "only vector or scalar inputs can take partial sums")
-    return Param(name, ptype, direction, index, hoist, reduce, pad, partial)
+    reach = ctx.get(p, "reach", where, str, "element")
+    if reach not in REACHES:
+        raise ctx.fail(f"{where}.reach", f"{reach!r} is not one of {', '.join(REACHES)}")
+    if reach != "element" and (direction != "in" or ptype == "scalar" or partial):
+        raise ctx.fail(f"{where}.reach", "only vector or matrix inputs (not partial sums) are read beyond "
+                       "their element")
+    return Param(name, ptype, direction, index, hoist, reduce, pad, partial, reach)
 
 
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
@@ -374,7 +381,7 @@ def _parse_arg(ctx, text, where, pmap: dict[str, Param], lmap: dict[str, Local])
         raise ctx.fail(where, f"expected strings, got {shown(text)}")
     if text.startswith("&"):
         p = pmap.get(text[1:])
-        if p is None or not p.on_chip:
+        if p is None or not (p.on_chip or p.gathered):
             raise ctx.fail(where, f"{text}: global view of an unknown or scalar-input parameter")
         return Arg("global", p.name)
     parts = text.split(":")
@@ -444,15 +451,17 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
             if r.kind == "load":
                 written |= {a.name for a in elems[1:]}
         else:
-            if any(a.kind == "global" for a in r.args):
-                raise ctx.fail(rw, f"a {r.kind} routine works on chip only (no &global views)")
+            pmap = {p.name: p for p in params}
+            if any(a.kind == "global" and not pmap[a.name].gathered for a in r.args) or (
+                    r.kind == "finish" and any(a.kind == "global" for a in r.args)):
+                raise ctx.fail(rw, f"a {r.kind} routine works on chip only (no &global views), but for "
+                               "compute routines' views of inputs declared reach = \"neighbours\" or \"any\"")
             if r.kind == "finish":
                 if names.index(r.name) > names.index(f"store_{r.param}"):
                     raise ctx.fail(rw, f"a finish routine comes before store_{r.param}")
                 if not any(a.name == r.param and a.mode == "r" for a in r.elements) or any(
                         a.mode != "r" and a.name not in {loc.name for loc in v.locals} for a in r.elements):
                     raise ctx.fail(rw, f"a finish routine reads {r.param} and writes only locals")
-            pmap = {p.name: p for p in params}
             for a in r.elements:
                 q = pmap.get(a.name)
                 if q is not None and q.dir == "in" and a.mode != "r":
@@ -466,6 +475,9 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                     raise ctx.fail(rw, f"reads local {a.name} before any routine writes it")
             written |= {a.name for a in r.elements if a.mode != "r"}
     for p in params:
+        if p.gathered and not any(a.kind == "global" and a.name == p.name for r in v.computes for a in r.args):
+            raise ctx.fail(f"{where}.routines", f"no compute routine reads {p.name} (reach = {p.reach!r}: "
+                           f"through its global view &{p.name})")
         if p.dir == "out" and p.on_chip and p.name not in written:
             raise ctx.fail(f"{where}.routines", f"no compute routine writes output {p.name}")
 

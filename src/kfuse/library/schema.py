@@ -14,6 +14,11 @@ ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile"}
 REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
 ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler clears first)
 TRIANGLES = ("upper",)                      # a variant's ``triangle``: the tiles it walks
+# what of an input an instance reads: its own element (loaded on chip), the entries around it
+# (a stencil's neighbourhood), or any entry (a sparse mat-vec's gather of x); the latter two are
+# read through the global view by compute routines, so the value must be complete before the
+# kernel starts (fusion/legality.py)
+REACHES = ("element", "neighbours", "any")
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,12 @@ class Param:
     pad: int = 0                    # shared-memory padding per tile row
     partial: bool = False           # in: may be fed per-instance partial sums of a producer that
                                     #     reduces over the same axes (the routines add it linearly)
+    reach: str = "element"          # in: one of REACHES
+
+    @property
+    def gathered(self) -> bool:
+        """An input read beyond the instance's own element, through its global view only."""
+        return self.reach != "element"
 
     def follows(self, axis: str) -> bool:
         return axis in self.index
@@ -38,8 +49,9 @@ class Param:
 
     @property
     def on_chip(self) -> bool:
-        """Scalar inputs travel as kernel arguments; everything else has an on-chip element."""
-        return not (self.type == "scalar" and self.dir == "in")
+        """Scalar inputs travel as kernel arguments and gathered inputs are read from global
+        memory; everything else has an on-chip element."""
+        return not (self.type == "scalar" and self.dir == "in") and not self.gathered
 
 
 @dataclass(frozen=True)

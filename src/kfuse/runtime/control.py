@@ -41,6 +41,7 @@ import sys
 import numpy as np
 
 from ..errors import CompileError
+from ..ir.dag import post_order
 from .gpu import cupy
 
 _BINARY = {"+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!="}
@@ -110,20 +111,7 @@ def c_shared(exprs) -> tuple[list[str], list[str]]:
     their sources share) is computed once, into ``const real t<n>``.  Each distinct node is
     visited once, with an explicit stack: ``b = a * a; c = b * b; ...`` stays linear, where
     written out in full it would double with every step."""
-    order: list[tuple] = []            # distinct nodes, operands first
-    seen: set[int] = set()
-    stack: list[tuple[tuple, bool]] = [(e, False) for e in reversed(list(exprs))]
-    while stack:
-        node, ready = stack.pop()
-        if ready:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        if node[0] not in _LEAVES:
-            stack.extend((a, False) for a in reversed(node[1:]) if id(a) not in seen)
+    order = post_order(exprs, _operands)          # distinct nodes, operands first
     uses: dict[int, int] = {}
     for e in exprs:                     # a result is a use too: one result the operand of another
         uses[id(e)] = uses.get(id(e), 0) + 1
@@ -194,36 +182,22 @@ def script_expression(arg, where, reads: list, done: dict | None = None) -> tupl
     return done[id(arg)]
 
 
+def _operands(node: tuple) -> tuple:
+    return () if node[0] in _LEAVES else node[1:]
+
+
 def _values(exprs) -> set[int]:
     """The argument indices the expressions read by value."""
-    out: set[int] = set()
-    stack, seen = list(exprs), set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node[0] == "value":
-            out.add(int(node[1]))
-        elif node[0] not in _LEAVES:
-            stack.extend(node[1:])
-    return out
+    return {int(node[1]) for node in post_order(exprs, _operands) if node[0] == "value"}
 
 
 def _by_value(exprs: list, numbers: tuple[bool, ...]) -> list:
     """The expressions with the leaves ``k`` where ``numbers[k]`` read by value (operands shared,
     within one expression or between them, kept shared)."""
     done: dict[int, tuple] = {}
-    stack: list[tuple[tuple, bool]] = [(e, False) for e in exprs]
-    while stack:
-        node, ready = stack.pop()
-        if id(node) in done:
-            continue
+    for node in post_order(exprs, _operands):
         if node[0] in _LEAVES:
             done[id(node)] = ("value", node[1]) if node[0] == "leaf" and numbers[int(node[1])] else node
-        elif not ready:
-            stack.append((node, True))
-            stack.extend((a, False) for a in node[1:] if id(a) not in done)
         else:
             done[id(node)] = (node[0], *(done[id(a)] for a in node[1:]))
     return [done[id(e)] for e in exprs]
@@ -233,18 +207,11 @@ def counts(exprs) -> tuple[int, int]:
     """(arguments, numbers) the expressions read: one past the largest leaf (or value) and
     constant index."""
     p = c = 0
-    stack, seen = list(exprs), set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:            # an operand shared: walked once
-            continue
-        seen.add(id(node))
+    for node in post_order(exprs, _operands):
         if node[0] in ("leaf", "value"):
             p = max(p, int(node[1]) + 1)
         elif node[0] == "const":
             c = max(c, int(node[1]) + 1)
-        elif node[0] != "num":
-            stack.extend(node[1:])
     return p, c
 
 

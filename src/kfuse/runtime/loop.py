@@ -30,7 +30,7 @@ from ..errors import CompileError, LaunchError
 from . import driver, loopgraph, persistent
 from .args import adapt, facts, torch_tensor_type
 from .binding import OUT, TMP
-from .control import control_module, control_source
+from .control import control_module, control_source, counts
 from .gpu import cupy
 from .launch import KernelLaunch, PackedArgs
 
@@ -116,7 +116,7 @@ class Instance:
         # a while loop's result: the state of the last step counted (entries read in place aside)
         self.carried = [j for j, s in enumerate(body.sources) if s != ("keep",)]
         self.saved = {j: self._empty(self.shapes[j]) for j in self.carried} if pred is not None else {}
-        self.cst = cp.zeros(max(1, len(_consts(pred))), self.dtype)
+        self.cst = cp.zeros(max(1, counts((pred,))[1] if pred is not None else 0), self.dtype)
         self.ptr = [[facts(a)[4] for a in s] for s in self.sets]
         # the program bound to set 0 -> set 1 (checks every argument once), patched per step
         ex = body.executor
@@ -145,7 +145,9 @@ class Instance:
                    + ["kf_loop_set", "kf_loop_index", "kf_loop_copy"]
                    + (["kf_loop_first", "kf_loop_next"] if pred is not None else [])
                    + (["kf_loop_again"] if self.conditional else [])}
-        self.pred_reads = _leaves_of(pred) if pred is not None else []
+        # state entries the predicate reads, in the order of its p{k} pointers (leaf k is entry k:
+        # every entry up to the largest read is passed)
+        self.pred_reads = list(range(counts((pred,))[0])) if pred is not None else []
         self.capture = driver.create_stream()
         self.graphs: dict = {}
         # the whole loop as one persistent kernel where it can and should run one (runtime/persistent.py)
@@ -218,6 +220,17 @@ class Instance:
         return facts(self._out(k, p))[4]
 
     # -- one step ----------------------------------------------------------------------------------
+    def tail_pointers(self, p: int) -> tuple[list[tuple[int, int, int]], list[int], list[int]]:
+        """What step p does after its kernels, as pointers: (destination, source, entries) of each
+        state entry copied from an input, the entries the returned arithmetic (``kf_scalars``)
+        writes, and what that arithmetic reads."""
+        body, item = self.body, self.dtype.itemsize
+        copies = [(self.ptr[1 - p][j], self._ptr(src[1], p), self.nbytes[j] // item)
+                  for j, src in enumerate(body.sources) if src[0] == "copy"]
+        outs = [self.ptr[1 - p][j] for j, src in enumerate(body.sources) if src[0] == "tail"]
+        reads = [self._ptr(src, p) for src in body.tail_reads]
+        return copies, outs, reads
+
     def step(self, p: int, clear: bool = True):
         """The launches of step p, as a function of a stream (for capture); ``clear``: ending with
         the next step's clears (a while loop's kf_loop_next makes them instead)."""
@@ -225,14 +238,11 @@ class Instance:
         ins, outs = self.patches[p]
         tmp = self.tmp.ptr if self.tmp is not None else 0
         extra: list = []
-        for j, s in enumerate(body.sources):
-            if s[0] == "copy":
-                n = self.nbytes[j] // self.dtype.itemsize
-                extra.append(KernelLaunch(self.fn["kf_loop_copy"], _blocks(n), 256, PackedArgs(
-                    (self.ptr[1 - p][j], self._ptr(s[1], p), np.int64(n))), "kf_loop_copy"))
+        copies, outs_t, reads = self.tail_pointers(p)
+        for dst, src, n in copies:
+            extra.append(KernelLaunch(self.fn["kf_loop_copy"], _blocks(n), 256, PackedArgs(
+                (dst, src, np.int64(n))), "kf_loop_copy"))
         if body.tails:
-            outs_t = [self.ptr[1 - p][j] for j, s in enumerate(body.sources) if s[0] == "tail"]
-            reads = [self._ptr(src, p) for src in body.tail_reads]
             extra.append(self._launch("kf_scalars", *outs_t, *reads))
         if body.indexed:
             extra.append(self._launch("kf_loop_index", facts(self.index)[4]))
@@ -253,7 +263,7 @@ class Instance:
         return KernelLaunch(self.fn[name], 1, 1, PackedArgs(args), name)
 
     def _predicate_args(self, where: int) -> list:
-        return ([facts(self.cst)[4]] if _consts(self.pred) else []) + [self.ptr[where][j] for j in self.pred_reads]
+        return ([facts(self.cst)[4]] if self.pred is not None and counts((self.pred,))[1] else []) + [self.ptr[where][j] for j in self.pred_reads]
 
     def _first(self, handle: int = 0) -> KernelLaunch:
         """kf_loop_first: the condition on the initial state (set 0)."""
@@ -283,8 +293,9 @@ class Instance:
             if self.pred is not None:
                 # from pageable memory: staged before the call returns (no wait for the stream)
                 self._host = (np.array([0, 1, 1, most, 1], np.int32), np.array(list(consts) or [0.0], self.dtype))
-                for dev, host in zip((self.ctl, self.cst), self._host):
-                    cp.cuda.runtime.memcpyAsync(facts(dev)[4], host.ctypes.data, host.nbytes, H2D, self.stream)
+                for dev, host in zip((self.ctl, self.cst), self._host):     # numbers past those read: not copied
+                    cp.cuda.runtime.memcpyAsync(facts(dev)[4], host.ctypes.data, min(host.nbytes, dev.nbytes), H2D,
+                                                self.stream)
             for j, s in enumerate(self.body.sources):
                 if s == ("keep",):
                     continue
@@ -436,31 +447,4 @@ class Instance:
 def _blocks(n: int) -> int:
     """Blocks of 256 threads for a grid-stride loop over n entries (at most 1024)."""
     return max(1, min(1024, -(-n // 256)))
-
-
-def _consts(pred) -> list:
-    """The const indices an expression reads (empty for none)."""
-    if pred is None:
-        return []
-    found, stack = set(), [pred]
-    while stack:
-        e = stack.pop()
-        if e[0] == "const":
-            found.add(e[1])
-        elif e[0] not in ("leaf", "num"):
-            stack.extend(e[1:])
-    return sorted(found)
-
-
-def _leaves_of(pred) -> list[int]:
-    """State entries a predicate reads, in the order of its ``p{k}`` pointers (leaf k is entry k:
-    every entry up to the largest read is passed)."""
-    top, stack = -1, [pred]
-    while stack:
-        e = stack.pop()
-        if e[0] == "leaf":
-            top = max(top, int(e[1]))
-        elif e[0] not in ("const", "num"):
-            stack.extend(e[1:])
-    return list(range(top + 1))
 

@@ -30,6 +30,7 @@ the end of the step.  The host's ``start`` clears the first step's, as for graph
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass
 
@@ -97,6 +98,7 @@ def _real(dtype: np.dtype):
     return ctypes.c_double if np.dtype(dtype).itemsize == 8 else ctypes.c_float
 
 
+@functools.lru_cache(maxsize=64)
 def step_struct(shape: Shape, dtype) -> type[ctypes.Structure]:
     """The host's ``kf_step``: a ctypes struct laid out as the kernel's."""
     real = _real(dtype)
@@ -275,19 +277,12 @@ def build(inst) -> "Persistent | None":
     tmp = inst.tmp.ptr if inst.tmp is not None else 0
     index = facts(inst.index)[4]
 
-    def tail_pointers(p: int) -> tuple[list, list, list]:
-        copies = [(inst.ptr[1 - p][j], inst._ptr(src[1], p), inst.nbytes[j] // item)
-                  for j, src in enumerate(body.sources) if src[0] == "copy"]
-        outs = [inst.ptr[1 - p][j] for j, src in enumerate(body.sources) if src[0] == "tail"]
-        reads = [inst._ptr(src, p) for src in body.tail_reads]
-        return copies, outs, reads
-
     args: list = []          # per parity: each kernel's argument values
     for p in (0, 1):
         ins, outs = inst.patches[p]
         b.patch(ins, outs, 0, tmp, [])
         args.append([[v.value for v in L.args.values] for L in launches])
-    copies0, outs0, reads0 = tail_pointers(0)
+    copies0, outs0, reads0 = inst.tail_pointers(0)
     tail_work = bool(copies0 or body.tails or body.indexed)
     phase_ptrs = [{v for v, t in zip(vals, k.args) if t is ctypes.c_void_p and v} for vals, k in zip(args[0], kernels)]
     if tail_work:
@@ -298,7 +293,8 @@ def build(inst) -> "Persistent | None":
     def touched(ptrs: set, rng) -> bool:
         ptr, n, _ = rng
         return any(ptr <= q < ptr + n * item for q in ptrs)
-    nxt, own = inst._ranges(1), inst._ranges(0)
+    ranges = (inst._ranges(0), inst._ranges(1))       # the clears of each parity's step
+    own, nxt = ranges
     late = [max([k for k, ps in enumerate(phase_ptrs) if touched(ps, r)], default=-1) for r in nxt]
     early = [min([k for k, ps in enumerate(phase_ptrs) if touched(ps, r)], default=1 << 30) for r in own]
     clears = place_clears(late, early, last)
@@ -316,11 +312,11 @@ def build(inst) -> "Persistent | None":
                 setattr(sub, f"a{i}", v)
             setattr(st, f"g{k}", L.grid)
         for i, (_, is_late) in enumerate(clears):
-            ptr, n, value = inst._ranges(1 - p if is_late else p)[i]
+            ptr, n, value = ranges[1 - p if is_late else p][i]
             setattr(st, f"c{i}", ptr)
             setattr(st, f"cn{i}", n)
             setattr(st, f"cv{i}", value)
-        copies, outs, reads = tail_pointers(p)
+        copies, outs, reads = inst.tail_pointers(p)
         for i, (d, src, n) in enumerate(copies):
             setattr(st, f"cpd{i}", d)
             setattr(st, f"cps{i}", src)
