@@ -17,8 +17,8 @@ from . import cusource
 from .files import parse_toml as _parse_toml, read_folder
 from .expr import ExprError, check
 from .mappings import MAPPINGS
-from .variant_fields import (PLAIN, cluster_field as _cluster, sources_field as _sources, triangle_field as _triangle,
-                             triangle_tiles, triangles_agree, whole_field as _whole)
+from .variant_fields import (PLAIN, cluster_field as _cluster, locals_field as _locals, sources_field as _sources,
+                             triangle_field as _triangle, triangle_tiles, triangles_agree, whole_field as _whole)
 from .schema import (ACCESS_MODES, AXES, KINDS, REACHES, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 
@@ -298,30 +298,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
     if nested and ipb != (1,):
         raise ctx.fail(f"{where}.instances_per_block", "a nested function runs one instance per block")
-    locals_: list = []
-    for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
-        lw = f"{where}.locals[{n}]"
-        _table(ctx, loc, lw)
-        ctx.unknown_keys(loc, {"name", "element", "shape", "pad", "buffers"}, lw)
-        lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
-        element = ctx.get(loc, "element", lw, str)
-        shape = tuple(ctx.get(loc, "shape", lw, list))
-        dims = {"scalar": 0, "subvector": 1, "tile": 2}.get(element)
-        if dims is None:
-            raise ctx.fail(f"{lw}.element", f"{element!r} is not scalar, subvector or tile")
-        if len(shape) != dims or not all((isinstance(s, int) and s > 0) or s in macros for s in shape):
-            raise ctx.fail(f"{lw}.shape", f"a {element} has {dims} sizes, each an int or a macro")
-        if lname in {p.name for p in params}:
-            raise ctx.fail(f"{lw}.name", f"{lname} is also a parameter")
-        if lname in {x.name for x in locals_}:
-            raise ctx.fail(f"{lw}.name", f"duplicate local {lname}")
-        lpad = ctx.get(loc, "pad", lw, int, 0)
-        if lpad < 0 or (lpad and element != "tile"):
-            raise ctx.fail(f"{lw}.pad", "padding is a non-negative number of entries per tile row")
-        buffers = ctx.get(loc, "buffers", lw, int, 1)
-        if buffers not in (1, 2):
-            raise ctx.fail(f"{lw}.buffers", "a local has 1 copy or 2 (alternate instances along the loop axis)")
-        locals_.append(Local(lname, element, shape, lpad, buffers))
+    locals_ = _locals(ctx, v, where, params, macros)
     routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     for loc in locals_:

@@ -1,4 +1,5 @@
-"""Variant fields of library metadata that say where a variant's tiles reach and where its
+"""Variant fields of library metadata checked apart from the loader's main flow: ``locals``
+(private on-chip elements), and those that say where a variant's tiles reach and where its
 routines come from: ``whole`` (axes a tile spans whole), ``cluster`` (blocks of a thread-block
 cluster spanning that axis together), ``triangle`` (only the tiles on and above the diagonal) and
 ``source`` (its routine files).  Checked like the rest
@@ -6,9 +7,10 @@ of the metadata (``loader.py``): a problem is a LibraryError naming the file and
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 
-from .schema import AXES, TRIANGLES, Param
+from .schema import AXES, TRIANGLES, Local, Param
 
 
 def whole_field(ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
@@ -153,3 +155,32 @@ def triangle_tiles(ctx, functions: list, tile: tuple[int, int]) -> list:
                                f"declare tile = [S, S] (the library's tile is {tile[0]} x {tile[1]})")
     return functions
 
+
+def locals_field(ctx, v: dict, where: str, params: tuple[Param, ...], macros: dict) -> list[Local]:
+    """A variant's ``locals``: private on-chip elements, each a scalar, subvector or tile."""
+    locals_: list[Local] = []
+    for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
+        lw = f"{where}.locals[{n}]"
+        if not isinstance(loc, dict):
+            raise ctx.fail(lw, f"expected a table, got {type(loc).__name__} {reprlib.repr(loc)}")
+        ctx.unknown_keys(loc, {"name", "element", "shape", "pad", "buffers"}, lw)
+        lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
+        element = ctx.get(loc, "element", lw, str)
+        shape = tuple(ctx.get(loc, "shape", lw, list))
+        dims = {"scalar": 0, "subvector": 1, "tile": 2}.get(element)
+        if dims is None:
+            raise ctx.fail(f"{lw}.element", f"{element!r} is not scalar, subvector or tile")
+        if len(shape) != dims or not all((isinstance(s, int) and s > 0) or s in macros for s in shape):
+            raise ctx.fail(f"{lw}.shape", f"a {element} has {dims} sizes, each an int or a macro")
+        if lname in {p.name for p in params}:
+            raise ctx.fail(f"{lw}.name", f"{lname} is also a parameter")
+        if lname in {x.name for x in locals_}:
+            raise ctx.fail(f"{lw}.name", f"duplicate local {lname}")
+        lpad = ctx.get(loc, "pad", lw, int, 0)
+        if lpad < 0 or (lpad and element != "tile"):
+            raise ctx.fail(f"{lw}.pad", "padding is a non-negative number of entries per tile row")
+        buffers = ctx.get(loc, "buffers", lw, int, 1)
+        if buffers not in (1, 2):
+            raise ctx.fail(f"{lw}.buffers", "a local has 1 copy or 2 (alternate instances along the loop axis)")
+        locals_.append(Local(lname, element, shape, lpad, buffers))
+    return locals_
