@@ -300,11 +300,12 @@ def test_shipped_library_loads(lib):
     assert shipped.name == "blas" and shipped.version == "1"
     assert shipped.root == SHIPPED
     assert shipped.subvector == 32 and shipped.tile == (32, 32)
-    assert len(shipped.functions) == 20      # BLAS-1, BLAS-2, the sparse mat-vec and the six stencils
+    assert len(shipped.functions) == 23      # BLAS-1, BLAS-2, symmetric, the sparse mat-vec and six stencils
     assert [f.name for f in shipped.functions].count("gemv") == 3
     assert {f.name for f in shipped.functions} == {
-        "scal", "axpy", "axpby", "vadd", "dot", "gemv", "gemtv", "ger", "madd", "spmv",
+        "scal", "axpy", "axpby", "vadd", "vmul", "dot", "gemv", "gemtv", "ger", "madd", "symv", "trmv", "spmv",
         "lap5", "lap7", "lap27", "lap5v", "lap7v", "lap27v"}
+    assert {f.name for f in shipped.functions if f.triangle == "upper"} == {"symv", "trmv"}
     assert shipped == lib
 
 
@@ -437,7 +438,7 @@ def test_copy_of_shipped_folder(tmp_path, lib):
     copy_dir = tmp_path / "blas_copy"
     shutil.copytree(SHIPPED, copy_dir)
     alone = load_library(copy_dir, shipped=False)
-    assert len(alone.functions) == 20 and alone.digest == lib.digest and alone.root == copy_dir
+    assert len(alone.functions) == 23 and alone.digest == lib.digest and alone.root == copy_dir
     err = load_error(copy_dir, shipped=True)      # every function is now defined twice
     assert_names(err, copy_dir / "blas1.toml", "function.name",
                  f"scal with 2 inputs is already defined in {SHIPPED / 'blas1.toml'}")

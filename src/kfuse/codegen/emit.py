@@ -100,6 +100,9 @@ class _Emitter:
         # C tiles of one strip (cluster rank and tile along the strip's axis agree, up to the
         # order's reversal); they exchange values through distributed shared memory
         self.cluster = spec.cluster[0]
+        # a kernel on a triangle (its call alone): the blocks walk the upper tiles (I <= J) as one
+        # sequence, block b taking tiles b, b + G, b + 2G, ... (G blocks); lower tiles are never launched
+        self.triangle = spec.triangle
         self.out: list[str] = []
         self.views: dict[str, str] = {}
 
@@ -179,6 +182,14 @@ class _Emitter:
             w("    const long long kf_b = kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
         if self.nest == 1:
             self.out += sk.unnested_indices(self.T, spec.ipb, "kf_b")
+        elif self.triangle:
+            w(sk.nested_thread())
+            w(f"    const long long kf_groups = {'kf_nblk' if self.device else 'gridDim.x'};   "
+              "// the blocks walk the upper tiles together")
+            w("    const long long first_t = kf_b;   // this block's first upper tile, then every kf_groups-th")
+            w("    const long long n_tri = n_i * (n_i + 1) / 2;   // upper tiles (I, J), I <= J, of the square "
+              "matrix, row by row")
+            w("    KfIx ix{lt, 0, 0, 0};")
         else:
             w(sk.nested_thread())
             nb = f"n_{other}"
@@ -357,6 +368,22 @@ class _Emitter:
         U, V, L, w = self.U, self.V, self.L, self.w
         w(f"    // ---- serial loop along {L}: iters instance(s) per {'slot' if self.nest == 1 else 'block'}"
           + (f", {U} at a time" if U > 1 else ""))
+        if self.triangle:
+            assert U == 1 and V == 1, "a kernel on a triangle walks single tiles: no unrolled or spanned copies"
+            w("    for (int it = 0; it < iters; ++it) {")
+            w("        const long long kf_t = first_t + it * kf_groups;")
+            w("        if (kf_t >= n_tri) break;   // past the last upper tile")
+            w("        // tile (I, J) of number kf_t: counted from the last tile, row n_i-1-g starts at g (g + 1) / 2")
+            w("        const long long kf_r = n_tri - 1 - kf_t;")
+            w("        long long kf_g = (long long)((sqrt(8.0 * (double)kf_r + 1.0) - 1.0) * 0.5);")
+            w("        if (kf_g * (kf_g + 1) / 2 > kf_r) --kf_g;   // the root's rounding")
+            w("        else if ((kf_g + 1) * (kf_g + 2) / 2 <= kf_r) ++kf_g;")
+            w("        KfIx ix_u0 = ix; ix_u0.i = n_i - 1 - kf_g; ix_u0.j = n_i - 1 - (kf_r - kf_g * (kf_g + 1) / 2);")
+            for s in self.lay.steps:
+                if s.phase == "loop":
+                    self.step(s, "        ", 0)
+            w("    }")
+            return
         if self.strided:
             assert U == 1 and V == 1, "a strip kernel keeps shared data: no unrolled or spanned copies"
             w("    for (int it = 0; it < iters; ++it) {")

@@ -99,5 +99,5 @@ def _code(lay: Layout) -> KernelCode:
                         spec.span, spec.unroll, any(s.phase != "loop" for s in lay.steps),
                         fr.wait_phase is not None,
                         sum(lay.placement.registers.values()) if any(kc.variant.whole for kc in spec.calls) else 0,
-                        *spec.cluster, any(kc.on_rows for kc in spec.calls))
+                        *spec.cluster, any(kc.on_rows for kc in spec.calls), spec.triangle)
     return KernelCode(spec, partial(render, lay), fr.sources, launch, lay.placement, lay.steps)

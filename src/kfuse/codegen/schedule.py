@@ -260,7 +260,8 @@ class Scheduler:
                 self.call_elem[(kc.call.index, p.name)] = el
                 self.widen_pitch(el, p)
                 continue
-            hoisted = p.hoist and not p.follows(loop)
+            # a kernel on a triangle changes both tile indices every iteration: nothing is hoisted
+            hoisted = p.hoist and not p.follows(loop) and not self.spec.triangle
             acc = r.elements[0]
             key = (v.id, p.index, r.fn, acc.mapping, kc.shape(r), kc.macros, hoisted)
             if key in self.loaded:  # the same load by an earlier call: read once
@@ -287,7 +288,7 @@ class Scheduler:
                     # its consumer does the accumulating)
                     p = params.get(a.name)
                     accumulated = (p is not None and p.dir == "out" and not p.follows(self.spec.loop)
-                                   and binds[p.name].id in self.spec.stores)
+                                   and binds[p.name].id in self.spec.stores and not self.spec.triangle)
                     self.cleared.add(el)
                     self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
                                            (Access(el, "w", str(a.mapping), kc.shape(r)),), element=el))
@@ -301,7 +302,7 @@ class Scheduler:
             p = params[r.param]
             if binds[p.name].id not in self.spec.stores:
                 continue            # consumed on chip only
-            phase = "loop" if p.follows(self.spec.loop) else "post"
+            phase = "loop" if p.follows(self.spec.loop) or self.spec.triangle else "post"
             for f in kc.variant.finishes(p.name):   # the store's own steps before it, where it runs
                 self.add_routine(phase, kc, f)
             self.add_routine(phase, kc, r)

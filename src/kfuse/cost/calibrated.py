@@ -263,7 +263,7 @@ class CalibratedModel:
     def _new_launch_facts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple:
         """``_launch_facts``, found."""
         L, spec, dev = code.launch, code.spec, self.device
-        instances = math.prod(L.counts(dims))
+        instances = L.instances(dims)
         iters = L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))
         slots = L.grid(dims, iters) * spec.ipb
         resident = resident_fraction(dev, L.threads, L.smem_bytes_per_real * itemsize)

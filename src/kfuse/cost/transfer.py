@@ -56,12 +56,20 @@ class Machine:
 DEFAULT_MACHINE = Machine()
 
 
-def kernel_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
+def kernel_bytes(code: KernelCode, entries: dict[int, int], itemsize: int,
+                 dims: dict[int, int] | None = None) -> int:
     """Each array once per load or store routine that moves it (an array that two calls load
-    with different thread mappings crosses the bus twice), and each gathered input once."""
-    moves = [s.kc.call.bindings()[str(s.routine.param)].id for s in code.steps
+    with different thread mappings crosses the bus twice), and each gathered input once.  A
+    kernel on a triangle moves the share of each matrix its upper tiles cover (about half;
+    ``dims`` needed)."""
+    moves = [s.kc.call.bindings()[str(s.routine.param)] for s in code.steps
              if s.routine is not None and s.routine.kind in ("load", "store")]
-    return (sum(entries[v] for v in moves) + sum(entries[v] for v in gathered_values(code))) * itemsize
+    gathered = sum(entries[v] for v in gathered_values(code))
+    if code.launch.triangle and dims is not None:
+        T = code.launch.counts(dims)[0]
+        share = code.launch.instances(dims) / max(1, T * T)
+        return int((sum(entries[v.id] * (share if v.type == "matrix" else 1.0) for v in moves) + gathered) * itemsize)
+    return (sum(entries[v.id] for v in moves) + gathered) * itemsize
 
 
 def gathered_values(code: KernelCode) -> set[int]:
@@ -79,10 +87,7 @@ def gathered_values(code: KernelCode) -> set[int]:
 
 def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
     """Warps adding per-instance partials of reduced outputs inside the serial loop."""
-    counts = code.launch.counts(dims)
-    instances = 1
-    for c in counts:
-        instances *= c
+    instances = code.launch.instances(dims)
     total = 0
     for s in code.steps:
         warps = atomic_step_warps(s)
@@ -107,9 +112,7 @@ def atomic_step_warps(s: Step) -> int:
 
 def loop_barriers(code: KernelCode, dims: dict[int, int]) -> int:
     """Local barriers executed inside the serial loop, summed over instances."""
-    instances = 1
-    for c in code.launch.counts(dims):
-        instances *= c
+    instances = code.launch.instances(dims)
     return instances * sum(1 for s in code.steps if s.phase == "loop" and s.barrier)
 
 
@@ -129,7 +132,7 @@ def cluster_stream(code: KernelCode, dims: dict[int, int], seconds: float, machi
 
 def kernel_time(code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int,
                 machine: Machine = DEFAULT_MACHINE) -> float:
-    stream = cluster_stream(code, dims, kernel_bytes(code, entries, itemsize) / machine.bandwidth, machine)
+    stream = cluster_stream(code, dims, kernel_bytes(code, entries, itemsize, dims) / machine.bandwidth, machine)
     return (stream + machine.launch
             + bool(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
             + loop_barriers(code, dims) * machine.barrier)

@@ -184,6 +184,9 @@ def _steps(program: Program, lib: Library) -> list[_Step]:
     for s in kept:
         fn = s.fn
         where = f"line {s.line}: {fn.name}"
+        if fn.triangle:     # a row block of a triangle is no triangle: its tiles cross the diagonal
+            raise KfuseError(f"{where} reads the {fn.triangle} triangle of a square matrix; a block of its "
+                             "rows cannot be split off (use gemv on the full matrix)")
         for p in fn.params:
             if p.type == "matrix" and p.index != ("i", "j"):
                 raise KfuseError(f"{where}: matrix {p.name} is indexed {p.index}; only matrices indexed "

@@ -296,6 +296,8 @@ class ProgramBuilder:
                 k = SIZE_WORDS[RANKS[src.type]].index(word)
                 self.unify(src.dims[k], d, f"argument {n} ({p.name}) of {fn.name} {arg.name}: its size must be "
                            f"{src.name}'s {'length' if word == 'len' else word}", args[n - 1][1])
+        if fn.triangle:     # its tiles lie on or above the diagonal: rows and columns are one dimension
+            self.unify(axis_of["i"], axis_of["j"], f"{fn.name} reads a triangle of a square matrix", fn_tok)
         # outputs
         outs = []
         for tok, p in zip(targets, fn.outputs):

@@ -25,14 +25,14 @@ class RandomScript:
     matrix: bool                    # the script has matrices (size n) or only vectors (size N)
 
 
-def _usable(lib: Library, matrix: bool) -> list[Function]:
+def _usable(lib: Library, matrix: bool, functions: frozenset[str] | None = None) -> list[Function]:
     """Functions a script of this class can call: every array param is a vector or a square matrix
-    of the script's one size; vector-only scripts call no matrix function.  Stencils are left
-    out: they need their vectors' grid shape, which the arrays of a call give and a random
-    script's flat vectors do not."""
+    of the script's one size; vector-only scripts call no matrix function (``functions``: only
+    those of these names).  Stencils are left out: they need their vectors' grid shape, which the
+    arrays of a call give and a random script's flat vectors do not."""
     out = []
     for f in lib.functions:
-        if f.grid:
+        if f.grid or (functions is not None and f.name not in functions):
             continue
         types = {p.type for p in f.params}
         if (not matrix and "matrix" in types) or "csr" in types:    # no sparse inputs in random scripts
@@ -42,9 +42,9 @@ def _usable(lib: Library, matrix: bool) -> list[Function]:
 
 
 class _Builder:
-    def __init__(self, lib: Library, rng: random.Random, matrix: bool):
+    def __init__(self, lib: Library, rng: random.Random, matrix: bool, functions: frozenset[str] | None = None):
         self.lib, self.rng, self.matrix = lib, rng, matrix
-        self.funcs = _usable(lib, matrix)
+        self.funcs = _usable(lib, matrix, functions)
         if matrix and not any("matrix" in {p.type for p in f.params} for f in self.funcs):
             raise ValueError("the library has no function on matrices")
         self.inputs: dict[str, str] = {}      # name -> type
@@ -130,16 +130,19 @@ class _Builder:
 
 
 def random_script(lib: Library, seed: int, calls: int | None = None, min_calls: int = 2,
-                  max_calls: int = 10, matrix: bool | None = None) -> RandomScript:
+                  max_calls: int = 10, matrix: bool | None = None,
+                  functions: frozenset[str] | None = None) -> RandomScript:
     """The script of ``seed``: ``calls`` calls (default: between ``min_calls`` and ``max_calls``),
-    with matrices or not (default: drawn)."""
+    with matrices or not (default: drawn), calling the library's functions (``functions``: only
+    those of these names -- a seed then gives the script it gave before functions were added)."""
     rng = random.Random(seed)
     n = calls if calls is not None else rng.randint(min_calls, max_calls)
     if n < 1:
         raise ValueError("a script needs at least one call")
-    has_matrix_fn = any(p.type == "matrix" for f in lib.functions for p in f.params)
+    has_matrix_fn = any(p.type == "matrix" for f in lib.functions for p in f.params
+                        if functions is None or f.name in functions)
     m = (rng.random() < 0.6 and has_matrix_fn) if matrix is None else matrix
-    b = _Builder(lib, rng, m)
+    b = _Builder(lib, rng, m, functions)
     for _ in range(n):
         b.call()
     return RandomScript(seed, b.text(seed), n, m)

@@ -85,6 +85,8 @@ def loops_of(program: Program, order, variants, nesting: int) -> tuple[str, ...]
     if nesting != 2:
         return ("i",)
     chosen = [(program.calls[i], program.calls[i].function.variants[k]) for i, k in zip(order, variants)]
+    if any(v.triangle for _, v in chosen):
+        return ("i",)       # a kernel on a triangle walks its tiles as one sequence (codegen/emit.py)
     spanned = {v.whole[0] for _, v in chosen if v.cluster}
     if any("j" in v.whole and not v.cluster and _sums_over_i(c) for c, v in chosen):
         spanned.add("j")

@@ -9,8 +9,9 @@ from __future__ import annotations
 from ..ir.graph import DependencyGraph
 from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
-from .reasons import (Cycle, Dependent, GatherBarrier, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers, NothingShared,
-                      OtherInstances, PartialsOfMap, Reason, ReductionBarrier, Refusal, ScalarBarrier, SmallerCluster,
+from .reasons import (Cycle, Dependent, GatherBarrier, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers,
+                      NothingShared, OnTriangle, OtherInstances, PartialsOfMap, Reason, ReductionBarrier, Refusal,
+                      ScalarBarrier, SmallerCluster,
                       Spills, Uncovered, UnlinkedRows)
 
 
@@ -69,11 +70,19 @@ def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int
     return UnlinkedRows(lone)
 
 
-def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> OtherInstances | None:
+def same_instances(program: Program, graph: DependencyGraph, fusion: frozenset[int]
+                   ) -> OtherInstances | OnTriangle | None:
     """Producer and consumer instances must meet in one thread block: the calls must walk the same
     instance space (same dimensions along every axis; a vector call on the rows of strips walks
-    the rows, the first axis of the matrix calls)."""
+    the rows, the first axis of the matrix calls).  A call on a triangle (symv, trmv) walks only
+    the upper tiles, one after another, and adds its output from several of them: it is never
+    fused (with a call on the same triangle it could be, but its output's rows and columns both
+    take atomic adds, which no other call's instance could read)."""
     calls = _calls(program, fusion)
+    if len(calls) > 1:
+        tri = next((c for c in calls if c.function.triangle), None)
+        if tri is not None:
+            return OnTriangle(tri, str(tri.function.triangle))
     first = max(calls, key=lambda c: c.function.nesting)
     for c in calls:
         if c.axes != first.axes[:len(c.axes)]:

@@ -69,6 +69,18 @@ class OtherInstances:
 
 
 @dataclass(frozen=True)
+class OnTriangle:
+    """same_instances: ``call`` walks only the tiles on and above the diagonal (its function's
+    ``triangle``), so no other call's instances meet it in a block."""
+    call: Call
+    triangle: str
+
+    def __str__(self) -> str:
+        return (f"{self.call.text()} walks only the {self.triangle} triangle's tiles (those below the diagonal "
+                "are never launched): it runs in a kernel alone")
+
+
+@dataclass(frozen=True)
 class ScalarBarrier:
     """exchanges_on_chip: ``cons`` takes ``value``, computed by ``prod``, as a scalar argument."""
     cons: Call
@@ -153,7 +165,7 @@ class NothingShared:
         return f"{self.call.text()} shares no data with the rest of the fusion: nothing saved"
 
 
-Reason = Union[NestingDiffers, UnlinkedRows, OtherInstances, ScalarBarrier, IndexBarrier, ReductionBarrier,
+Reason = Union[NestingDiffers, UnlinkedRows, OtherInstances, OnTriangle, ScalarBarrier, IndexBarrier, ReductionBarrier,
                PartialsOfMap, Cycle, NothingShared]
 
 

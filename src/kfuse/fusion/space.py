@@ -224,7 +224,10 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
             loops = _loops(program, order, variants, nesting)
             chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
-            copies_of = {lp: [(u, s) for u in UNROLLS for s in spans if lp != "j" or s <= MAX_SPAN_LOOP_J]
+            # a kernel on a triangle walks single tiles, one per block slot: no span
+            spans_here = (1,) if any(program.calls[i].function.variants[v].triangle
+                                     for i, v in zip(order, variants)) else spans
+            copies_of = {lp: [(u, s) for u in UNROLLS for s in spans_here if lp != "j" or s <= MAX_SPAN_LOOP_J]
                          for lp in loops}                  # (1, 1) first
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
@@ -240,7 +243,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
             combos = list(product(by_choices, loops, ipb_choices, product(*other_choices)))
             if combos:      # each loop axis in len(combos) / len(loops) of them
                 pruned[Prune.TALL_SPANS] = pruned.get(Prune.TALL_SPANS, 0) + len(combos) // len(loops) * sum(
-                    len(UNROLLS) * len(spans) - len(copies_of[lp]) for lp in loops)
+                    len(UNROLLS) * len(spans_here) - len(copies_of[lp]) for lp in loops)
             kcs: dict[tuple, tuple[KernelCall, ...]] = {}      # the kernel calls by (BY, macros)
             for by, loop, ipb, macros in combos:
                 base = Implementation(calls, order, tuple(variants), by, loop, 1, ipb, 1, macros)

@@ -156,6 +156,12 @@ class KernelSpec:
         return self.calls[0].nesting
 
     @property
+    def triangle(self) -> bool:
+        """A kernel of a call on the upper triangle (a variant with ``triangle``; such a call is
+        alone in its kernel: fusion/legality.py, same_instances)."""
+        return any(kc.variant.triangle for kc in self.calls)
+
+    @property
     def cluster(self) -> tuple[int, int]:
         """(blocks per thread-block cluster, index of the axis its blocks span together: 0 for i,
         1 for j) of a kernel of cluster variants (its calls agree: layout.check_spec); else (1, -1)."""
@@ -208,6 +214,8 @@ class LaunchInfo:
     cluster: int = 1                # blocks per thread-block cluster, together spanning axis
     cluster_axis: int = -1          # cluster_axis whole (-1: no cluster)
     rows: bool = False              # it holds vector calls on the rows of its strips
+    triangle: bool = False          # its instances are the upper tiles (I <= J) of a square matrix only,
+                                    # numbered row by row and walked by every block together (upper_tiles)
 
     @property
     def rows_loop_i(self) -> bool:
@@ -223,8 +231,21 @@ class LaunchInfo:
             counts = tuple(-(-n // c) * c if k == self.cluster_axis else n for k, n in enumerate(counts))
         return counts
 
+    def instances(self, dims: dict[int, int]) -> int:
+        """Instances the kernel runs: every tile, or the upper ones of a kernel on a triangle."""
+        counts = self.counts(dims)
+        if self.triangle:
+            return counts[0] * (counts[0] + 1) // 2
+        n = 1
+        for c in counts:
+            n *= c
+        return n
+
     def _split(self, dims: dict[int, int]) -> tuple[int, int]:
-        """(instances along the loop axis, independent block groups across it)."""
+        """(instances along the loop axis, independent block groups across it).  A kernel on a
+        triangle walks its upper tiles as one sequence (no groups across it)."""
+        if self.triangle:
+            return self.instances(dims), 1
         counts = self.counts(dims)
         if self.nesting == 1:
             return counts[0], 1
@@ -282,3 +303,19 @@ class LaunchInfo:
     def grid(self, dims: dict[int, int], iters: int) -> int:
         along, across = self._split(dims)
         return max(1, across * -(-along // (iters * self.ipb)))
+
+
+def upper_tiles(t, n):
+    """Tile (I, J) of upper tile number ``t`` (a NumPy array or an int) of an n x n grid of tiles:
+    the tiles I <= J numbered row by row (row I holds J = I .. n-1), as the kernel of a call on a
+    triangle numbers them (codegen/emit.py: counted from the last tile, row n-1-g starts at
+    g (g + 1) / 2, so g is a triangular root)."""
+    import numpy as np
+    tt = np.asarray(t, dtype=np.int64)
+    r = n * (n + 1) // 2 - 1 - tt
+    g = ((np.sqrt(8.0 * r + 1.0) - 1.0) * 0.5).astype(np.int64)
+    g = np.where(g * (g + 1) // 2 > r, g - 1, g)
+    g = np.where((g + 1) * (g + 2) // 2 <= r, g + 1, g)
+    i, j = n - 1 - g, n - 1 - (r - g * (g + 1) // 2)
+    return (int(i), int(j)) if np.ndim(t) == 0 else (i, j)
+

@@ -7,14 +7,15 @@ are bit-identical.
 
 Allowed (``reference``): numeric literals, names of the function's inputs, ``+ - * / @`` and
 unary ``- +``, ``** k`` with a literal exponent of at most 8 in magnitude, ``E.T``, the calls
-``np.dot``, ``np.outer``, ``np.sum`` (optionally ``axis=<int>``), ``np.abs`` and ``abs``, and a
-tuple of expressions for several outputs.  A stencil's reference (``grid_reference``: a function
-declaring ``grid``) may also call the grid helpers ``cross(u)`` and ``box(u)``, optionally with a
-second argument ``fill`` (a number or an array of u's shape): over a 2-D or 3-D grid ``u``, the
-sum of u at each point and its 2 x rank axis neighbours (``cross``: the 5- or 7-point star) or its
-whole 3 x 3 (x 3) box (``box``: 9 or 27 points), a neighbour past the grid's edge reading as
-``fill`` at the point (default 0: the "zero" boundary rule).  ``flops``: literals, parameter
-names, ``+ - * //`` and unary ``-``.
+``np.dot``, ``np.outer``, ``np.sum`` (optionally ``axis=<int>``), ``np.abs``, ``abs`` and
+``np.triu(E)`` / ``np.triu(E, k)`` (a matrix's upper triangle from diagonal k, a literal int of at
+most 8 in magnitude; E must be a matrix), and a tuple of expressions for several outputs.  A
+stencil's reference (``grid_reference``: a function declaring ``grid``) may also call the grid
+helpers ``cross(u)`` and ``box(u)``, optionally with a second argument ``fill`` (a number or an
+array of u's shape): over a 2-D or 3-D grid ``u``, the sum of u at each point and its 2 x rank
+axis neighbours (``cross``: the 5- or 7-point star) or its whole 3 x 3 (x 3) box (``box``: 9 or 27
+points), a neighbour past the grid's edge reading as ``fill`` at the point (default 0: the "zero"
+boundary rule).  ``flops``: literals, parameter names, ``+ - * //`` and unary ``-``.
 """
 from __future__ import annotations
 
@@ -35,7 +36,18 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.MatMult: operator.matmul, ast.Pow: operator.pow,
            ast.FloorDiv: operator.floordiv}
 _UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-_NP_CALLS: dict[str, Callable[..., Any]] = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs}
+MAX_DIAGONAL = 8
+
+
+def _triu(m, k: int = 0):
+    """``np.triu`` of a matrix only: of a vector NumPy would build an n x n matrix."""
+    if np.ndim(m) != 2:
+        raise ValueError(f"np.triu takes a matrix, got {np.ndim(m)} dimension(s)")
+    return np.triu(m, k)
+
+
+_NP_CALLS: dict[str, Callable[..., Any]] = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs,
+                                            "triu": _triu}
 
 
 
@@ -181,14 +193,21 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                     and f.attr in _NP_CALLS and "np" not in names:
                 nargs = 2 if f.attr in ("dot", "outer") else 1
                 allowed_kw = {"axis"} if f.attr == "sum" else set()
+                if f.attr == "triu" and len(node.args) == 2:
+                    k = node.args[1]
+                    if not (isinstance(k, ast.Constant) and isinstance(k.value, int) and not isinstance(k.value, bool)
+                            and abs(k.value) <= MAX_DIAGONAL):
+                        raise ExprError(f"{_describe(node)}: the diagonal is a literal int of at most "
+                                        f"{MAX_DIAGONAL} in magnitude")
+                    nargs = 2
             elif isinstance(f, ast.Name) and f.id == "abs" and "abs" not in names:
                 nargs, allowed_kw = 1, set()
             elif isinstance(f, ast.Name) and f.id in _GRID_CALLS and rules.get("grid") and f.id not in names:
                 nargs, allowed_kw = (1 if len(node.args) == 1 else 2), set()
             else:
                 raise ExprError(f"call {_describe(f)} is not allowed (only np.dot, np.outer, np.sum, "
-                                "np.abs, abs" + (", cross, box)" if rules.get("grid") else "; a stencil's "
-                                                 "reference also cross and box)"))
+                                "np.abs, np.triu, abs" + (", cross, box)" if rules.get("grid") else "; a stencil's "
+                                                          "reference also cross and box)"))
             if len(node.args) != nargs or any(isinstance(a, ast.Starred) for a in node.args):
                 raise ExprError(f"{_describe(node)} takes {nargs} argument(s)")
             for kw in node.keywords:

@@ -18,7 +18,8 @@ from .files import parse_toml as _parse_toml, read_folder
 from .expr_fields import flops_field as _flops, reference_field as _reference
 from .mappings import MAPPINGS
 from .param_fields import check_sizes, reach_field, size_field
-from .variant_fields import PLAIN, cluster_field as _cluster, sources_field as _sources, whole_field as _whole
+from .variant_fields import (PLAIN, cluster_field as _cluster, locals_field as _locals, sources_field as _sources,
+                             triangle_field as _triangle, triangle_tiles, triangles_agree, whole_field as _whole)
 from .stencil_fields import stencil_fields
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
@@ -160,7 +161,7 @@ def _load_file(path: Path, raw: bytes, subvector: tuple[int], tile: tuple[int, i
     data = _parse_toml(path, raw)
     ctx.unknown_keys(data, {"function"}, "")
     tables = ctx.get(data, "function", "", list)
-    return [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)]
+    return triangle_tiles(ctx, [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)], tile)
 
 
 def _table(ctx: _Ctx, t, where: str) -> dict:
@@ -203,6 +204,7 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
         raise ctx.fail(f"{where}.variant", "needs at least one variant")
     if len({v.name for v in variants}) != len(variants):
         raise ctx.fail(f"{where}.variant", "duplicate variant name")
+    triangles_agree(ctx, variants, params, where)
     for v in variants:
         if v.fallback is not None and (v.fallback == v.name or v.fallback not in {w.name for w in variants}):
             raise ctx.fail(f"{where}.variant.{v.name}.fallback", f"{v.fallback!r} is not another variant of "
@@ -263,7 +265,7 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines", "tile", "whole", "cluster", "fallback"}, where)
+                         "routines", "tile", "whole", "cluster", "fallback", "triangle"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     sources = _sources(ctx, v, where)
@@ -297,39 +299,17 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
     if nested and ipb != (1,):
         raise ctx.fail(f"{where}.instances_per_block", "a nested function runs one instance per block")
-    locals_: list = []
-    for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
-        lw = f"{where}.locals[{n}]"
-        _table(ctx, loc, lw)
-        ctx.unknown_keys(loc, {"name", "element", "shape", "pad", "buffers"}, lw)
-        lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
-        element = ctx.get(loc, "element", lw, str)
-        shape = tuple(ctx.get(loc, "shape", lw, list))
-        dims = {"scalar": 0, "subvector": 1, "tile": 2}.get(element)
-        if dims is None:
-            raise ctx.fail(f"{lw}.element", f"{element!r} is not scalar, subvector or tile")
-        if len(shape) != dims or not all((isinstance(s, int) and s > 0) or s in macros for s in shape):
-            raise ctx.fail(f"{lw}.shape", f"a {element} has {dims} sizes, each an int or a macro")
-        if lname in {p.name for p in params}:
-            raise ctx.fail(f"{lw}.name", f"{lname} is also a parameter")
-        if lname in {x.name for x in locals_}:
-            raise ctx.fail(f"{lw}.name", f"duplicate local {lname}")
-        lpad = ctx.get(loc, "pad", lw, int, 0)
-        if lpad < 0 or (lpad and element != "tile"):
-            raise ctx.fail(f"{lw}.pad", "padding is a non-negative number of entries per tile row")
-        buffers = ctx.get(loc, "buffers", lw, int, 1)
-        if buffers not in (1, 2):
-            raise ctx.fail(f"{lw}.buffers", "a local has 1 copy or 2 (alternate instances along the loop axis)")
-        locals_.append(Local(lname, element, shape, lpad, buffers))
+    locals_ = _locals(ctx, v, where, params, macros)
     routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     for loc in locals_:
         if loc.buffers > 1 and any(a.name == loc.name and a.mode == "acc" for r in routines for a in r.elements):
             raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
+    triangle = _triangle(ctx, v, where, nesting, tile, whole)
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole,
                       cluster=cluster, sources=sources if len(sources) > 1 else (),
-                      fallback=ctx.get(v, "fallback", where, str, None))
+                      fallback=ctx.get(v, "fallback", where, str, None), triangle=triangle)
     _check_routines(ctx, variant, params, where)
     return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
 
@@ -435,13 +415,19 @@ def _check_routines(ctx: _Ctx, v: Variant, params: tuple[Param, ...], where: str
                 if not elems or any(a.name not in staged | {r.param} or a.mode != "r" for a in elems):
                     raise ctx.fail(rw, f"a store after finish routines reads {r.param} or the locals they "
                                    f"wrote ({', '.join(sorted(staged))})")
+            elif r.kind == "load" and elems and elems[0].name == r.param and all(
+                    a.name in {loc.name for loc in v.locals} and a.mode == "w" for a in elems[1:]):
+                pass    # a load may also write locals: more of the same array (symv's x along i too)
             elif len(elems) != 1 or elems[0].name != r.param:
-                raise ctx.fail(rw, f"a {r.kind} routine accesses exactly the element {r.param}")
+                raise ctx.fail(rw, f"a {r.kind} routine accesses exactly the element {r.param}"
+                               + (" (a load: first, then locals it writes)" if r.kind == "load" else ""))
             if (elems[0].mode == "r") != (r.kind == "store"):
                 raise ctx.fail(rw, f"a {r.kind} routine must {'read' if r.kind == 'store' else 'write'} "
                                f"{r.param}")
             if r.kind == "load" and elems[0].mode == "acc":
                 raise ctx.fail(rw, "a load writes its element (mode w)")
+            if r.kind == "load":
+                written |= {a.name for a in elems[1:]}
         else:
             pmap = {p.name: p for p in params}
             if any(a.kind == "global" and not pmap[a.name].gathered for a in r.args) or (

@@ -15,6 +15,7 @@ SCRIPT_TYPES = ("scalar", "vector", "matrix", "csr")
 ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile", "csr": "csr"}
 REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
 ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler clears first)
+TRIANGLES = ("upper",)                      # a variant's ``triangle``: the tiles it walks
 # what of an input an instance reads: its own element (loaded on chip), the entries around it
 # (a stencil's neighbourhood), or any entry (a sparse mat-vec's gather of x); the latter two are
 # read through the global view by compute routines, so the value must be complete before the
@@ -129,6 +130,11 @@ class Variant:
     # another variant of the function: this one is taken only where no implementation giving the
     # call that variant fits the sizes at hand (row bands where strips of whole rows do not fit)
     fallback: str | None = None
+    # "upper": the instances are only the tiles (I, J) with I <= J of a square matrix (BLAS
+    # uplo = 'U'): tiles below the diagonal are never launched, and the routines of a diagonal
+    # tile leave its entries below the diagonal unread.  A kernel of such a variant holds its call
+    # alone and walks the upper tiles one after another (codegen/emit.py); None: every tile.
+    triangle: str | None = None
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -209,6 +215,12 @@ class Function:
         """The expression kind of its reference (library/expr.py): a stencil's may call the grid
         helpers."""
         return "grid_reference" if self.grid else "reference"
+
+    @property
+    def triangle(self) -> str | None:
+        """The triangle its variants walk ("upper"), or None; the loader requires every variant
+        of a function to agree, so fusion rules can ask the function."""
+        return self.variants[0].triangle if self.variants else None
 
     @property
     def axes(self) -> tuple[str, ...]:

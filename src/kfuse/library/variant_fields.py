@@ -1,13 +1,16 @@
-"""Variant fields of library metadata that say where a variant's tiles reach and where its
+"""Variant fields of library metadata checked apart from the loader's main flow: ``locals``
+(private on-chip elements), and those that say where a variant's tiles reach and where its
 routines come from: ``whole`` (axes a tile spans whole), ``cluster`` (blocks of a thread-block
-cluster spanning that axis together) and ``source`` (its routine files).  Checked like the rest
+cluster spanning that axis together), ``triangle`` (only the tiles on and above the diagonal) and
+``source`` (its routine files).  Checked like the rest
 of the metadata (``loader.py``): a problem is a LibraryError naming the file and the field."""
 from __future__ import annotations
 
 import re
+import reprlib
 from pathlib import Path
 
-from .schema import AXES, Param
+from .schema import AXES, TRIANGLES, Local, Param
 
 
 def whole_field(ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
@@ -110,3 +113,74 @@ def folder_safe(path: Path) -> str:
         return str(path.resolve())
     except (OSError, RuntimeError):
         return "a path that cannot be resolved"
+
+
+def triangle_field(ctx, v: dict, where: str, nesting: int, tile, whole: tuple[str, ...]) -> str | None:
+    """A variant's ``triangle``: the instances are the tiles on and above the diagonal of a square
+    matrix only.  Its tiles are square (the diagonal runs through the diagonal tiles' corners), a
+    2-level function's, not spanning an axis whole (a strip would cross the diagonal)."""
+    triangle = ctx.get(v, "triangle", where, str, None)
+    if triangle is None:
+        return None
+    if triangle not in TRIANGLES:
+        raise ctx.fail(f"{where}.triangle", f"{triangle!r} is not one of {', '.join(map(repr, TRIANGLES))}")
+    if nesting != 2:
+        raise ctx.fail(f"{where}.triangle", "only a 2-level function's tiles lie on or off a diagonal")
+    if whole or "cluster" in v or "fallback" in v:
+        raise ctx.fail(f"{where}.triangle", "a variant on a triangle walks single tiles: no whole, cluster "
+                       "or fallback")
+    if tile is not None and tile[0] != tile[1]:
+        raise ctx.fail(f"{where}.triangle", f"a triangle's tiles are square (one int or one macro for both "
+                       f"sides): tile = {list(tile)}")
+    return triangle
+
+
+def triangles_agree(ctx, variants, params: tuple[Param, ...], where: str) -> None:
+    """Every variant of a function walks the same tiles (fusion rules ask the function), and a
+    function on a triangle reads a matrix."""
+    if len({v.triangle for v in variants}) > 1:
+        raise ctx.fail(f"{where}.variant", "every variant walks the same tiles: give each the same triangle "
+                       f"(here {', '.join(sorted(repr(v.triangle) for v in variants))})")
+    if variants[0].triangle and not any(p.type == "matrix" for p in params):
+        raise ctx.fail(f"{where}.variant.{variants[0].name}.triangle", "a function on a triangle reads a matrix")
+
+
+def triangle_tiles(ctx, functions: list, tile: tuple[int, int]) -> list:
+    """``functions``, once every variant on a triangle without a tile of its own is known to take
+    a square library tile."""
+    for f in functions:
+        for v in f.variants:
+            if v.triangle and v.tile is None and tile[0] != tile[1]:
+                raise ctx.fail(f"function {f.name}.variant.{v.name}.triangle", "a triangle's tiles are square: "
+                               f"declare tile = [S, S] (the library's tile is {tile[0]} x {tile[1]})")
+    return functions
+
+
+def locals_field(ctx, v: dict, where: str, params: tuple[Param, ...], macros: dict) -> list[Local]:
+    """A variant's ``locals``: private on-chip elements, each a scalar, subvector or tile."""
+    locals_: list[Local] = []
+    for n, loc in enumerate(ctx.get(v, "locals", where, list, [])):
+        lw = f"{where}.locals[{n}]"
+        if not isinstance(loc, dict):
+            raise ctx.fail(lw, f"expected a table, got {type(loc).__name__} {reprlib.repr(loc)}")
+        ctx.unknown_keys(loc, {"name", "element", "shape", "pad", "buffers"}, lw)
+        lname = ctx.ident(ctx.get(loc, "name", lw, str), f"{lw}.name")
+        element = ctx.get(loc, "element", lw, str)
+        shape = tuple(ctx.get(loc, "shape", lw, list))
+        dims = {"scalar": 0, "subvector": 1, "tile": 2}.get(element)
+        if dims is None:
+            raise ctx.fail(f"{lw}.element", f"{element!r} is not scalar, subvector or tile")
+        if len(shape) != dims or not all((isinstance(s, int) and s > 0) or s in macros for s in shape):
+            raise ctx.fail(f"{lw}.shape", f"a {element} has {dims} sizes, each an int or a macro")
+        if lname in {p.name for p in params}:
+            raise ctx.fail(f"{lw}.name", f"{lname} is also a parameter")
+        if lname in {x.name for x in locals_}:
+            raise ctx.fail(f"{lw}.name", f"duplicate local {lname}")
+        lpad = ctx.get(loc, "pad", lw, int, 0)
+        if lpad < 0 or (lpad and element != "tile"):
+            raise ctx.fail(f"{lw}.pad", "padding is a non-negative number of entries per tile row")
+        buffers = ctx.get(loc, "buffers", lw, int, 1)
+        if buffers not in (1, 2):
+            raise ctx.fail(f"{lw}.buffers", "a local has 1 copy or 2 (alternate instances along the loop axis)")
+        locals_.append(Local(lname, element, shape, lpad, buffers))
+    return locals_

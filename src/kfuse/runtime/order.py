@@ -38,6 +38,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from ..ir.artifact import Artifact, LaunchedKernel
+from ..ir.kernel import upper_tiles
 from .gpu import target_blocks
 
 ORDERS_NESTED = (0, 1, 2, 3)
@@ -86,6 +87,16 @@ def _instances(L, dims: dict[int, int], iters: int, order: int, resident: int, s
             b = grid - 1 - b
         t = _coarse(b * (iters / resident) + it, strides[0], last)
         return (np.arange(len(t), dtype=np.int64),), t
+    if L.triangle:
+        # the upper tiles as one sequence: block b takes tiles b, b + G, ... (codegen/emit.py); the
+        # regions' times are the latest (or earliest) of their instances' (_touches)
+        s = np.arange(L.instances(dims), dtype=np.int64)
+        grid = max(1, -(-len(s) // iters))
+        b, it = s % grid, s // grid
+        if order & 1:
+            b = grid - 1 - b
+        i, j = upper_tiles(s, counts[0])
+        return (i // strides[0], j // strides[1]), b * (iters / resident) + it
     along_n, across_n = (counts[0], counts[1]) if L.loop == "i" else (counts[1], counts[0])
     ga, gc = (strides[0], strides[1]) if L.loop == "i" else (strides[1], strides[0])
     a = np.arange(along_n, dtype=np.int64)[:, None]
@@ -146,9 +157,10 @@ def _touches(code: LaunchedKernel, dims, iters, order, resident, itemsize, last:
         total = itemsize * float(np.prod([dims[d] for d in v.dims]))
         per = np.full(size, -np.inf if last else np.inf)
         (np.maximum if last else np.minimum).at(per, region, t)
-        keys.append((np.int64(v.id) << 40) | np.arange(size, dtype=np.int64))
-        times.append(per)
-        nbytes.append(np.full(size, total / size))
+        touched = np.isfinite(per)     # all but the lower tiles of a kernel on a triangle
+        keys.append(((np.int64(v.id) << 40) | np.arange(size, dtype=np.int64))[touched])
+        times.append(per[touched])
+        nbytes.append(np.full(size, total / size)[touched])
     if not keys:
         return _Touches(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     return _Touches(np.concatenate(keys), np.concatenate(times), np.concatenate(nbytes))
