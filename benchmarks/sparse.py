@@ -68,7 +68,8 @@ def skewed(m: int, seed: int):
     import cupy as cp
     rng = cp.random.default_rng(seed)
     lengths = rng.integers(1, 41, m)
-    lengths[rng.choice(m, 4, replace=False)] = 100_000
+    long_rows = np.random.default_rng(seed).choice(m, 4, replace=False)     # CuPy's Generator has no choice
+    lengths[cp.asarray(long_rows)] = 100_000
     return _pattern(lengths, m, m, rng)
 
 
