@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from ..errors import FusionError
-from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
 from ..ir.program import Value
 from ..library.schema import REDUCE_OPS, Library
 from .schedule import ScheduleMemo, Step, reduced_whole
@@ -43,7 +43,7 @@ def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps
         got = memo.frames.get(id(steps))
         parts = got[1] if got is not None and got[0] is steps else None
     if parts is None:
-        parts = _frame_parts(spec, lib, tile, steps)
+        parts = _frame_parts(spec, lib, tile, steps, memo)
         if memo is not None:
             memo.frames[id(steps)] = (steps, parts)
     shapes, T, refused, rest = parts
@@ -63,7 +63,8 @@ def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps
     return Frame(shapes, T, threads, smem, *rest)
 
 
-def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...]) -> tuple:
+def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...],
+                 memo: ScheduleMemo | None = None) -> tuple:
     """What ``make_frame`` finds that the instances per block do not change, its checks in order
     around theirs: (thread shapes, threads per instance, why the checks between the threads'
     and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
@@ -118,12 +119,33 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
         check_param_space(spec.name, args)
     except FusionError as e:
         return shapes, T, refused, str(e)
-    clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
-                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
-                   and not reduced_whole(kc, p))
-    sources = tuple(dict.fromkeys(str(f) for kc in spec.calls for f in kc.variant.files))
+    facts = [_call_facts(kc, memo) for kc in spec.calls]
+    stores = spec.stores
+    clears = tuple(c for reduced, _, _ in facts for c in reduced if c[0].id in stores)
+    sources = tuple(dict.fromkeys(f for _, files, _ in facts for f in files))
+    own = {v for _, _, outputs in facts for v in outputs}
     return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
-                                _wait_phase(spec, read, args, clears))
+                                _wait_phase(own, read, args, clears))
+
+
+def _call_facts(kc: KernelCall, memo: ScheduleMemo | None) -> tuple[tuple[tuple[Value, str], ...], tuple[str, ...],
+                                                                    tuple[int, ...]]:
+    """What a kernel's frame reads of one of its calls: (its reduced outputs a stored result of
+    must be cleared before the kernel -- those not reduced whole in an instance -- with the
+    reduction's identity; its variant's source files; the ids of the values bound to its
+    outputs).  Kept in the ``memo`` by the kernel call's identity (a program's kernel calls are
+    shared by its specs: ``ScheduleMemo.calls``)."""
+    if memo is not None:
+        got = memo.call_frames.get(id(kc))
+        if got is not None and got[0] is kc:
+            return got[1]
+    binds = kc.call.bindings()
+    facts = (tuple((binds[p.name], REDUCE_OPS[p.reduce]) for p in kc.call.function.outputs
+                   if p.reduce and not reduced_whole(kc, p)),
+             tuple(str(f) for f in kc.variant.files), tuple(v.id for v in kc.call.outputs))
+    if memo is not None:
+        memo.call_frames[id(kc)] = (kc, facts)
+    return facts
 
 
 def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -> tuple[GlobalArg, ...]:
@@ -170,7 +192,11 @@ MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
 
 
 def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
-    """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes."""
+    """An array passes its pointer and a 64-bit size per dimension; anything else at most 8 bytes.
+    Values have at most two dimensions (``Value.dims``): arguments that fit at 24 bytes each are
+    not summed."""
+    if len(args) * 24 <= MAX_PARAM_BYTES:
+        return
     size = sum(8 * (1 + len(a.value.dims)) if a.kind == "array" and a.value is not None else 8 for a in args)
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "
@@ -182,13 +208,14 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
     phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
     is not a script input and not written here)."""
-    return _wait_phase(spec, [(s.phase, *s.kc.routine_values(s.routine)) for s in steps if s.routine is not None],
+    return _wait_phase({v.id for kc in spec.calls for v in kc.call.outputs},
+                       [(s.phase, *s.kc.routine_values(s.routine)) for s in steps if s.routine is not None],
                        args, clears)
 
 
-def _wait_phase(spec: KernelSpec, read, args, clears) -> str | None:
-    """``wait_phase`` from the (phase, arrays, scalars) each routine step reads, in step order."""
-    own = {v.id for kc in spec.calls for v in kc.call.outputs}      # the values bound to its outputs
+def _wait_phase(own: set[int], read, args, clears) -> str | None:
+    """``wait_phase`` from the ids of the values bound to the kernel's outputs (``own``) and the
+    (phase, arrays, scalars) each routine step reads, in step order."""
     prior = {v.id for v, _ in clears}
     for g in args:
         v = g.value

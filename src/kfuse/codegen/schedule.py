@@ -120,6 +120,8 @@ class ScheduleMemo:
         # them): the elements used outside the loop, the _Slots of no span and of any span, and
         # the refusals of copies
         self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
+        # frame._call_facts by kernel call (kept with it): what a frame reads of each call
+        self.call_frames: dict[int, tuple[KernelCall, tuple]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
 
     @staticmethod
@@ -327,20 +329,16 @@ class Scheduler:
             raise FusionError(f"{where()}: takes partial sums, but {v.name} is a map result")
 
     def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
-        XY = kc.shape(r)
-        X, Y = XY
-        if (X * Y) % 32 and 32 % (X * Y):
-            raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads neither divides a warp "
-                              "nor is whole warps")
+        XY, args = kc.routine_plan(r)
         acc = []
         elements, call_elem, index = self.elements, self.call_elem, kc.call.index
-        for a in r.elements:
-            key = call_elem.get((index, a.name)) or self.arg_element(kc, a.name)
-            assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
-            reason = mapping_check(a.mapping, elements[key].shape, X, Y)
+        X, Y = XY
+        for name, mode, mapping in args:
+            key = call_elem.get((index, name)) or self.arg_element(kc, name)
+            reason = mapping_check(mapping, elements[key].shape, X, Y)
             if reason:
-                raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
-            acc.append(Access(key, a.mode, a.mapping, XY))
+                raise FusionError(f"{kc.describe()} routine {r.name}: {name}: {reason}")
+            acc.append(Access(key, mode, mapping, XY))
         self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
 
 
