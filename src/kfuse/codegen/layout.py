@@ -211,7 +211,8 @@ class _Slots:
     span (None: it does not, or no span) and the steps, marked once per span where they are."""
 
     def __init__(self, spec: KernelSpec, base: Layout, outside: frozenset[str]):
-        self.per_slot = frozenset(copy_sets(spec, base.elements, ())[1])
+        # copy_sets' per-slot elements: with no span, every element
+        self.per_slot = frozenset(copy_sets(spec, base.elements, ())[1] if spec.span > 1 else base.elements)
         self.sums = slot_sums(base.placement, outside, self.per_slot)
         self.refused: str | None = None
         self.steps = base.steps

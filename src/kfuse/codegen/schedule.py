@@ -120,6 +120,8 @@ class ScheduleMemo:
         # them): the elements used outside the loop, the _Slots of no span and of any span, and
         # the refusals of copies
         self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
+        # fusion/space.py _variant_choices: the macro choices and loop axes of a variant choice
+        self.choices: dict[tuple, tuple] = {}
         # frame._call_facts by kernel call (kept with it): what a frame reads of each call
         self.call_frames: dict[int, tuple[KernelCall, tuple]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
@@ -249,31 +251,28 @@ class Scheduler:
 
     def schedule_loads(self, kc: KernelCall) -> None:
         loop = self.spec.loop
-        params = kc.call.function.param_map
-        binds = kc.call.bindings()
-        for r in kc.variant.loads:
-            assert r.param is not None      # Variant.loads: loads of parameters
-            p = params[r.param]
-            v = binds[p.name]
-            made = self.produced.get((v.id, p.index))
+        index = kc.call.index
+        produced, loaded, call_elem = self.produced, self.loaded, self.call_elem
+        for r, p, v, made_key, key, hoist in load_plan(kc):
+            made = produced.get(made_key)
             if made is not None:    # produced on chip in this kernel: no load
                 el, prod, maker = made
                 self.check_exchange(kc, p, v, prod, maker)
-                self.call_elem[(kc.call.index, p.name)] = el
+                call_elem[(index, p.name)] = el
                 self.widen_pitch(el, p)
                 continue
-            hoisted = p.hoist and not p.follows(loop)
-            acc = r.elements[0]
-            key = (v.id, p.index, r.fn, acc.mapping, kc.shape(r), kc.macros, hoisted)
-            if key in self.loaded:  # the same load by an earlier call: read once
-                self.call_elem[(kc.call.index, p.name)] = self.loaded[key]
-                self.widen_pitch(self.loaded[key], p)
+            hoisted = hoist and loop not in p.index
+            key = key + (hoisted,)
+            got = loaded.get(key)
+            if got is not None:     # the same load by an earlier call: read once
+                call_elem[(index, p.name)] = got
+                self.widen_pitch(got, p)
                 continue
             # a partial-sum input is read by one instance of those it is summed over: its
             # copy belongs to the instance, not to the axes it follows
             el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad,
                                   axes=AXES[2] if p.partial else p.index)
-            self.loaded[key] = self.call_elem[(kc.call.index, p.name)] = el
+            loaded[key] = call_elem[(index, p.name)] = el
             self.add_routine("pre" if hoisted else "loop", kc, r)
 
     def schedule_computes(self, kc: KernelCall) -> None:
@@ -332,14 +331,37 @@ class Scheduler:
         XY, args = kc.routine_plan(r)
         acc = []
         elements, call_elem, index = self.elements, self.call_elem, kc.call.index
-        X, Y = XY
+        made = kc.accesses      # the accesses made before for this call, with their element's shape
         for name, mode, mapping in args:
             key = call_elem.get((index, name)) or self.arg_element(kc, name)
-            reason = mapping_check(mapping, elements[key].shape, X, Y)
-            if reason:
-                raise FusionError(f"{kc.describe()} routine {r.name}: {name}: {reason}")
-            acc.append(Access(key, mode, mapping, XY))
+            shape = elements[key].shape
+            got = made.get((key, mode, mapping, XY))
+            if got is None or got[0] != shape:
+                reason = mapping_check(mapping, shape, *XY)
+                if reason:
+                    raise FusionError(f"{kc.describe()} routine {r.name}: {name}: {reason}")
+                got = made[(key, mode, mapping, XY)] = (shape, Access(key, mode, mapping, XY))
+            acc.append(got[1])
         self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
+
+
+def load_plan(kc: KernelCall) -> tuple[tuple[Routine, Param, Value, tuple, tuple, bool], ...]:
+    """Per load routine of kc's variant: (the routine, its parameter, the value bound to it, the
+    key of that value produced on chip, the key of the load but whether it is hoisted, whether
+    the parameter may be hoisted) -- what ``Scheduler.schedule_loads`` reads, kept with the kernel
+    call (``KernelCall.memo``: a program's specs share their kernel calls)."""
+    got = kc.memo.get("loads")
+    if got is None:
+        params, binds = kc.call.function.param_map, kc.call.bindings()
+        plan = []
+        for r in kc.variant.loads:
+            assert r.param is not None      # Variant.loads: loads of parameters
+            p = params[r.param]
+            v = binds[p.name]
+            plan.append((r, p, v, (v.id, p.index), (v.id, p.index, r.fn, r.elements[0].mapping, kc.shape(r),
+                                                    kc.macros), p.hoist))
+        got = kc.memo["loads"] = tuple(plan)
+    return got
 
 
 def reduced_axes(kc: KernelCall, p: Param) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ and so is one that needs more shared memory than another differing only in call 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import combinations, product
 from math import prod
 from typing import Any
@@ -221,11 +222,9 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
         for variants in var_choices:
             if not keep(order, variants):
                 continue
-            by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
-            loops = _loops(program, order, variants, nesting)
+            (by_choices, other_choices, ipb_choices), loops = _variant_choices(program, order, variants, nesting, memo)
             chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
-            copies_of = {lp: [(u, s) for u in UNROLLS for s in spans if lp != "j" or s <= MAX_SPAN_LOOP_J]
-                         for lp in loops}                  # (1, 1) first
+            copies_of = _copies_of(loops, spans)
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
@@ -269,6 +268,27 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     pruned[Prune.DOMINATED] += dominated
     pruned[Prune.UNROLLED_WITHOUT_LOOP] += unrolled
     return _without_map_exchanges(list(built.values()), pruned), pruned
+
+
+def _variant_choices(program: Program, order, variants, nesting: int, memo: ScheduleMemo | None) -> tuple:
+    """(``choices.macro_choices``, ``choices.loops_of``) of a variant choice: what they read are
+    the calls' functions and variants, so with a ``memo`` (one per program) they are found once
+    per such choice (a long script's fusions repeat few).  Their lists are read, not changed."""
+    if memo is None:
+        return _choices(program, order, variants, nesting), _loops(program, order, variants, nesting)
+    fns = [program.calls[i].function for i in order]
+    key = (nesting, tuple(map(id, fns)), tuple(variants))
+    got = memo.choices.get(key)
+    if got is None:
+        got = memo.choices[key] = (fns, (_choices(program, order, variants, nesting),
+                                         _loops(program, order, variants, nesting)))
+    return got[1]
+
+
+@lru_cache(maxsize=None)
+def _copies_of(loops: tuple[str, ...], spans: tuple[int, ...]) -> dict[str, tuple[tuple[int, int], ...]]:
+    """The (unroll, span) copies built of a kernel, per loop axis ((1, 1) first); shared, read only."""
+    return {lp: tuple((u, s) for u in UNROLLS for s in spans if lp != "j" or s <= MAX_SPAN_LOOP_J) for lp in loops}
 
 
 def _exchanges(code: KernelCode) -> bool:

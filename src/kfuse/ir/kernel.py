@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from ..errors import FusionError
 from ..library.schema import Library, Routine, Variant
@@ -143,6 +144,20 @@ class KernelCall:
 
     @cached_property
     def _plans(self) -> dict[int, tuple]:
+        return {}
+
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """What code generation derives from this call alone, by name (``codegen/schedule.py``
+        ``load_plan``): kept with the call, which a program's specs share."""
+        return {}
+
+    @cached_property
+    def accesses(self) -> dict[tuple, tuple]:
+        """The scheduler's accesses of this call's routines by (element, mode, mapping, threads),
+        each with the element's shape it was checked against (``Scheduler.add_routine``): a
+        program's specs share their kernel calls (``ScheduleMemo.calls``) and make the same
+        accesses again and again."""
         return {}
 
     def tile(self, lib: Library) -> tuple[int, int]:
