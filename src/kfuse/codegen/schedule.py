@@ -120,6 +120,8 @@ class ScheduleMemo:
         # them): the elements used outside the loop, the _Slots of no span and of any span, and
         # the refusals of copies
         self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
+        # layout._calls_facts by the calls' tuple (kept with it): what check_spec reads of them
+        self.checks: dict[int, tuple[tuple, tuple]] = {}
         # fusion/space.py _variant_choices: the macro choices and loop axes of a variant choice
         self.choices: dict[tuple, tuple] = {}
         # frame._call_facts by kernel call (kept with it): what a frame reads of each call
