@@ -26,7 +26,7 @@ from ..ir.graph import DependencyGraph
 from ..library.schema import Library
 from ..ir.program import Program
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
-    mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
+    mixed_nesting, sampled_variants as _sampled_variants, variant_choices, variant_indices, whole_choice
 from .legality import why_not
 from .prune import MAX_SPAN_LOOP_J, Prune
 from .reasons import NoImplementation, Refusal, call_set
@@ -222,7 +222,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
         for variants in var_choices:
             if not keep(order, variants):
                 continue
-            (by_choices, other_choices, ipb_choices), loops = _variant_choices(program, order, variants, nesting, memo)
+            (by_choices, other_choices, ipb_choices), loops = variant_choices(program, order, variants, nesting, memo)
             chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
             copies_of = _copies_of(loops, spans)
             if sampled:
@@ -268,21 +268,6 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     pruned[Prune.DOMINATED] += dominated
     pruned[Prune.UNROLLED_WITHOUT_LOOP] += unrolled
     return _without_map_exchanges(list(built.values()), pruned), pruned
-
-
-def _variant_choices(program: Program, order, variants, nesting: int, memo: ScheduleMemo | None) -> tuple:
-    """(``choices.macro_choices``, ``choices.loops_of``) of a variant choice: what they read are
-    the calls' functions and variants, so with a ``memo`` (one per program) they are found once
-    per such choice (a long script's fusions repeat few).  Their lists are read, not changed."""
-    if memo is None:
-        return _choices(program, order, variants, nesting), _loops(program, order, variants, nesting)
-    fns = [program.calls[i].function for i in order]
-    key = (nesting, tuple(map(id, fns)), tuple(variants))
-    got = memo.choices.get(key)
-    if got is None:
-        got = memo.choices[key] = (fns, (_choices(program, order, variants, nesting),
-                                         _loops(program, order, variants, nesting)))
-    return got[1]
 
 
 @lru_cache(maxsize=None)
