@@ -41,8 +41,9 @@ def replace(obj, **changes):
     (Step, Layout, KernelSpec, LaunchInfo, fusion.space.Implementation), without the
     constructor's cost: planning a long script makes tens of thousands of such copies."""
     new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
+    fields = obj.__dict__.copy()
+    fields.update(changes)
+    object.__setattr__(new, "__dict__", fields)     # one dict made, not an empty one filled
     return new
 
 
