@@ -75,13 +75,13 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
     arrays: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
-    read: list[tuple[str, tuple, tuple]] = []      # (phase, arrays, scalars) of each routine step
+    read: list[tuple[str, frozenset[int]]] = []    # (phase, ids of the values read) of each routine step
     for s in steps:
         r = s.routine
         if r is None:
             shape_set.update(a.threads for a in s.accesses)
             continue
-        XY, warp, array_args, read_arrays, read_scalars = s.kc.routine_facts(r)
+        XY, warp, array_args, read_arrays, read_scalars, read_ids = s.kc.routine_facts(r)
         shape_set.add(XY)       # a routine's accesses have its shape (Scheduler.add_routine)
         if warp:
             warp_wide.append((s, XY))
@@ -91,7 +91,7 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
                 arrays.append(g)
         for v in read_scalars:
             scalars[v.id] = v
-        read.append((s.phase, read_arrays, read_scalars))
+        read.append((s.phase, read_ids))
     shapes = sorted(shape_set)
     T = max(X * Y for X, Y in shapes)
     refused = None
@@ -209,13 +209,13 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
     is not a script input and not written here)."""
     return _wait_phase({v.id for kc in spec.calls for v in kc.call.outputs},
-                       [(s.phase, *s.kc.routine_values(s.routine)) for s in steps if s.routine is not None],
+                       [(s.phase, s.kc.routine_facts(s.routine)[5]) for s in steps if s.routine is not None],
                        args, clears)
 
 
 def _wait_phase(own: set[int], read, args, clears) -> str | None:
     """``wait_phase`` from the ids of the values bound to the kernel's outputs (``own``) and the
-    (phase, arrays, scalars) each routine step reads, in step order."""
+    (phase, ids of the values read) of each routine step, in step order."""
     prior = {v.id for v, _ in clears}
     for g in args:
         v = g.value
@@ -227,7 +227,7 @@ def _wait_phase(own: set[int], read, args, clears) -> str | None:
     if not prior:
         return None
     reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)
-    for phase, arrays, scalars in read:
-        if phase not in reading and (any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)):
+    for phase, ids in read:
+        if phase not in reading and not prior.isdisjoint(ids):
             reading.add(phase)
     return next((ph for ph in ("pre", "loop", "post") if ph in reading), None)

@@ -113,15 +113,16 @@ class KernelCall:
         return {}
 
     def routine_facts(self, routine: Routine) -> tuple[tuple[int, int], bool, tuple[GlobalArg, ...],
-                                                       tuple[Value, ...], tuple[Value, ...]]:
+                                                       tuple[Value, ...], tuple[Value, ...], frozenset[int]]:
         """(``shape``, does the routine exchange values between the lanes of a warp, ``array_args``,
-        ``routine_values``' arrays and scalars) in one look-up (memoised like them): what a
-        kernel's frame reads of each of its steps (codegen/frame.py)."""
+        ``routine_values``' arrays and scalars, the ids of those values) in one look-up (memoised
+        like them): what a kernel's frame reads of each of its steps (codegen/frame.py)."""
         got = self._facts.get(id(routine))
         if got is None or got[0] is not routine:
             arrays, scalars = self.routine_values(routine)
             got = self._facts[id(routine)] = (routine, (self.shape(routine), routine.name in self.variant.warp_wide,
-                                                        self.array_args(routine), arrays, scalars))
+                                                        self.array_args(routine), arrays, scalars,
+                                                        frozenset(v.id for v in arrays + scalars)))
         return got[1]
 
     @cached_property
