@@ -203,7 +203,6 @@ class CalibratedModel:
         ns = {"load": 0.0, "overlap": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
         atomic = 0                  # transfer.atomic_warps
-        known = self._memo          # routine_ns's memo, looked up here first (the call costs more)
         u_loop = min(spec.unroll, iters)
         ipb = spec.ipb
         for in_loop, once, has_barrier, pid, kind, T, warps in facts:
@@ -225,8 +224,7 @@ class CalibratedModel:
                 # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
                 # per instance, beside `warp` calls of 32: a quarter)
                 where = resident * min(1.0, T * ipb / L.threads)
-            got = known.get((pid, loop, u, ipb, where))
-            ns[kind] += (got if got is not None else self.routine_ns(pid, loop, u, ipb, where)) * runs * scale
+            ns[kind] += self.routine_ns(pid, loop, u, ipb, where) * runs * scale
         # a load declared to overlap (what other instances read again, from L2) runs beside the rest
         return {"transfer": max(ns["load"] + ns["store"], ns["overlap"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,

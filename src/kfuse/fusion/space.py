@@ -138,9 +138,12 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
     return legal, refused
 
 
-def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDERS) -> list[tuple[int, ...]]:
+def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDERS) -> tuple[tuple[int, ...], ...]:
     """Topological orders of the calls (dependencies inside the fusion), the first ``most`` (at
-    most MAX_ORDERS)."""
+    most MAX_ORDERS); kept in the graph's memo (the search asks for a fusion's more than once)."""
+    got = graph.memo.get(("orders", calls, most))
+    if got is not None:
+        return got
     out: list[tuple[int, ...]] = []
 
     def rec(done: tuple[int, ...], left: frozenset[int]) -> None:
@@ -154,7 +157,8 @@ def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDER
                 rec(done + (c,), left - {c})
 
     rec((), calls)
-    return out
+    got = graph.memo[("orders", calls, most)] = tuple(out)
+    return got
 
 
 def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int], limit: int) -> int:
