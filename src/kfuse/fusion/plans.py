@@ -169,7 +169,9 @@ class PlanSearch:
         for n, b in enumerate(ordered(self.graph, blocks)):
             t, impl, code = self.ranked[b][choice[b]]
             names = "_".join(self.program.calls[i].function.name for i in impl.order)
-            specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b)))
+            # the search's kernel calls (what they memoise serves the lower stage's layouts too)
+            specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b),
+                                   self.space.memo.calls))
             parts.append(t)
             impls.append(impl)
             codes.append(code)
