@@ -7,7 +7,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from ..errors import FusionError
-from ..ir.kernel import GlobalArg, KernelSpec
+from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
 from ..ir.program import Value
 from ..library.schema import REDUCE_OPS, Library
 from .grids import grid_args
@@ -44,7 +44,7 @@ def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps
         got = memo.frames.get(id(steps))
         parts = got[1] if got is not None and got[0] is steps else None
     if parts is None:
-        parts = _frame_parts(spec, lib, tile, steps)
+        parts = _frame_parts(spec, lib, tile, steps, memo)
         if memo is not None:
             memo.frames[id(steps)] = (steps, parts)
     shapes, T, refused, rest = parts
@@ -64,7 +64,8 @@ def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps
     return Frame(shapes, T, threads, smem, *rest)
 
 
-def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...]) -> tuple:
+def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...],
+                 memo: ScheduleMemo | None = None) -> tuple:
     """What ``make_frame`` finds that the instances per block do not change, its checks in order
     around theirs: (thread shapes, threads per instance, why the checks between the threads'
     and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
@@ -75,13 +76,13 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
     arrays: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
-    read: list[tuple[str, tuple, tuple]] = []      # (phase, arrays, scalars) of each routine step
+    read: list[tuple[str, frozenset[int]]] = []    # (phase, ids of the values read) of each routine step
     for s in steps:
         r = s.routine
         if r is None:
             shape_set.update(a.threads for a in s.accesses)
             continue
-        XY, warp, array_args, read_arrays, read_scalars = s.kc.routine_facts(r)
+        XY, warp, array_args, read_arrays, read_scalars, read_ids = s.kc.routine_facts(r)
         shape_set.add(XY)       # a routine's accesses have its shape (Scheduler.add_routine)
         if warp:
             warp_wide.append((s, XY))
@@ -91,7 +92,7 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
                 arrays.append(g)
         for v in read_scalars:
             scalars[v.id] = v
-        read.append((s.phase, read_arrays, read_scalars))
+        read.append((s.phase, read_ids))
     shapes = sorted(shape_set)
     T = max(X * Y for X, Y in shapes)
     refused = None
@@ -119,12 +120,33 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
         check_param_space(spec.name, args)
     except FusionError as e:
         return shapes, T, refused, str(e)
-    clears = tuple((kc.call.bindings()[p.name], REDUCE_OPS[p.reduce]) for kc in spec.calls
-                   for p in kc.call.function.outputs if p.reduce and kc.call.bindings()[p.name].id in spec.stores
-                   and not reduced_whole(kc, p))
-    sources = tuple(dict.fromkeys(str(f) for kc in spec.calls for f in kc.variant.files))
+    facts = [_call_facts(kc, memo) for kc in spec.calls]
+    stores = spec.stores
+    clears = tuple(c for reduced, _, _ in facts for c in reduced if c[0].id in stores)
+    sources = tuple(dict.fromkeys(f for _, files, _ in facts for f in files))
+    own = {v for _, _, outputs in facts for v in outputs}
     return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
-                                _wait_phase(spec, read, args, clears))
+                                _wait_phase(own, read, args, clears))
+
+
+def _call_facts(kc: KernelCall, memo: ScheduleMemo | None) -> tuple[tuple[tuple[Value, str], ...], tuple[str, ...],
+                                                                    tuple[int, ...]]:
+    """What a kernel's frame reads of one of its calls: (its reduced outputs a stored result of
+    must be cleared before the kernel -- those not reduced whole in an instance -- with the
+    reduction's identity; its variant's source files; the ids of the values bound to its
+    outputs).  Kept in the ``memo`` by the kernel call's identity (a program's kernel calls are
+    shared by its specs: ``ScheduleMemo.calls``)."""
+    if memo is not None:
+        got = memo.call_frames.get(id(kc))
+        if got is not None and got[0] is kc:
+            return got[1]
+    binds = kc.call.bindings()
+    facts = (tuple((binds[p.name], REDUCE_OPS[p.reduce]) for p in kc.call.function.outputs
+                   if p.reduce and not reduced_whole(kc, p)),
+             tuple(str(f) for f in kc.variant.files), tuple(v.id for v in kc.call.outputs))
+    if memo is not None:
+        memo.call_frames[id(kc)] = (kc, facts)
+    return facts
 
 
 def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -> tuple[GlobalArg, ...]:
@@ -172,7 +194,10 @@ MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
 
 def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
     """An array passes its pointer and a 64-bit size per dimension (a csr matrix its three arrays
-    and five sizes), a grid its three extents; anything else at most 8 bytes."""
+    and five sizes), a grid its three extents; anything else at most 8 bytes.  Arguments that fit
+    at 64 bytes each (a csr matrix's, the most an argument takes) are not summed."""
+    if len(args) * 64 <= MAX_PARAM_BYTES:
+        return
     size = sum((8 * 8 if a.value.type == "csr" else 8 * (1 + len(a.value.dims))) if a.kind == "array" and
                a.value is not None else 24 if a.kind == "grid" else 8 for a in args)
     if size > MAX_PARAM_BYTES:
@@ -185,13 +210,14 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
     phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
     is not a script input and not written here)."""
-    return _wait_phase(spec, [(s.phase, *s.kc.routine_values(s.routine)) for s in steps if s.routine is not None],
+    return _wait_phase({v.id for kc in spec.calls for v in kc.call.outputs},
+                       [(s.phase, s.kc.routine_facts(s.routine)[5]) for s in steps if s.routine is not None],
                        args, clears)
 
 
-def _wait_phase(spec: KernelSpec, read, args, clears) -> str | None:
-    """``wait_phase`` from the (phase, arrays, scalars) each routine step reads, in step order."""
-    own = {v.id for kc in spec.calls for v in kc.call.outputs}      # the values bound to its outputs
+def _wait_phase(own: set[int], read, args, clears) -> str | None:
+    """``wait_phase`` from the ids of the values bound to the kernel's outputs (``own``) and the
+    (phase, ids of the values read) of each routine step, in step order."""
     prior = {v.id for v, _ in clears}
     for g in args:
         v = g.value
@@ -203,7 +229,7 @@ def _wait_phase(spec: KernelSpec, read, args, clears) -> str | None:
     if not prior:
         return None
     reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)
-    for phase, arrays, scalars in read:
-        if phase not in reading and (any(v.id in prior for v in arrays) or any(v.id in prior for v in scalars)):
+    for phase, ids in read:
+        if phase not in reading and not prior.isdisjoint(ids):
             reading.add(phase)
     return next((ph for ph in ("pre", "loop", "post") if ph in reading), None)

@@ -16,7 +16,7 @@ from .layout import (MAX_REGISTER_SLOTS, MAX_SHARED_BYTES, Access, Element, Layo
 from .schedule import ScheduleMemo
 
 __all__ = ["MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Access", "Element", "KernelCode", "Placement", "Step",
-           "build_copies", "build_kernel"]
+           "build_copies", "build_kernel", "carried"]
 
 
 @quick_init
@@ -89,6 +89,27 @@ def build_copies(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
                 code.__dict__["serial_in_loop"] = first.serial_in_loop
             out.append(code)
     return out
+
+
+def carried(code: KernelCode, spec: KernelSpec) -> KernelCode | None:
+    """The kernel the search built (``code``) as the kernel of ``spec``, or None when it is not
+    that kernel.  It is when it was laid out for the same calls (the program's, by identity), with
+    the same variants, macros and other choices; only the name differs (the search names every
+    kernel "k"), and the name enters nothing a layout holds but its spec and the launch's
+    ``kernel``.  A kernel of another fusion of the same shape (``fusion/space.py``,
+    ``fusion_shape``) is not: its elements, arguments and steps name that fusion's values."""
+    have = code.spec
+    if (have.loop, have.ipb, have.unroll, have.span, have.iters, have.stores, len(have.calls)) != \
+            (spec.loop, spec.ipb, spec.unroll, spec.span, spec.iters, spec.stores, len(spec.calls)):
+        return None
+    if any(a.call is not b.call or a.variant is not b.variant or a.macros != b.macros
+           for a, b in zip(have.calls, spec.calls)):
+        return None
+    render_fn = code.render
+    assert isinstance(render_fn, partial), "a kernel renders from its layout"
+    lay = replace(render_fn.args[0], spec=spec)
+    return KernelCode(spec, partial(render, lay), code.sources, replace(code.launch, kernel=spec.name),
+                      code.placement, code.steps)
 
 
 def _code(lay: Layout) -> KernelCode:

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..errors import FusionError
-from ..ir.kernel import KernelSpec
+from ..ir.kernel import KernelCall, KernelSpec
 from ..ir.record import quick_init
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, Library
@@ -41,8 +41,9 @@ def replace(obj, **changes):
     (Step, Layout, KernelSpec, LaunchInfo, fusion.space.Implementation), without the
     constructor's cost: planning a long script makes tens of thousands of such copies."""
     new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
+    fields = obj.__dict__.copy()
+    fields.update(changes)
+    object.__setattr__(new, "__dict__", fields)     # one dict made, not an empty one filled
     return new
 
 
@@ -73,7 +74,7 @@ def analyse(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) ->
     this program's kernels) answers a spec analysed before, but for its instances per block
     and iterations (which only ``check_spec`` reads), and schedules from the longest prefix of
     the calls scheduled before."""
-    tile = check_spec(spec, lib)
+    tile = check_spec(spec, lib, memo)
     if memo is None:
         return _analyse(spec, lib, tile, None)
     key = memo.analysis_key(spec)
@@ -211,7 +212,8 @@ class _Slots:
     span (None: it does not, or no span) and the steps, marked once per span where they are."""
 
     def __init__(self, spec: KernelSpec, base: Layout, outside: frozenset[str]):
-        self.per_slot = frozenset(copy_sets(spec, base.elements, ())[1])
+        # copy_sets' per-slot elements: with no span, every element
+        self.per_slot = frozenset(copy_sets(spec, base.elements, ())[1] if spec.span > 1 else base.elements)
         self.sums = slot_sums(base.placement, outside, self.per_slot)
         self.refused: str | None = None
         self.steps = base.steps
@@ -224,12 +226,14 @@ class _Slots:
                                else replace(s, once_per_span=not s.once_per_span) for s in base.steps)
 
 
-def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
-    """Refuse impossible kernel choices; the instances' tile of a nested kernel (else None)."""
-    nest = {kc.nesting for kc in spec.calls}
-    if len(nest) != 1:
+def check_spec(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> tuple[int, int] | None:
+    """Refuse impossible kernel choices; the instances' tile of a nested kernel (else None).
+    What the checks read of the calls alone (``_calls_facts``) is kept in the ``memo`` by the
+    calls' tuple, which a fusion's specs share."""
+    nests, on_rows, clusters, tiles = _calls_facts(spec.calls, lib, memo)
+    if len(nests) != 1:
         raise FusionError(f"{spec.name}: calls of different nesting depth cannot share a kernel")
-    if all(kc.on_rows for kc in spec.calls):
+    if on_rows:
         raise FusionError(f"{spec.name}: a variant on the rows of strips runs beside a matrix call "
                           "whose strips it shares")
     check_copy_choices(spec)
@@ -239,7 +243,6 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
         raise FusionError(f"{spec.name}: loop axis {spec.loop!r} is not an instance axis")
     if spec.nesting != 2:
         return None
-    clusters = {kc.cluster for kc in spec.calls}
     if len(clusters) != 1:
         raise FusionError(f"{spec.name}: calls of clusters of {' and '.join(map(str, sorted(clusters)))} blocks "
                           "cannot share a kernel (a cluster's blocks walk the same strips)")
@@ -247,12 +250,28 @@ def check_spec(spec: KernelSpec, lib: Library) -> tuple[int, int] | None:
     if C > 1 and spec.loop == AXES[2][axis]:
         raise FusionError(f"{spec.name}: the blocks of a cluster span {spec.loop} together: the serial loop "
                           f"walks the other axis")
-    tiles = {kc.tile(lib) for kc in spec.calls}
+    assert tiles is not None, "nested calls have their tiles"
     if len(tiles) != 1:
         raise FusionError(f"{spec.name}: calls whose instances are tiles of different shapes "
                           f"({', '.join(f'{r}x{c}' for r, c in sorted(tiles))}) cannot share a kernel")
     (tile,) = tiles
     return tile
+
+
+def _calls_facts(calls: tuple[KernelCall, ...], lib: Library, memo: ScheduleMemo | None
+                 ) -> tuple[set[int], bool, set[int], set[tuple[int, int]] | None]:
+    """What ``check_spec`` reads of a kernel's calls: (their nestings, are they all on the rows of
+    strips, their clusters and, for nested calls, their tiles)."""
+    if memo is not None:
+        got = memo.checks.get(id(calls))
+        if got is not None and got[0] is calls:
+            return got[1]
+    nests = {kc.nesting for kc in calls}
+    facts = (nests, all(kc.on_rows for kc in calls), {kc.cluster for kc in calls},
+             {kc.tile(lib) for kc in calls} if nests == {2} else None)
+    if memo is not None:
+        memo.checks[id(calls)] = (calls, facts)
+    return facts
 
 
 def check_copy_choices(spec: KernelSpec) -> None:
@@ -270,21 +289,23 @@ def place(spec: KernelSpec, elements: Mapping[str, Element], steps) -> Placement
     registers: dict[str, int] = {}
     shared: dict[str, int] = {}
     by_elem: dict[str, list[Access]] = {}
+    mixed: set[str] = set()         # elements accessed with more than one (mapping, threads)
     for s in steps:
         for a in s.accesses:
             got = by_elem.get(a.element)
             if got is None:
                 by_elem[a.element] = [a]
             else:
+                if a is not got[0] and (a.mapping != got[0].mapping or a.threads != got[0].threads):
+                    mixed.add(a.element)
                 got.append(a)
     offset = 0
     for key, accs in by_elem.items():
         first = accs[0]
-        mapping, threads = first.mapping, first.threads
+        mapping = first.mapping
         # one identity (Access.identity: mapping and threads), not arbitrary indexing
-        if (mapping != "any" and (len(accs) == 1 or all(a.mapping == mapping and a.threads == threads for a in accs))
-                and MAPPINGS[mapping].registers):
-            registers[key] = mapping_slots(first.mapping, elements[key].shape, *first.threads)
+        if mapping != "any" and key not in mixed and MAPPINGS[mapping].registers:
+            registers[key] = mapping_slots(mapping, elements[key].shape, *first.threads)
             continue
         bad = [a.mapping for a in accs if not MAPPINGS[a.mapping].shared]
         if bad:

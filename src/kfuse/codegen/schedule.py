@@ -120,6 +120,12 @@ class ScheduleMemo:
         # them): the elements used outside the loop, the _Slots of no span and of any span, and
         # the refusals of copies
         self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
+        # layout._calls_facts by the calls' tuple (kept with it): what check_spec reads of them
+        self.checks: dict[int, tuple[tuple, tuple]] = {}
+        # fusion/space.py _variant_choices: the macro choices and loop axes of a variant choice
+        self.choices: dict[tuple, tuple] = {}
+        # frame._call_facts by kernel call (kept with it): what a frame reads of each call
+        self.call_frames: dict[int, tuple[KernelCall, tuple]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
 
     @staticmethod
@@ -247,32 +253,29 @@ class Scheduler:
 
     def schedule_loads(self, kc: KernelCall) -> None:
         loop = self.spec.loop
-        params = kc.call.function.param_map
-        binds = kc.call.bindings()
-        for r in kc.variant.loads:
-            assert r.param is not None      # Variant.loads: loads of parameters
-            p = params[r.param]
-            v = binds[p.name]
-            made = self.produced.get((v.id, p.index))
+        index = kc.call.index
+        produced, loaded, call_elem = self.produced, self.loaded, self.call_elem
+        for r, p, v, made_key, key, hoist in load_plan(kc):
+            made = produced.get(made_key)
             if made is not None:    # produced on chip in this kernel: no load
                 el, prod, maker = made
                 self.check_exchange(kc, p, v, prod, maker)
-                self.call_elem[(kc.call.index, p.name)] = el
+                call_elem[(index, p.name)] = el
                 self.widen_pitch(el, p)
                 continue
             # a kernel on a triangle changes both tile indices every iteration: nothing is hoisted
-            hoisted = p.hoist and not p.follows(loop) and not self.spec.triangle
-            acc = r.elements[0]
-            key = (v.id, p.index, r.fn, acc.mapping, kc.shape(r), kc.macros, hoisted)
-            if key in self.loaded:  # the same load by an earlier call: read once
-                self.call_elem[(kc.call.index, p.name)] = self.loaded[key]
-                self.widen_pitch(self.loaded[key], p)
+            hoisted = hoist and loop not in p.index and not self.spec.triangle
+            key = key + (hoisted,)
+            got = loaded.get(key)
+            if got is not None:     # the same load by an earlier call: read once
+                call_elem[(index, p.name)] = got
+                self.widen_pitch(got, p)
                 continue
             # a partial-sum input is read by one instance of those it is summed over: its
             # copy belongs to the instance, not to the axes it follows
             el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad,
                                   axes=AXES[2] if p.partial else p.index)
-            self.loaded[key] = self.call_elem[(kc.call.index, p.name)] = el
+            loaded[key] = call_elem[(index, p.name)] = el
             self.add_routine("pre" if hoisted else "loop", kc, r)
 
     def schedule_computes(self, kc: KernelCall) -> None:
@@ -328,21 +331,40 @@ class Scheduler:
             raise FusionError(f"{where()}: takes partial sums, but {v.name} is a map result")
 
     def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
-        XY = kc.shape(r)
-        X, Y = XY
-        if (X * Y) % 32 and 32 % (X * Y):
-            raise FusionError(f"{kc.describe()} routine {r.name}: {X}x{Y} threads neither divides a warp "
-                              "nor is whole warps")
+        XY, args = kc.routine_plan(r)
         acc = []
         elements, call_elem, index = self.elements, self.call_elem, kc.call.index
-        for a in r.elements:
-            key = call_elem.get((index, a.name)) or self.arg_element(kc, a.name)
-            assert a.mode is not None and a.mapping is not None      # the loader checked element arguments
-            reason = mapping_check(a.mapping, elements[key].shape, X, Y)
-            if reason:
-                raise FusionError(f"{kc.describe()} routine {r.name}: {a.name}: {reason}")
-            acc.append(Access(key, a.mode, a.mapping, XY))
+        made = kc.accesses      # the accesses made before for this call, with their element's shape
+        for name, mode, mapping in args:
+            key = call_elem.get((index, name)) or self.arg_element(kc, name)
+            shape = elements[key].shape
+            got = made.get((key, mode, mapping, XY))
+            if got is None or got[0] != shape:
+                reason = mapping_check(mapping, shape, *XY)
+                if reason:
+                    raise FusionError(f"{kc.describe()} routine {r.name}: {name}: {reason}")
+                got = made[(key, mode, mapping, XY)] = (shape, Access(key, mode, mapping, XY))
+            acc.append(got[1])
         self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
+
+
+def load_plan(kc: KernelCall) -> tuple[tuple[Routine, Param, Value, tuple, tuple, bool], ...]:
+    """Per load routine of kc's variant: (the routine, its parameter, the value bound to it, the
+    key of that value produced on chip, the key of the load but whether it is hoisted, whether
+    the parameter may be hoisted) -- what ``Scheduler.schedule_loads`` reads, kept with the kernel
+    call (``KernelCall.memo``: a program's specs share their kernel calls)."""
+    got = kc.memo.get("loads")
+    if got is None:
+        params, binds = kc.call.function.param_map, kc.call.bindings()
+        plan = []
+        for r in kc.variant.loads:
+            assert r.param is not None      # Variant.loads: loads of parameters
+            p = params[r.param]
+            v = binds[p.name]
+            plan.append((r, p, v, (v.id, p.index), (v.id, p.index, r.fn, r.elements[0].mapping, kc.shape(r),
+                                                    kc.macros), p.hoist))
+        got = kc.memo["loads"] = tuple(plan)
+    return got
 
 
 def reduced_axes(kc: KernelCall, p: Param) -> tuple[str, ...]:

@@ -204,6 +204,8 @@ class CalibratedModel:
         ns = {"load": 0.0, "overlap": 0.0, "compute": 0.0, "store": 0.0}
         barrier = 0.0
         atomic = 0                  # transfer.atomic_warps
+        u_loop = min(spec.unroll, iters)
+        ipb = spec.ipb
         for in_loop, once, has_barrier, pid, kind, T, warps in facts:
             runs = instances if in_loop else slots * L.span
             if once:                # once for the block's span of instances across the loop
@@ -215,15 +217,15 @@ class CalibratedModel:
             if pid is None:
                 continue            # clears of on-chip accumulators: a register or shared write
             # a loop unrolled beyond its serial iterations runs only those (small sizes)
-            u = min(spec.unroll, iters) if in_loop else 1
+            u = u_loop if in_loop else 1
             where = resident
             if kind != "compute":
                 # a variant whose instance has fewer threads than the kernel's leaves the others
                 # idle while its routines run (its probe ran in its own instance): its loads and
                 # stores have that fraction of the SM's threads in flight (a `quad` call, 8 threads
                 # per instance, beside `warp` calls of 32: a quarter)
-                where = resident * min(1.0, T * spec.ipb / L.threads)
-            ns[kind] += self.routine_ns(pid, loop, u, spec.ipb, where) * runs * scale
+                where = resident * min(1.0, T * ipb / L.threads)
+            ns[kind] += self.routine_ns(pid, loop, u, ipb, where) * runs * scale
         # a load declared to overlap (what other instances read again, from L2) runs beside the rest
         return {"transfer": max(ns["load"] + ns["store"], ns["overlap"]) * 1e-9, "compute": ns["compute"] * 1e-9,
                 "barrier": barrier * 1e-9, "launch": self.launch_seconds,

@@ -3,6 +3,7 @@ strips or none, clusters only in one pass), macros shared by the calls, loop axe
 samples of a bounded search (``space.py`` enumerates their products)."""
 from __future__ import annotations
 
+from ..codegen.schedule import ScheduleMemo
 from ..ir.graph import DependencyGraph
 from ..ir.program import Program
 from ..library.schema import AXES
@@ -139,3 +140,18 @@ def strip_widths(program: Program, order, variants, other_choices, dims: dict[in
                 choices = [(m, x) for m, x in choices if x in (covering[0], values[-1])]
         out.append(choices)
     return out
+
+
+def variant_choices(program: Program, order, variants, nesting: int, memo: ScheduleMemo | None) -> tuple:
+    """(``macro_choices``, ``loops_of``) of a variant choice: what they read are
+    the calls' functions and variants, so with a ``memo`` (one per program) they are found once
+    per such choice (a long script's fusions repeat few).  Their lists are read, not changed."""
+    if memo is None:
+        return macro_choices(program, order, variants, nesting), loops_of(program, order, variants, nesting)
+    fns = [program.calls[i].function for i in order]
+    key = (nesting, tuple(map(id, fns)), tuple(variants))
+    got = memo.choices.get(key)
+    if got is None:
+        got = memo.choices[key] = (fns, (macro_choices(program, order, variants, nesting),
+                                         loops_of(program, order, variants, nesting)))
+    return got[1]

@@ -208,6 +208,9 @@ def without_fallbacks(fitting: list, built: list) -> list:
     less those giving a call a ``fallback`` variant unless implementations giving it the variant
     named there were built and none fits: row bands only where strips of whole rows were
     considered and do not fit the rows (a strip reads the same rows without partial sums)."""
+    if not any(kc.variant.fallback for _, code in fitting for kc in code.spec.calls):
+        return fitting          # no fallback variant: nothing to leave out
+
     def pairs(impls) -> set:
         return {(kc.call.index, kc.variant.name) for _, code in impls for kc in code.spec.calls}
     fits, tried = pairs(fitting), pairs(built)

@@ -165,14 +165,17 @@ class PlanSearch:
         """The plan of partition ``blocks`` (one of ``partitions``) whose n-th kernel is the
         ``idx[n]``-th implementation of ``ranked[blocks[n]]`` (0: the best predicted)."""
         choice = dict(zip(blocks, idx))
-        specs, parts, impls = [], [], []
+        specs, parts, impls, codes = [], [], [], []
         for n, b in enumerate(ordered(self.graph, blocks)):
             t, impl, code = self.ranked[b][choice[b]]
             names = "_".join(self.program.calls[i].function.name for i in impl.order)
-            specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b)))
+            # the search's kernel calls (what they memoise serves the lower stage's layouts too)
+            specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b),
+                                   self.space.memo.calls))
             parts.append(t)
             impls.append(impl)
-        return Plan(self.program, tuple(specs), sum(parts), tuple(parts), tuple(impls))
+            codes.append(code)
+        return Plan(self.program, tuple(specs), sum(parts), tuple(parts), tuple(impls), tuple(codes))
 
     # -- explanation -------------------------------------------------------------------------------
     def findings(self) -> explainer.Findings:

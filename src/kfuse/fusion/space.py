@@ -11,6 +11,7 @@ and so is one that needs more shared memory than another differing only in call 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import combinations, product
 from math import prod
 from typing import Any
@@ -25,7 +26,7 @@ from ..ir.graph import DependencyGraph
 from ..library.schema import Library
 from ..ir.program import Program
 from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
-    mixed_nesting, sampled_variants as _sampled_variants, variant_indices, whole_choice
+    mixed_nesting, sampled_variants as _sampled_variants, variant_choices, variant_indices, whole_choice
 from .legality import why_not
 from .prune import MAX_SPAN_LOOP_J, Prune
 from .reasons import NoImplementation, Refusal, call_set
@@ -137,9 +138,12 @@ def enumerate_fusions(program: Program, graph: DependencyGraph, max_size: int = 
     return legal, refused
 
 
-def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDERS) -> list[tuple[int, ...]]:
+def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDERS) -> tuple[tuple[int, ...], ...]:
     """Topological orders of the calls (dependencies inside the fusion), the first ``most`` (at
-    most MAX_ORDERS)."""
+    most MAX_ORDERS); kept in the graph's memo (the search asks for a fusion's more than once)."""
+    got = graph.memo.get(("orders", calls, most))
+    if got is not None:
+        return got
     out: list[tuple[int, ...]] = []
 
     def rec(done: tuple[int, ...], left: frozenset[int]) -> None:
@@ -153,7 +157,8 @@ def _orders(graph: DependencyGraph, calls: frozenset[int], most: int = MAX_ORDER
                 rec(done + (c,), left - {c})
 
     rec((), calls)
-    return out
+    got = graph.memo[("orders", calls, most)] = tuple(out)
+    return got
 
 
 def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int], limit: int) -> int:
@@ -221,14 +226,12 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
         for variants in var_choices:
             if not keep(order, variants):
                 continue
-            by_choices, other_choices, ipb_choices = _choices(program, order, variants, nesting)
-            loops = _loops(program, order, variants, nesting)
+            (by_choices, other_choices, ipb_choices), loops = variant_choices(program, order, variants, nesting, memo)
             chosen = tuple(sorted(zip(order, variants)))    # the variant choices in any call order
             # a kernel on a triangle walks single tiles, one per block slot: no span
             spans_here = (1,) if any(program.calls[i].function.variants[v].triangle
                                      for i, v in zip(order, variants)) else spans
-            copies_of = {lp: [(u, s) for u in UNROLLS for s in spans_here if lp != "j" or s <= MAX_SPAN_LOOP_J]
-                         for lp in loops}                  # (1, 1) first
+            copies_of = _copies_of(loops, spans_here)
             if sampled:
                 by_choices = [8] if 8 in by_choices else _middle(by_choices)
                 other_choices = [_middle(o) for o in other_choices]
@@ -272,6 +275,12 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     pruned[Prune.DOMINATED] += dominated
     pruned[Prune.UNROLLED_WITHOUT_LOOP] += unrolled
     return _without_map_exchanges(list(built.values()), pruned), pruned
+
+
+@lru_cache(maxsize=None)
+def _copies_of(loops: tuple[str, ...], spans: tuple[int, ...]) -> dict[str, tuple[tuple[int, int], ...]]:
+    """The (unroll, span) copies built of a kernel, per loop axis ((1, 1) first); shared, read only."""
+    return {lp: tuple((u, s) for u in UNROLLS for s in spans if lp != "j" or s <= MAX_SPAN_LOOP_J) for lp in loops}
 
 
 def _exchanges(code: KernelCode) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
+from ..errors import FusionError
 from ..library.schema import Library, Routine, Variant
 from .program import Call, Value
 from .record import quick_init
@@ -111,24 +113,65 @@ class KernelCall:
         return {}
 
     def routine_facts(self, routine: Routine) -> tuple[tuple[int, int], bool, tuple[GlobalArg, ...],
-                                                       tuple[Value, ...], tuple[Value, ...]]:
+                                                       tuple[Value, ...], tuple[Value, ...], frozenset[int]]:
         """(``shape``, does the routine exchange values between the lanes of a warp, ``array_args``,
-        ``routine_values``' arrays and scalars) in one look-up (memoised like them): what a
-        kernel's frame reads of each of its steps (codegen/frame.py)."""
+        ``routine_values``' arrays and scalars, the ids of those values) in one look-up (memoised
+        like them): what a kernel's frame reads of each of its steps (codegen/frame.py)."""
         got = self._facts.get(id(routine))
         if got is None or got[0] is not routine:
             arrays, scalars = self.routine_values(routine)
             got = self._facts[id(routine)] = (routine, (self.shape(routine), routine.name in self.variant.warp_wide,
-                                                        self.array_args(routine), arrays, scalars))
+                                                        self.array_args(routine), arrays, scalars,
+                                                        frozenset(v.id for v in arrays + scalars)))
         return got[1]
 
     @cached_property
     def _facts(self) -> dict[int, tuple]:
         return {}
 
+    def routine_plan(self, routine: Routine) -> tuple[tuple[int, int], tuple[tuple[str, str, str], ...]]:
+        """(``shape``, the routine's element arguments as (name, mode, mapping)): what the
+        scheduler reads of each routine it adds (memoised like ``shape``); raises FusionError
+        when the threads neither divide a warp nor are whole warps."""
+        got = self._plans.get(id(routine))
+        if got is None or got[0] is not routine:
+            X, Y = XY = self.shape(routine)
+            if (X * Y) % 32 and 32 % (X * Y):
+                raise FusionError(f"{self.describe()} routine {routine.name}: {X}x{Y} threads neither divides "
+                                  "a warp nor is whole warps")
+            args = tuple((a.name, str(a.mode), str(a.mapping)) for a in routine.elements)
+            got = self._plans[id(routine)] = (routine, (XY, args))
+        return got[1]
+
+    @cached_property
+    def _plans(self) -> dict[int, tuple]:
+        return {}
+
+    @cached_property
+    def memo(self) -> dict[str, Any]:
+        """What code generation derives from this call alone, by name (``codegen/schedule.py``
+        ``load_plan``): kept with the call, which a program's specs share."""
+        return {}
+
+    @cached_property
+    def accesses(self) -> dict[tuple, tuple]:
+        """The scheduler's accesses of this call's routines by (element, mode, mapping, threads),
+        each with the element's shape it was checked against (``Scheduler.add_routine``): a
+        program's specs share their kernel calls (``ScheduleMemo.calls``) and make the same
+        accesses again and again."""
+        return {}
+
     def tile(self, lib: Library) -> tuple[int, int]:
-        """Rows x columns of the tile an instance of a 2-level call covers."""
-        return self.variant.tile_shape(self._macro_map, lib.tile)
+        """Rows x columns of the tile an instance of a 2-level call covers (memoised by the
+        library's default tile: the layout checks it for every spec)."""
+        got = self._tiles.get(lib.tile)
+        if got is None:
+            got = self._tiles[lib.tile] = self.variant.tile_shape(self._macro_map, lib.tile)
+        return got
+
+    @cached_property
+    def _tiles(self) -> dict[tuple[int, int], tuple[int, int]]:
+        return {}
 
     def describe(self) -> str:
         m = ", ".join(f"{k}={v}" for k, v in self.macros)

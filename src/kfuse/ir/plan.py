@@ -18,6 +18,9 @@ class Plan:
     parts: tuple[float, ...] = ()                   # predicted seconds per kernel
     # the fusion implementations it was built from (fusion.space.Implementation), when searched
     implementations: tuple = field(default=(), compare=False)
+    # the search's kernel of each implementation (codegen.KernelCode): the lower stage carries
+    # those laid out for these calls instead of laying them out again (codegen.generate)
+    codes: tuple = field(default=(), compare=False, repr=False)
 
     def summary(self) -> str:
         """One line: each kernel's calls with their variants, kernels separated by "; "."""
