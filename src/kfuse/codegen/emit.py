@@ -161,10 +161,13 @@ class _Emitter:
             self.out += sk.device_open(spec.name, self.params())
         else:
             self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem, self.cluster)
-        for g in fr.args:
-            if g.kind == "array" and g.value is not None:
+        gridded = grids.grid_reads(self.lay.steps)
+        plain = grids.plain_reads(self.lay.steps)
+        for g in fr.args:       # an array read only through grid views needs no plain view
+            if g.kind == "array" and g.value is not None and (
+                    g.value.id in plain or all(v.id != g.value.id for v, _, _ in gridded)):
                 w(sk.global_view(g.name, g.value.type))
-        for v, rank, boundary in grids.grid_reads(self.lay.steps):
+        for v, rank, boundary in gridded:
             w(grids.view_decl(v.label, rank, boundary))
 
     def indices(self) -> None:

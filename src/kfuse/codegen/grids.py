@@ -16,6 +16,21 @@ from ..ir.program import Value
 EXTENTS = ("nx", "ny", "nz")
 
 
+def plain_reads(steps) -> set[int]:
+    """Ids of the values the kernel's routine steps take through plain global views (``KfVec``,
+    ``KfMat``: every global argument but a stencil's grid reads)."""
+    out: set[int] = set()
+    for s in steps:
+        r = s.routine
+        if r is None:
+            continue
+        fn = s.kc.call.function
+        binds = s.kc.call.bindings()
+        out |= {binds[a.name].id for a in r.args if a.kind == "global"
+                and not (fn.grid and fn.param_map[a.name].reach == "neighbours")}
+    return out
+
+
 def grid_reads(steps) -> list[tuple[Value, int, str]]:
     """(value, grid rank, boundary rule) of each grid view the kernel's routine steps read, in
     order of first use, each once."""
