@@ -1,7 +1,9 @@
 """The sparse mat-vec on the GPU (run with -m gpu): spmv alone and fused into a CG step against a
 float64 NumPy reference, on fresh random CSR matrices (empty rows, rows of one entry, one very long
 row, m != n, sizes not multiples of 32), both dtypes, int32 and int64 indices, CuPy arrays, cupyx
-and torch sparse CSR inputs; outputs poisoned with NaN first; the checks of malformed matrices."""
+and torch sparse CSR inputs; outputs poisoned with NaN first; the checks of malformed matrices;
+``@kfuse.jit`` functions over CSR arguments and a ``kfuse.while_loop`` CG over a CSR matrix in its
+state against SciPy."""
 import zlib
 
 import numpy as np
@@ -207,3 +209,166 @@ def test_wrong_dtypes_and_shapes_are_clean_errors():
     scipy_sparse = pytest.importorskip("scipy.sparse")
     with pytest.raises(LaunchError, match="host memory"):
         P(A=scipy_sparse.csr_matrix((data, indices, indptr), shape=(100, 50)), x=cp.ones(50))
+
+
+# -- @kfuse.jit and device loops over CSR matrices -----------------------------------------------------
+@kfuse.jit
+def jit_step(A, p, r):
+    q = A @ p
+    return q, p @ q, kfuse.lib.spmv(A, r) + 2.0 * r
+
+
+@kfuse.jit
+def jit_spmv(A, x):
+    return kfuse.lib.spmv(A, x)
+
+
+def _poison(framework: str, dtype: str, n: int) -> None:
+    """Fill memory the allocator hands out next with NaN (blocks of the results' size and a large
+    one to split): a result an unwritten entry of which stays NaN fails its check."""
+    if framework == "torch":
+        import torch
+        blocks = [torch.full((k,), float("nan"), dtype=getattr(torch, dtype), device="cuda")
+                  for k in (n, n, n, 1, 1, 1 << 20)]
+    else:
+        import cupy as cp
+        blocks = [cp.full(k, np.nan, dtype) for k in (n, n, n, 1, 1, 1 << 20)]
+    del blocks
+
+
+def _operands(framework: str, indptr, indices, data, shape, dtype, *vectors):
+    """The matrix and vectors as ``framework`` gives them: kfuse.CSR of CuPy arrays, a cupyx
+    csr_matrix, or a torch sparse CSR CUDA tensor (and torch vectors)."""
+    import cupy as cp
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        A = torch.sparse_csr_tensor(torch.as_tensor(indptr), torch.as_tensor(indices),
+                                    torch.as_tensor(data.astype(dtype)), size=shape).cuda()
+        return A, *(torch.as_tensor(v.astype(dtype)).cuda() for v in vectors)
+    if framework == "cupyx":
+        import cupyx.scipy.sparse as cps
+        A = cps.csr_matrix((cp.asarray(data.astype(dtype)), cp.asarray(indices), cp.asarray(indptr)), shape=shape)
+    else:
+        A = device_csr(indptr, indices, data, shape, dtype)
+    return A, *(cp.asarray(v.astype(dtype)) for v in vectors)
+
+
+def _host(x) -> np.ndarray:
+    if hasattr(x, "cpu"):
+        return x.cpu().numpy().astype(np.float64)
+    import cupy as cp
+    return cp.asnumpy(x).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("m", [33, 2053])
+@pytest.mark.parametrize("framework", ["kfuse", "cupyx", "torch"])
+def test_jit_spmv_and_dot_against_float64(dtype, index, m, framework):
+    if framework == "cupyx" and index is np.int64:
+        pytest.skip("cupyx csr_matrix has int32 indices")
+    seed = zlib.crc32(repr(("jit", dtype, index.__name__, m, framework)).encode())
+    indptr, indices, data = make(m, m, "short", seed, index)
+    data = data.astype(dtype).astype(np.float64)
+    rng = np.random.default_rng(seed + 1)
+    p, r = (rng.standard_normal(m).astype(dtype).astype(np.float64) for _ in range(2))
+    A, pd, rd = _operands(framework, indptr, indices, data, (m, m), dtype, p, r)
+    _poison(framework, dtype, m)
+    q, pq, w = jit_step(A, pd, rd)
+    assert type(q) is type(pd) and str(q.dtype).removeprefix("torch.") == dtype
+    qr, qm = reference(indptr, indices, data, p, m)
+    assert rel(_host(q), qr, qm) < TOL[dtype]
+    assert abs(float(pq) - p @ qr) / max(np.abs(p) @ qm, 1e-300) < 10 * TOL[dtype]
+    wr, wm = reference(indptr, indices, data, r, m)
+    assert rel(_host(w), wr + 2.0 * r, wm + 2.0 * np.abs(r)) < TOL[dtype]
+    q2, _, _ = jit_step(A, pd, rd)            # the cached entry, the same binding
+    assert rel(_host(q2), qr, qm) < TOL[dtype]
+    # a rectangular matrix, the other index type under the same entry
+    n = m + 17
+    indptr, indices, data = make(m, n, "mid", seed + 2, np.int64 if index is np.int32 else np.int32)
+    if framework == "cupyx":
+        indptr, indices = indptr.astype(np.int32), indices.astype(np.int32)
+    data = data.astype(dtype).astype(np.float64)
+    x = rng.standard_normal(n).astype(dtype).astype(np.float64)
+    A, xd = _operands(framework, indptr, indices, data, (m, n), dtype, x)
+    _poison(framework, dtype, m)
+    y = jit_spmv(A, xd)
+    ref, mag = reference(indptr, indices, data, x, m)
+    assert rel(_host(y), ref, mag) < TOL[dtype]
+
+
+def test_jit_refuses_a_scipy_matrix_and_checks_the_structure():
+    import cupy as cp
+    from kfuse.errors import TraceError
+    sp = pytest.importorskip("scipy.sparse")
+    indptr, indices, data = make(100, 50, "short", 5)
+    with pytest.raises(TraceError, match="host memory"):
+        jit_spmv(sp.csr_matrix((data, indices, indptr), shape=(100, 50)), cp.ones(50))
+    bad = indices.copy()
+    bad[3] = 50
+    with pytest.raises(LaunchError, match="column index 50 out of range"):
+        jit_spmv(device_csr(indptr, bad, data, (100, 50), "float64"), cp.ones(50))
+
+
+def _laplacian(n: int):
+    """The 7-point Laplacian of an n x n x n grid (SciPy CSR, float64): SPD."""
+    sp = pytest.importorskip("scipy.sparse")
+    d = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
+    eye = sp.identity(n)
+    return (sp.kron(sp.kron(d, eye), eye) + sp.kron(sp.kron(eye, d), eye) + sp.kron(sp.kron(eye, eye), d)).tocsr()
+
+
+def _cg_body(s):
+    A, bb, x, r, p, rr = s
+    q = A @ p
+    alpha = rr / (p @ q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rr_new = r @ r
+    return A, bb, x, r, r + (rr_new / rr) * p, rr_new
+
+
+@pytest.mark.parametrize("framework, index", [("cupyx", np.int32), ("torch", np.int64), ("kfuse", np.int64)])
+def test_while_loop_cg_over_a_csr_matrix_against_spsolve(framework, index):
+    spla = pytest.importorskip("scipy.sparse.linalg")
+    A = _laplacian(12)                       # 1728 rows, condition number about 68
+    m = A.shape[0]
+    Ad, = _operands(framework, A.indptr.astype(index), A.indices.astype(index), A.data, A.shape, "float64")
+    for seed in (1, 2):                       # a second solve: the same instance, a new right-hand side
+        b = np.random.default_rng(seed).standard_normal(m)
+        bd = _operands(framework, A.indptr, A.indices, A.data, A.shape, "float64", b)[1]
+        bb = bd @ bd
+        s = kfuse.while_loop(lambda s: s[5] > 1e-24 * s[1], _cg_body, (Ad, bb, bd * 0, bd, bd, bb),
+                             max_iterations=2000)
+        assert s.converged and 10 < s.iterations < 2000
+        assert s[0] is Ad                     # read in place, returned as given
+        ref = spla.spsolve(A.tocsc(), b)
+        assert np.linalg.norm(_host(s[2]) - ref) / np.linalg.norm(ref) < 1e-9
+        assert float(s[5]) <= 1e-24 * float(bb) * (1 + 1e-6)
+
+
+def test_the_sparse_cg_example_matches_scipy():
+    import cupy as cp
+    import cupyx.scipy.sparse as cps
+    spla = pytest.importorskip("scipy.sparse.linalg")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "solvers"))
+    import sparse_cg
+    for A in (sparse_cg.mesh_matrix(10), sparse_cg.skewed_matrix(3000)):
+        b = np.random.default_rng(3).standard_normal(A.shape[0])
+        x, rr, steps = sparse_cg.sparse_cg(cps.csr_matrix(A), cp.asarray(b), tol=1e-10, max_iterations=5000)
+        ref = spla.spsolve(A.tocsc(), b)
+        assert 0 < steps < 5000
+        assert np.linalg.norm(cp.asnumpy(x) - ref) / np.linalg.norm(ref) < 1e-7
+
+
+def test_a_malformed_csr_matrix_in_a_loop_is_refused_at_bind():
+    import cupy as cp
+    indptr, indices, data = make(100, 100, "short", 6)
+    indices = indices.copy()
+    indices[0] = 100
+    A = device_csr(indptr, indices, data, (100, 100), "float64")
+    v = cp.ones(100)
+    with pytest.raises(LaunchError, match="column index 100 out of range"):
+        kfuse.fori_loop(0, 3, lambda i, s: (s[0], s[0] @ s[1]), (A, v))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
+import numpy as np
 import pytest
 
 import kfuse
@@ -210,7 +211,57 @@ def test_bad_csr_metadata_is_refused_at_load(tmp_path, changes, field, words):
     assert isinstance(err, LibraryError) and field in str(err) and words in str(err), str(err)
 
 
-def test_jit_refuses_a_sparse_argument_with_the_way_to_a_script():
+def _host_csr(m: int, n: int, index=np.int32, dtype=np.float64):
+    """A kfuse.CSR of NumPy arrays: enough for tracing (only shapes and dtypes are read)."""
+    indptr = np.arange(m + 1).astype(index)
+    return kfuse.CSR(indptr, (np.arange(m) % n).astype(index), np.ones(m, dtype), (m, n))
+
+
+def test_a_jitted_spmv_and_dot_traces_to_the_csr_program():
+    @kfuse.jit
+    def step(A, p, r):
+        q = A @ p
+        return q, p @ q, kfuse.lib.spmv(A, r) + 2.0 * r
+
+    A, x = _host_csr(33, 33), np.ones(33)
+    low = step.trace(A, x, x)
+    assert low.script.splitlines()[1] == "csr A;"
+    body = [line.split("#")[0].strip() for line in low.script.splitlines()[5:]]
+    assert body == ["v1 = spmv(A, p);", "s2 = dot(p, v1);", "v3 = spmv(A, r);", "v4 = axpy(2.0, r, v3);",
+                    "return v1, s2, v4;"]
+    assert [v.type for v in low.program.inputs] == ["csr", "vector", "vector"]
+    assert low.sizes == {"A.rows": 33, "A.cols": 33, "A.nnz": 33, "p.len": 33, "r.len": 33}
+    assert step.cache_key(A, x, x)[3] == (("csr", 3), ("array", 1), ("array", 1))
+    # the matrix's pointers, index type and sizes are no part of the key; its values' dtype is
+    assert step.cache_key(_host_csr(70, 70, np.int64), np.ones(70), np.ones(70)) == step.cache_key(A, x, x)
+    f32 = _host_csr(33, 33, dtype=np.float32)
+    assert step.cache_key(f32, x.astype(np.float32), x.astype(np.float32))[2] == "float32"
+    prog = step.compile(A, x, x)
+    assert {kc.call.function.name for kc in prog.kernels[0].spec.calls} >= {"spmv", "dot"}
+
+
+def test_a_jitted_csr_function_refuses_what_no_function_computes():
+    from kfuse.errors import TraceError
+    A, x = _host_csr(8, 5), np.ones(5)
+    for f, words in ((lambda A, x: A.T @ x, ".T of a CSR matrix"), (lambda A, x: 2.0 * A, "* of a CSR matrix"),
+                     (lambda A, x: x @ A, "x @ A of a CSR matrix"), (lambda A, x: A @ A, "must be a vector"),
+                     (lambda A, x: A @ np.ones(3), "traced value cannot be combined")):
+        with pytest.raises(TraceError) as e:
+            kfuse.jit(f).trace(A, x)
+        assert words in str(e.value), str(e.value)
+    with pytest.raises(TraceError) as e:
+        kfuse.jit(lambda A, x: A @ x).trace(A, np.ones(8))
+    assert "its size 8 must be A's cols (5)" in str(e.value)
+    with pytest.raises(TraceError) as e:
+        kfuse.jit(lambda A, x: A @ x).trace(A, np.ones(5, np.float32))
+    assert "mixed dtypes" in str(e.value)
+    bad = kfuse.CSR(np.arange(9, dtype=np.int16), np.zeros(8, np.int16), np.ones(8), (8, 5))
+    with pytest.raises(TraceError) as e:
+        kfuse.jit(lambda A, x: A @ x).trace(bad, x)
+    assert "int32 or int64" in str(e.value)
+
+
+def test_jit_refuses_a_host_scipy_matrix_with_the_way_to_the_gpu():
     from kfuse.errors import TraceError
 
     @kfuse.jit
@@ -218,5 +269,62 @@ def test_jit_refuses_a_sparse_argument_with_the_way_to_a_script():
         return kfuse.lib.spmv(A, p)
 
     with pytest.raises(TraceError) as e:
-        step.specs((kfuse.CSR(None, None, None, (3, 3)), None))
-    assert "sparse matrix" in str(e.value) and "csr A;" in str(e.value)
+        step(_FakeScipy(), np.ones(3))
+    assert "host memory" in str(e.value) and "cupyx.scipy.sparse.csr_matrix(A)" in str(e.value)
+    assert "argument A of step" in str(e.value)
+
+
+def _cg_body(s):
+    A, bb, x, r, p, rr = s
+    q = A @ p
+    alpha = rr / (p @ q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rr_new = r @ r
+    return A, bb, x, r, r + (rr_new / rr) * p, rr_new
+
+
+def test_a_loop_body_reads_a_csr_state_entry_in_place():
+    from kfuse.loops import _body, _predicate, _specs
+    A, v, z = _host_csr(40, 40), np.ones(40), np.zeros(())
+    body, leaves = _body(_cg_body, False, (A, z, v, v, v, z), "while_loop")
+    assert body.sources[:2] == [("keep",), ("keep",)]
+    assert [s[0] for s in body.sources[2:]] == ["out"] * 4
+    assert body.lowered.program.inputs[0].type == "csr"
+    assert "spmv(state0, state4)" in body.lowered.script
+    specs, _ = _specs(leaves, "while_loop")
+    assert specs[0].kind == "csr" and specs[0].shape == (40, 40, 40)
+    pred, consts = _predicate(lambda s: s[5] > 1e-6 * s[1], specs, tuple)
+    assert consts == [1e-6]
+
+
+def test_a_loop_refuses_a_csr_state_entry_moved_or_changed():
+    from kfuse.errors import TraceError
+    from kfuse.loops import _body, _predicate, _specs
+    A, v = _host_csr(40, 40), np.ones(40)
+    with pytest.raises(TraceError) as e:
+        _body(lambda s: (s[1], s[0], s[1] @ s[2]), False, (A, A, v), "while_loop")
+    assert "in its own place" in str(e.value)
+    with pytest.raises(TraceError) as e:
+        _body(lambda s: (s[0], 2.0 * s[0] @ s[1]), False, (A, v), "while_loop")
+    assert "of a CSR matrix" in str(e.value)
+    with pytest.raises(TraceError) as e:
+        _body(lambda s: (s[0], s[1]), False, (_FakeScipy(), v), "fori_loop")
+    assert "host memory" in str(e.value)
+    specs, _ = _specs([A, v, np.zeros(())], "while_loop")
+    with pytest.raises(TraceError) as e:
+        _predicate(lambda s: s[0] > 1.0, specs, tuple)
+    assert "csr state entry" in str(e.value)
+
+
+def test_the_sparse_cg_example_traces_its_start_and_loop_body():
+    import sys
+    from pathlib import Path
+    from kfuse.loops import _body
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "solvers"))
+    import sparse_cg
+    A, v, z = _host_csr(50, 50), np.ones(50), np.zeros(())
+    assert [line.split("#")[0].strip() for line in sparse_cg._start.trace(A, v, v).script.splitlines()[5:8]] == \
+        ["v1 = spmv(A, x);", "v2 = axpy(-1.0, v1, b);", "s3 = dot(v2, v2);"]
+    body, _ = _body(lambda s: s[:2] + sparse_cg.cg_update(*s[:1], *s[2:]), False, (A, z, v, v, v, z), "while_loop")
+    assert body.sources[:2] == [("keep",), ("keep",)] and "spmv(state0, state4)" in body.lowered.script

@@ -1,10 +1,12 @@
-"""Conjugate gradients on a sparse (CSR) symmetric positive definite matrix.
+"""Conjugate gradients on a sparse (CSR) symmetric positive definite matrix, one launch per solve.
 
-One CG iteration is one call of a compiled script: the sparse mat-vec ``q = spmv(A, p)`` and the
-dot ``p . q`` share a kernel, alpha and beta are scalar arithmetic evaluated on the device, and
-r . r stays on the GPU as a 0-d array (read by address).  The Python loop only launches (the
-launches replay from a CUDA graph after the second call) and looks at r . r every ``check``
-steps.  Works on a cupyx.scipy.sparse.csr_matrix, a torch sparse CSR CUDA tensor or a kfuse.CSR.
+A CG iteration is a ``@kfuse.jit``-style body over the CSR matrix: the sparse mat-vec ``A @ p``
+(``spmv``) and the dot ``p . q`` share a kernel, alpha and beta are scalar arithmetic evaluated on
+the device.  ``kfuse.while_loop`` runs the whole solve on the device (like
+``examples/solvers/poisson_cg.py`` for stencils): the matrix rides in the loop's state, returned
+unchanged, so it is read in place (its structure checked once, when the loop binds it), and the
+condition ``r . r > tol^2 b . b`` is evaluated on the device after each step: one launch and one
+wait.  Works on a cupyx.scipy.sparse.csr_matrix, a torch sparse CSR CUDA tensor or a kfuse.CSR.
 
     PYTHONPATH=src python3 examples/solvers/sparse_cg.py      # two demo systems, checked against SciPy
 
@@ -14,60 +16,34 @@ rows); each solution is compared with SciPy's in float64.
 """
 import kfuse
 
-CG_STEP = """
-csr A;
-vector x, r, p, q, x1, r1, p1;
-scalar rr, pq, rr1, alpha, beta;
-input A, x, r, p, rr;
-q = spmv(A, p);
-pq = dot(p, q);
-alpha = rr / pq;
-x1 = axpy(alpha, p, x);
-r1 = axpy(-alpha, q, r);
-rr1 = dot(r1, r1);
-beta = rr1 / rr;
-p1 = axpy(beta, p, r1);
-return x1, r1, p1, rr1;
-"""
 
-CG_START = """
-csr A;
-vector b, x, q, r;
-scalar rr, bb;
-input A, b, x;
-q = spmv(A, x);
-r = axpy(-1, q, b);
-rr = dot(r, r);
-bb = dot(b, b);
-return r, rr, bb;
-"""
-
-_programs: dict = {}
+def cg_update(A, x, r, p, rr):
+    """One CG iteration; rr = r . r of the step before (a 0-d device array)."""
+    q = A @ p
+    alpha = rr / (p @ q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rr_new = r @ r
+    p = r + (rr_new / rr) * p
+    return x, r, p, rr_new
 
 
-def programs(dtype: str):
-    if dtype not in _programs:
-        _programs[dtype] = (kfuse.compile(CG_START, dtype=dtype, name="sparse_cg_start"),
-                            kfuse.compile(CG_STEP, dtype=dtype, name="sparse_cg_step"))
-    return _programs[dtype]
+@kfuse.jit
+def _start(A, b, x):
+    """r = b - A x, r . r and b . b (the tolerance's scale)."""
+    r = b - A @ x
+    return r, r @ r, b @ b
 
 
-def sparse_cg(A, b, x=None, tol=1e-8, max_iterations=1000, check=10):
+def sparse_cg(A, b, x=None, tol=1e-8, max_iterations=1000):
     """Solve A x = b (A a CSR matrix on the GPU, b a CuPy array or torch CUDA tensor) until
     ||r|| <= tol ||b|| or ``max_iterations`` steps.  Returns (x, r . r, steps taken)."""
-    dtype = str(b.dtype).replace("torch.", "")
-    start, step = programs(dtype)
     x = b * 0 if x is None else x
-    r, rr, bb = start(A=A, b=b, x=x)
-    p = r
-    limit = tol * tol * float(bb)
-    k = 0
-    while k < max_iterations:
-        x, r, p, rr = step(A=A, x=x, r=r, p=p, rr=rr)
-        k += 1
-        if k % check == 0 and float(rr) <= limit:
-            break
-    return x, float(rr), k
+    r, rr, bb = _start(A, b, x)
+    s = kfuse.while_loop(lambda s: s[5] > tol * tol * s[1],
+                         lambda s: s[:2] + cg_update(*s[:1], *s[2:]), (A, bb, x, r, r, rr),
+                         max_iterations=max_iterations)
+    return s[2], float(s[5]), s.iterations
 
 
 def mesh_matrix(n: int):

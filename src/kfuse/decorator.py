@@ -10,7 +10,9 @@ and go straight to its call path (``CompiledScript.__call__``: bindings per argu
 CUDA graph replay).
 
 The signature (the dict key) is, per argument, its type, rank and dtype -- a Python number and
-a 0-d device array differ, so a scalar an earlier call returned is passed by address.  Shapes,
+a 0-d device array differ, so a scalar an earlier call returned is passed by address.  A CSR
+matrix argument (cupyx, torch sparse CSR, kfuse.CSR) is a ``csr`` input: its key is its type and
+its values' dtype (and a torch tensor's layout); its sizes and index type are the binding's.  Shapes,
 devices and size classes are the compiled program's business one level down: sizes are symbolic
 in the program, its call path keeps a binding per shape and device, and it plans each size class
 on first use (``CompiledScript.for_sizes``).  Entries are also kept under a full key -- the
@@ -144,11 +146,13 @@ class JitFunction:
             t = type(a)
             if t is float or t is int:
                 key.append(_NUMBER)
+            elif t.__module__ == "torch":       # a dense or a sparse CSR tensor: its layout too
+                key.append((t, a.ndim, a.dtype, a.layout))
             else:
                 try:
                     key.append((t, a.ndim, a.dtype))
-                except AttributeError:
-                    key.append(t)
+                except AttributeError:      # a kfuse.CSR or a tuple: its values' dtype
+                    key.append((t, getattr(a[2], "dtype", None)) if isinstance(a, tuple) and len(a) == 4 else t)
         tkey = tuple(key)
         entry = self._entries.get(tkey)
         if entry is None:
@@ -186,9 +190,10 @@ class JitFunction:
                 specs.append(ArgSpec(name, "scalar"))
                 continue
             if _sparse(a):
-                raise TraceError(f"argument {name} of {self.fn.__name__} is a sparse matrix; @kfuse.jit does not "
-                                 "trace sparse matrices yet: write the step as a script with a csr input "
-                                 "(csr A; q = spmv(A, p);) and call kfuse.compile(script)(A=A, ...)", user_site())
+                cshape, dt = _csr_spec(self.fn.__name__, name, a)
+                dtypes[name] = dt
+                specs.append(ArgSpec(name, "csr", cshape))
+                continue
             if not (hasattr(a, "shape") and hasattr(a, "dtype")):
                 raise TraceError(f"argument {name} of {self.fn.__name__}: expected an array or a number, got "
                                  f"{type(a).__name__}", user_site())
@@ -213,7 +218,7 @@ class JitFunction:
             listed = ", ".join(f"{n} is {d}" for n, d in dtypes.items())
             raise TraceError(f"mixed dtypes in a call of {self.fn.__name__}: {listed}; a jitted function runs in "
                              "one element type (convert with .astype)", user_site())
-        if not any(s.kind == "array" for s in specs):
+        if not any(s.kind in ("array", "csr") for s in specs):
             raise TraceError(f"{self.fn.__name__} is called without a vector or matrix argument; nothing fixes "
                              "the sizes or the device", user_site())
         return specs, next(iter(dtypes.values()))
@@ -356,8 +361,38 @@ def _cell(c):
 
 
 def _sparse(a) -> bool:
-    """A sparse matrix (SciPy, cupyx, torch sparse, kfuse.CSR): not a dense array to trace."""
-    from .runtime.csr import CSR
-    mod = type(a).__module__ or ""
-    layout = str(getattr(a, "layout", ""))
-    return isinstance(a, CSR) or mod.startswith(("scipy.sparse", "cupyx.scipy.sparse")) or "sparse" in layout
+    """A sparse matrix (SciPy, cupyx, torch sparse, kfuse.CSR or a 4-tuple): a csr input, not a
+    dense array to trace."""
+    from .runtime.csr import is_csr
+    return is_csr(a)
+
+
+def _csr_spec(fn: str, name: str, a) -> tuple[tuple[int, int, int], np.dtype]:
+    """(rows, cols, nnz) and the values' dtype of a CSR argument (its arrays are not read:
+    NumPy arrays in a kfuse.CSR will do for tracing); errors at the caller's line."""
+    from .errors import LaunchError
+    from .runtime.csr import INDEX_DTYPES, parts
+    if "sparse" in str(getattr(a, "layout", "")) and "csr" not in str(a.layout):
+        raise TraceError(f"argument {name} of {fn}: a torch sparse tensor of layout {a.layout}; pass a CSR "
+                         "tensor (.to_sparse_csr())", user_site())
+    try:
+        c = parts(a, name)
+    except LaunchError as e:        # a SciPy (host) matrix, a cupyx matrix not in CSR format, ...
+        raise TraceError(f"argument {name} of {fn}: {str(e).removeprefix(name + ': ')}", user_site()) from None
+    try:
+        rows, cols = (int(n) for n in c.shape)
+        nnz = int(c.indices.shape[0])
+        dt, it = _dtype(c.data.dtype), _dtype(c.indices.dtype)
+    except (TypeError, ValueError, AttributeError, IndexError):
+        raise TraceError(f"argument {name} of {fn}: a CSR matrix of arrays indptr, indices, data and a shape "
+                         "(rows, columns)", user_site()) from None
+    if not (1 <= rows <= 2 ** 48 and 1 <= cols <= 2 ** 48 and 1 <= nnz <= 2 ** 48):
+        raise TraceError(f"argument {name} of {fn}: a CSR matrix of shape ({rows}, {cols}) with {nnz} "
+                         "non-zeros; kfuse takes one with rows, columns and non-zeros", user_site())
+    if it not in INDEX_DTYPES:
+        raise TraceError(f"argument {name} of {fn}: CSR column indices of dtype {it}; they are int32 or int64",
+                         user_site())
+    if dt not in (np.float32, np.float64):
+        raise TraceError(f"argument {name} of {fn}: CSR values of dtype {dt}; kfuse runs float32 or float64",
+                         user_site())
+    return (rows, cols, nnz), dt

@@ -20,7 +20,9 @@ steps of a traced body from one graph launch.
 * The body is traced once per state signature and compiled like a ``@kfuse.jit`` function (a
   jitted body keeps its library and options).  ``fori_loop``'s body takes ``(i, state)``; ``i``
   is a device scalar of the element type, counted on the device.
-* A state entry the body returns unchanged (the matrix) is read in place.  The others live in
+* A state entry the body returns unchanged (the matrix) is read in place; a CSR matrix
+  (cupyx, torch sparse CSR, kfuse.CSR) may be one, returned unchanged in its place: its three
+  arrays' pointers are fixed for the loop and its structure is checked once, when it is bound.  The others live in
   two buffer sets that the steps alternate between (``runtime/loopgraph.py``), so a step writes
   its results where the step after it reads them, with no copy and no allocation.
 * ``fori_loop`` launches graphs of many steps and returns at once (nothing waits for the GPU).
@@ -46,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .decorator import JitFunction, _code_key, _dtype, lower_and_compile
+from .decorator import JitFunction, _code_key, _csr_spec, _dtype, _sparse, lower_and_compile
 from .errors import KfuseError, TraceError
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from .library.loader import load_library
@@ -102,6 +104,10 @@ def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
         if isinstance(x, (int, float, np.generic)):
             specs.append(ArgSpec(name, "dscalar"))
             continue
+        if _sparse(x):          # a CSR matrix: read in place (the body returns it unchanged)
+            cshape, dtypes[k] = _csr_spec(what, f"state entry {k}", x)
+            specs.append(ArgSpec(name, "csr", cshape))
+            continue
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             raise TraceError(f"{what}: state entry {k} is a {type(x).__name__}; a loop carries arrays, 0-d "
                              "device arrays and numbers", user_site())
@@ -114,7 +120,7 @@ def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
             raise TraceError(f"{what}: state entry {k} has dtype {dt}; kfuse runs float32 or float64", user_site())
         dtypes[k] = dt
         specs.append(ArgSpec(name, "array" if shape else "dscalar", shape))
-    if not any(s.kind == "array" for s in specs):
+    if not any(s.kind in ("array", "csr") for s in specs):
         raise TraceError(f"{what}: the state holds no vector or matrix; nothing fixes the sizes or the device",
                          user_site())
     if len(set(dtypes.values())) > 1:
@@ -154,8 +160,9 @@ class _Body:
         tr = trace(step, all_specs, library, site_of=fn)
         for j, (res, spec) in enumerate(zip(tr.results, specs)):
             # a 3-D state entry is a vector laid out as a grid (frontend/trace.py _arg_node)
-            traced = (spec.shape[0] * spec.shape[1] * spec.shape[2],) if len(spec.shape) == 3 else spec.shape
-            rank = len(traced)
+            traced = spec.shape[:2] if spec.kind == "csr" else \
+                (spec.shape[0] * spec.shape[1] * spec.shape[2],) if len(spec.shape) == 3 else spec.shape
+            rank = 3 if spec.kind == "csr" else len(traced)
             if res.rank != rank or (rank and res.shape and any(a and a != b for a, b in zip(res.shape, traced))):
                 got = f"a {RANK_WORDS[res.rank]}" + (f" of shape {res.shape}" if res.rank else "")
                 raise TraceError(f"{what}: the body returns {got} as state entry {j}, which came in as a "
@@ -174,6 +181,10 @@ class _Body:
         for j, r in enumerate(lowered.returns):
             if r[0] == "arg":
                 src = arg(r[1])
+                if src != ("leaf", j) and (specs[j].kind == "csr" or (src[0] == "leaf" and specs[src[1]].kind == "csr")):
+                    raise TraceError(f"{what}: the body returns a CSR matrix as state entry {j} in another "
+                                     "place of the state; a CSR matrix in the state is returned unchanged, in "
+                                     "its own place (it is read in place)", _site(fn))
                 self.sources.append(("keep",) if src == ("leaf", j) else ("copy", src))
             elif r[0] == "out":
                 if r[1] in self.out_leaf:

@@ -27,7 +27,7 @@ from .lowered import Lowered, Statement, name_node, program_of, text
 from .tokens import Tok
 from .trace import RANK_WORDS, Node, Site, Trace, lit
 
-_RESERVED = {"input", "return", "scalar", "vector", "matrix", "sqrt", "out", "sync", "stream"}
+_RESERVED = {"input", "return", "scalar", "vector", "matrix", "csr", "sqrt", "out", "sync", "stream"}
 
 
 def _is_one(n: Node) -> bool:
@@ -63,7 +63,7 @@ class _Lowering:
         self.body: list[Statement] = []
         self.names: dict[int, str] = {}           # id(node) -> script name (computed or input)
         self.call_outs: dict[int, list[str]] = {}     # id(call node) -> its outputs' script names
-        self.decls: dict[str, list[str]] = {"scalar": [], "vector": [], "matrix": []}
+        self.decls: dict[str, list[str]] = {"scalar": [], "vector": [], "matrix": [], "csr": []}
         self.taken: set[str] = set()
         self.counter = 0
         self.inputs: list[tuple[str, int]] = []
@@ -79,8 +79,8 @@ class _Lowering:
             self.inputs.append((script, k))
             if spec.kind == "dscalar":
                 self.device.append(script)
-            for word, size in zip(SIZE_WORDS.get(node.rank, ()), node.shape):   # a grid: its length
-                self.sizes[f"{script}.{word}"] = size
+            for word, size in zip(SIZE_WORDS.get(node.rank, ()), spec.shape if node.rank == 3 else node.shape):
+                self.sizes[f"{script}.{word}"] = size       # a grid: its length; a csr: rows, cols, nnz
 
     def fresh(self, base: str, numbered: bool = False) -> str:
         """An unused script name: ``base`` (an argument's own name when it can be one), else

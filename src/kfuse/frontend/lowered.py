@@ -87,7 +87,7 @@ def program_of(library: Library, name: str, head: str, decls: dict[str, list[str
     """The program of the lowered statements, and its script: ``head`` (a comment), the
     declarations (``decls``: names by type), the inputs, ``body`` and the return of ``outputs``
     (names); ``device``: the scalar inputs bound to 0-d device arrays."""
-    lines = [head] + [f"{t} {', '.join(decls[t])};" for t in ("matrix", "vector", "scalar") if decls[t]]
+    lines = [head] + [f"{t} {', '.join(decls[t])};" for t in ("csr", "matrix", "vector", "scalar") if decls.get(t)]
     if inputs:
         lines.append(f"input {', '.join(inputs)};")
     first = len(lines) + 1              # the line of the first statement
@@ -100,10 +100,10 @@ def program_of(library: Library, name: str, head: str, decls: dict[str, list[str
 
     b = _Builder(library, program_name(name), "<script>", script)
     line = 2
-    for t in ("matrix", "vector", "scalar"):
-        for n in decls[t]:
+    for t in ("csr", "matrix", "vector", "scalar"):
+        for n in decls.get(t, ()):
             b.declare(Tok("ident", n, line, 0), t)
-        line += bool(decls[t])
+        line += bool(decls.get(t))
     for n in inputs:
         b.input(Tok("ident", n, line, 0))
     for k, s in enumerate(body):

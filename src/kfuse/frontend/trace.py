@@ -1,7 +1,8 @@
 """Python front end, part 1: tracing a function over proxies into an expression graph.
 
 ``trace(fn, args, library)`` calls ``fn`` with a proxy for each argument.  Operators on proxies
-record nodes (nothing is computed): ``A @ x`` and ``A.T @ x`` (matrix-vector products), ``x @ y``
+record nodes (nothing is computed): ``A @ x`` and ``A.T @ x`` (matrix-vector products; of a CSR
+argument ``A @ x`` is ``spmv``), ``x @ y``
 (a dot product), ``a * x``, ``x / a``, ``x + y``, ``x - y``, ``-x`` (linear combinations),
 ``kfuse.outer(u, v)``, ``kfuse.lib.<function>(...)`` (any library function by name) and scalar
 arithmetic (``+ - * /``, unary ``-``, ``kfuse.sqrt`` or ``** 0.5``).  ``frontend/lower.py`` then
@@ -14,56 +15,17 @@ error saying to move it out of the traced function.
 """
 from __future__ import annotations
 
-import linecache
 import math
-import sys
-import sysconfig
-from types import FrameType
 import threading
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..errors import KfuseError, TraceError
 from ..library.schema import Library
-
-_HERE = str(Path(__file__).resolve().parent.parent)       # kfuse's own frames are skipped
+from .sites import Site, _raised_at, definition_site, user_site   # Site ...: the front end imports them here
 _state = threading.local()
-RANK_WORDS = {0: "scalar", 1: "vector", 2: "matrix"}
-
-
-class Site(NamedTuple):
-    file: str
-    line: int
-    col: int
-    text: str
-
-    def short(self) -> str:
-        return f"{Path(self.file).name}:{self.line}: {self.text.strip()}"
-
-
-def user_site() -> Site:
-    """The innermost frame outside kfuse: the user's line that made the operation."""
-    f: FrameType | None = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_HERE):
-        f = f.f_back
-    if f is None:
-        return Site("<unknown>", 0, 0, "")
-    line, col = f.f_lineno, 0
-    try:
-        pos = list(f.f_code.co_positions())[f.f_lasti // 2]
-        if pos[0] == line and pos[2] is not None:
-            col = pos[2] + 1
-    except (AttributeError, IndexError):     # no column information
-        pass
-    return Site(f.f_code.co_filename, line, col, linecache.getline(f.f_code.co_filename, line).rstrip("\n"))
-
-
-def definition_site(fn) -> Site:
-    """The line that defines ``fn``: where errors about a whole function point."""
-    code = fn.__code__
-    return Site(getattr(code, "co_filename", "<function>"), code.co_firstlineno, 0,
-                linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
+RANK_WORDS = {0: "scalar", 1: "vector", 2: "matrix", 3: "csr"}   # 3: a CSR matrix (shape rows, cols)
+TYPE_RANKS = {w: r for r, w in RANK_WORDS.items()}
 
 
 class Node:
@@ -92,7 +54,8 @@ def lit(x: float, site: Site | None = None) -> Node:
 @dataclass(frozen=True)
 class ArgSpec:
     """What tracing knows of an argument: ``kind`` array (rank 1 or 2), dscalar (a 0-d device
-    array) or scalar (a Python number), and the shape of an array."""
+    array), scalar (a Python number) or csr (a CSR matrix; ``shape`` its rows, columns and
+    non-zeros), and the shape of an array."""
     name: str
     kind: str
     shape: tuple[int, ...] = ()
@@ -148,7 +111,16 @@ def _check_len(what: str, n: int, m: int) -> None:
         raise TraceError(f"{what}: sizes {n} and {m} differ", user_site())
 
 
+def _dense(n: Node, what: str) -> None:
+    """Refuse a CSR matrix where only dense values go (it is read by spmv, A @ x, only)."""
+    if n.rank == 3:
+        raise TraceError(f"{what} of a CSR matrix maps onto no library function (a CSR matrix is read by "
+                         "A @ x, spmv, only)", user_site())
+
+
 def _linear(op: str, a: Node, b: Node) -> Node:
+    _dense(a, op)
+    _dense(b, op)
     if a.kind == "T" or b.kind == "T":
         raise TraceError("A.T is only used as the left operand of @ (A.T @ x is gemtv)", user_site())
     if a.rank != b.rank:
@@ -163,6 +135,7 @@ def _linear(op: str, a: Node, b: Node) -> Node:
 
 
 def _scale(s: Node, x: Node, op: str) -> Node:
+    _dense(x, op)
     if x.kind == "T":
         raise TraceError("A.T is only used as the left operand of @ (A.T @ x is gemtv)", user_site())
     if op == "/":
@@ -187,6 +160,7 @@ def _div(a: Node, b: Node) -> Node:
 
 
 def _matmul(a: Node, b: Node) -> Node:
+    _dense(b, "x @ A")
     if a.kind == "T" and b.rank == 1:
         A = a.args[0]
         _check_len("A.T @ x: the rows of A and the length of x", A.shape[0], b.shape[0])
@@ -229,6 +203,7 @@ class Proxy:
     @property
     def T(self) -> "Proxy":
         n = self._node
+        _dense(n, ".T")
         if n.rank < 2:
             return self
         if n.kind == "T":
@@ -266,6 +241,8 @@ class Proxy:
         return _wrap(_div(_node(o, "/"), _node(self, '/')))
 
     def __matmul__(self, o):
+        if self._node.rank == 3:        # a CSR matrix times a vector: spmv
+            return _call("spmv", (self, o))
         return _wrap(_matmul(_node(self, '@'), _node(o, "@")))
 
     def __rmatmul__(self, o):
@@ -354,6 +331,8 @@ def outer(u, v):
         return u[:, None] * v[None, :]
     _tracer()
     a, b = _node(u, "outer"), _node(v, "outer")
+    _dense(a, "outer")
+    _dense(b, "outer")
     if a.rank != 1 or b.rank != 1:
         raise TraceError(f"outer(u, v) takes two vectors, got a {RANK_WORDS[a.rank]} and a {RANK_WORDS[b.rank]}",
                          user_site())
@@ -408,7 +387,7 @@ def _call(name: str, args: tuple):
     sizes: dict = {}
     for k, (p, a) in enumerate(zip(fn.inputs, args), 1):
         n = _node(a, f"argument {k} ({p.name}) of {name}")
-        rank = {"scalar": 0, "vector": 1, "matrix": 2}[p.type]
+        rank = TYPE_RANKS[p.type]
         if n.kind == "T":
             raise TraceError(f"argument {k} ({p.name}) of {name}: pass the matrix, not A.T", site)
         if n.rank != rank:
@@ -418,6 +397,14 @@ def _call(name: str, args: tuple):
                 raise TraceError(f"argument {k} ({p.name}) of {name}: size {size} does not match the other "
                                  f"arguments ({sizes[axis]})", site)
         nodes.append(n)
+    for k, (p, n) in enumerate(zip(fn.inputs, nodes), 1):     # a gathered x: its length another's size
+        for size, ref in zip(n.shape, p.size):
+            other, word = ref.split(".")
+            src = nodes[[q.name for q in fn.inputs].index(other)]
+            want = src.shape[0] if src.rank == 1 else src.shape[("rows", "cols").index(word)]
+            if size != want:
+                raise TraceError(f"argument {k} ({p.name}) of {name}: its size {size} must be {other}'s "
+                                 f"{'length' if word == 'len' else word} ({want})", site)
     call = Node("call", -1, tuple(nodes), fn, site)
     outs = [_wrap(Node("out", {"scalar": 0, "vector": 1, "matrix": 2}[p.type], (call,), k, site,
                        tuple(sizes.get(a, 0) for a in p.index))) for k, p in enumerate(fn.outputs)]
@@ -441,6 +428,8 @@ def _arg_node(s: ArgSpec, here) -> Node:
     product of its shape; the binding takes the shape: runtime/grids.py)."""
     if s.kind == "array" and len(s.shape) == 3:
         return Node("arg", 1, data=s, site=here, shape=(s.shape[0] * s.shape[1] * s.shape[2],))
+    if s.kind == "csr":
+        return Node("arg", 3, data=s, site=here, shape=s.shape[:2])
     return Node("arg", {"array": len(s.shape), "dscalar": 0, "scalar": 0}[s.kind], data=s, site=here,
                 shape=s.shape)
 
@@ -476,18 +465,3 @@ def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
         x._node.uses += 1
         results.append(x._node)
     return Trace(args, results, single, library, [s.name for s in specs])
-
-
-def _raised_at(e: BaseException, default: Site) -> Site:
-    """The innermost frame of an exception's traceback in the user's code: outside kfuse, Python's
-    own library and installed packages (NumPy raising for the user's call names the user's line)."""
-    site, tb = default, e.__traceback__
-    paths = sysconfig.get_paths()
-    skip = (_HERE, *{paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)})
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if not code.co_filename.startswith(skip) and not code.co_filename.startswith("<frozen"):
-            text = linecache.getline(code.co_filename, tb.tb_lineno).rstrip("\n")
-            site = Site(code.co_filename, tb.tb_lineno, len(text) - len(text.lstrip()) + 1, text)
-        tb = tb.tb_next
-    return site

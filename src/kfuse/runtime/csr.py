@@ -72,6 +72,14 @@ def _torch_csr(x) -> bool:
     return tensor is not None and isinstance(x, tensor) and x.layout == sys.modules["torch"].sparse_csr
 
 
+def is_csr(x) -> bool:
+    """A sparse matrix (SciPy, cupyx, torch sparse, kfuse.CSR or a 4-tuple): taken as a csr input
+    (``parts`` says what is wrong with one that cannot be), not as a dense array."""
+    mod = type(x).__module__ or ""
+    return (isinstance(x, CSR) or (type(x) is tuple and len(x) == 4)
+            or mod.startswith(("scipy.sparse", "cupyx.scipy.sparse")) or "sparse" in str(getattr(x, "layout", "")))
+
+
 def parts(x, name: str) -> CSR:
     """The four parts of a csr input as given (not adapted), or a LaunchError saying what a csr
     input may be."""

@@ -27,6 +27,7 @@ import sys
 import numpy as np
 
 from ..errors import CompileError, LaunchError
+from . import csr as csr_inputs
 from . import driver, loopgraph, persistent
 from .args import adapt, facts, torch_tensor_type
 from .binding import OUT, TMP
@@ -46,9 +47,14 @@ CHUNK_LAUNCHES = 512      # launches in one graph of a fori loop (its steps repe
 def _framework(leaves: list) -> tuple[bool, int]:
     """(torch?, device) of the state's arrays."""
     tensor = torch_tensor_type()
-    arrays = [x for x in leaves if hasattr(x, "shape")]
+    arrays = [x for x in leaves if hasattr(x, "shape") and not csr_inputs.is_csr(x)]
     torch_in = tensor is not None and any(isinstance(x, tensor) for x in arrays)
     return torch_in, facts(adapt(arrays[0], "state"))[3]
+
+
+def _entry_ptr(a) -> int:
+    """The pointer a state entry's slot holds (a CSR matrix: its row pointers')."""
+    return facts(a.indptr if isinstance(a, csr_inputs.CSR) else a)[4]
 
 
 def _caller_stream(torch_in: bool, device: int) -> int:
@@ -65,8 +71,8 @@ class Instance:
     def key(body, leaves: list, pred) -> tuple:
         torch_in, device = _framework(leaves)
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
-        kept = tuple(facts(adapt(leaves[j], f"state entry {j}"))[4] for j, s in enumerate(body.sources)
-                     if s == ("keep",) and hasattr(leaves[j], "shape"))
+        kept = tuple(_kept_key(leaves[j], j) for j, s in enumerate(body.sources)
+                     if s == ("keep",) and (hasattr(leaves[j], "shape") or csr_inputs.is_csr(leaves[j])))
         return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE, persistent.MIN_BLOCKS)
 
     def __init__(self, body, leaves: list, pred):
@@ -87,6 +93,10 @@ class Instance:
 
     def _leaf(self, x, j: int):
         """A state entry as an adapted array (a number becomes a 0-d array of the element type)."""
+        if csr_inputs.is_csr(x):          # read in place: its arrays as given (the binding checks them)
+            c = csr_inputs.adapt_csr(x, f"state entry {j}")
+            csr_inputs.check(f"state entry {j}", c, self.dtype, self.device, "the state's first array")
+            return c
         if not hasattr(x, "shape"):
             a = self._empty(())
             a.fill_(float(x)) if self.torch_in else a.fill(float(x))
@@ -117,7 +127,7 @@ class Instance:
         self.carried = [j for j, s in enumerate(body.sources) if s != ("keep",)]
         self.saved = {j: self._empty(self.shapes[j]) for j in self.carried} if pred is not None else {}
         self.cst = cp.zeros(max(1, counts((pred,))[1] if pred is not None else 0), self.dtype)
-        self.ptr = [[facts(a)[4] for a in s] for s in self.sets]
+        self.ptr = [[_entry_ptr(a) for a in s] for s in self.sets]
         # the program bound to set 0 -> set 1 (checks every argument once), patched per step
         ex = body.executor
         ins = {name: self._source(src, 0) for name, src in body.inputs.items()}
@@ -151,20 +161,28 @@ class Instance:
         self.capture = driver.create_stream()
         self.graphs: dict = {}
         # the whole loop as one persistent kernel where it can and should run one (runtime/persistent.py)
-        self.persistent = persistent.build(self)
+        self.persistent = None if self.binding.csr else persistent.build(self)
         self.ran_persistent = False
         # the caller's arrays read in place stay alive with the graphs that read them
         self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
 
     def _bind(self, ex, ins, outs) -> None:
-        if any(v.type == "csr" for v in ex.program.inputs):
-            raise LaunchError("a device loop over a program with a csr matrix input is not supported yet; "
-                              "call the compiled step in a Python loop (examples/solvers/sparse_cg.py)")
         self.binding = ex._bind(ins, outs, None, self.pdl)[0]
         b = self.binding
-        self.patches = [([self._ptr(self.body.inputs[n], p) for n in b.array_inputs],
+        self.patches = [([self._in_ptr(n, p) for n in b.array_inputs],
                          [self._out_ptr(self.body.lowered.outputs.index(n), p) for n in b.out_names])
                         for p in (0, 1)]
+        if b.csr:       # CSR matrices are read in place: their structure checked, row mappings set, once
+            b.check_csr(ins, self.patches[0][0])
+
+    def _in_ptr(self, name: str, p: int) -> int:
+        """The pointer of a binding's array input slot in step p (a csr input A has three: A,
+        A#indices, A#data)."""
+        base, _, part = name.partition("#")
+        x = self._source(self.body.inputs[base], p)
+        if isinstance(x, csr_inputs.CSR):
+            return facts(x[csr_inputs.PARTS.index(part or "indptr")])[4]
+        return facts(x)[4]
 
     def _split_fills(self) -> None:
         """The program's fills (kf_fill launches clearing reduced outputs before the kernels that
@@ -445,6 +463,15 @@ class Instance:
                 cp.cuda.runtime.memcpyAsync(facts(a)[4], src, self.nbytes[j], D2D, self.stream)
                 out.append(a)
         return out
+
+
+def _kept_key(x, j: int) -> tuple:
+    """What fixes a state entry read in place: its pointer, or a CSR matrix's three pointers,
+    non-zeros and index type."""
+    if csr_inputs.is_csr(x):
+        c = csr_inputs.adapt_csr(x, f"state entry {j}")
+        return (*csr_inputs.pointers(c), c.shape, csr_inputs.index_itemsize(c))
+    return (facts(adapt(x, f"state entry {j}"))[4],)
 
 
 def _blocks(n: int) -> int:
