@@ -40,6 +40,7 @@ from .transfer import DEFAULT_MACHINE, atomic_step_warps
 from .transfer import kernel_time as transfer_kernel_time
 
 
+UNMEASURED = ""             # the probe id of a routine the calibration did not measure (a step's facts)
 FACTS_KEPT = 20000          # steps tuples whose facts a model keeps (CalibratedModel._step_facts)
 
 
@@ -108,7 +109,7 @@ class CalibratedModel:
         self._numbers = itertools.count()
         self._parts: dict[tuple, tuple[dict[str, float], float]] = {}   # _found_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
-        self._measured_steps: dict[int, tuple[tuple, bool]] = {}   # id(steps) -> (steps, _measured)
+        self._measured_numbers: dict[int, bool] = {}    # _step_facts' number -> _measured
         self._launch_content: dict[tuple, tuple] = {}   # _launch_facts by what they read (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
@@ -216,6 +217,11 @@ class CalibratedModel:
                 atomic += -(-instances // (L.span if once else 1)) * warps
             if pid is None:
                 continue            # clears of on-chip accumulators: a register or shared write
+            if pid == UNMEASURED:
+                key = next(self._probe_key(s) for s in code.steps
+                           if s.routine is not None and self._probe_key(s) not in self.cal.routines)
+                raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
+                                 "recalibrate (kfuse calibrate)")
             # a loop unrolled beyond its serial iterations runs only those (small sizes)
             u = u_loop if in_loop else 1
             where = resident
@@ -355,11 +361,7 @@ class CalibratedModel:
 
     def _facts_of(self, s) -> tuple:
         """(probe id, kind, threads per instance, warps adding partials) of a step's routine."""
-        key = self._probe_key(s)
-        pid = self.cal.routines.get(key)
-        if pid is None:
-            raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
-                             "recalibrate (kfuse calibrate)")
+        pid = self.cal.routines.get(self._probe_key(s), UNMEASURED)
         kind = "compute" if s.routine.kind == "finish" else s.routine.kind
         T = math.prod(s.kc.value_of(t) for t in s.kc.variant.threads) if kind != "compute" else 0
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
@@ -380,15 +382,15 @@ class CalibratedModel:
         return self._found_parts(code, dims, itemsize)[1]
 
     def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel?  (Memoised by the steps'
-        identity, as ``_numbered_step_facts``: the unrolled copies of a kernel share them.)"""
-        got = self._measured_steps.get(id(code.steps))
-        if got is None or got[0] is not code.steps:
-            if len(self._measured_steps) >= FACTS_KEPT:
-                self._measured_steps.clear()
-            got = self._measured_steps[id(code.steps)] = (code.steps, all(
-                self._probe_key(s) in self.cal.routines for s in code.steps if s.routine is not None))
-        return got[1]
+        """Has this calibration measured every routine of the kernel?  Read from the steps' facts
+        (``_numbered_step_facts``, memoised per step and routine), by their number."""
+        facts, number = self._numbered_step_facts(code.steps)
+        got = self._measured_numbers.get(number)
+        if got is None:
+            if len(self._measured_numbers) >= FACTS_KEPT:
+                self._measured_numbers.clear()
+            got = self._measured_numbers[number] = all(f[3] != UNMEASURED for f in facts)
+        return got
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
