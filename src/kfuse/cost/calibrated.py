@@ -109,7 +109,7 @@ class CalibratedModel:
         self._numbers = itertools.count()
         self._parts: dict[tuple, tuple[dict[str, float], float]] = {}   # _found_parts by what it reads (its key)
         self._launches: dict[tuple, tuple] = {}     # _launch_facts (memo)
-        self._measured_numbers: dict[int, bool] = {}    # _step_facts' number -> _measured
+        self._measured_numbers: dict[int, bool] = {}    # _step_facts' number -> nothing _missing
         self._launch_content: dict[tuple, tuple] = {}   # _launch_facts by what they read (memo)
         self.launch_seconds = cal.launch_ns * 1e-9          # the launch term of every kernel_time
         self.n_cal = int(cal.meta.get("sizes", {}).get("n", 0) or 0)   # the probes' matrix side (0: unknown)
@@ -218,9 +218,7 @@ class CalibratedModel:
             if pid is None:
                 continue            # clears of on-chip accumulators: a register or shared write
             if pid == UNMEASURED:
-                key = next(self._probe_key(s) for s in code.steps
-                           if s.routine is not None and self._probe_key(s) not in self.cal.routines)
-                raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {key}; "
+                raise KfuseError(f"calibration {self.cal.describe()} has no measurement of {self._missing(code)}; "
                                  "recalibrate (kfuse calibrate)")
             # a loop unrolled beyond its serial iterations runs only those (small sizes)
             u = u_loop if in_loop else 1
@@ -367,13 +365,12 @@ class CalibratedModel:
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
-        if not self._measured(code):
+        missing = self._missing(code)
+        if missing is not None:
             # a kernel with routines this calibration did not measure (a strip kernel, a function
             # added to the library since): priced by the transfer model (its bytes at the copy
             # bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
             if not code.launch.whole_entries:
-                missing = next(self._probe_key(s) for s in code.steps
-                               if s.routine is not None and self._probe_key(s) not in self.cal.routines)
                 fn = missing.split("/")[0]
                 notice_once(("unmeasured", self.cal.key, fn),
                             f"calibration {self.cal.describe()} has no measurement of {missing}: kernels with "
@@ -381,16 +378,20 @@ class CalibratedModel:
             return transfer_kernel_time(code, dims, entries, itemsize)
         return self._found_parts(code, dims, itemsize)[1]
 
-    def _measured(self, code: KernelCode) -> bool:
-        """Has this calibration measured every routine of the kernel?  Read from the steps' facts
-        (``_numbered_step_facts``, memoised per step and routine), by their number."""
+    def _missing(self, code: KernelCode) -> str | None:
+        """The key of the kernel's first routine this calibration did not measure, or None where
+        it measured them all.  Read from the steps' facts (``_numbered_step_facts``, memoised per
+        step and routine: an unmeasured routine's probe id is UNMEASURED); whether any is missing is
+        kept by the facts' number (kernels of other functions may share it, so the key is not)."""
         facts, number = self._numbered_step_facts(code.steps)
-        got = self._measured_numbers.get(number)
-        if got is None:
+        measured = self._measured_numbers.get(number)
+        if measured is None:
             if len(self._measured_numbers) >= FACTS_KEPT:
                 self._measured_numbers.clear()
-            got = self._measured_numbers[number] = all(f[3] != UNMEASURED for f in facts)
-        return got
+            measured = self._measured_numbers[number] = all(f[3] != UNMEASURED for f in facts)
+        if measured:
+            return None
+        return next(self._probe_key(s) for s, f in zip(code.steps, facts) if f[3] == UNMEASURED)
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:
