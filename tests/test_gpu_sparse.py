@@ -12,6 +12,8 @@ import pytest
 import kfuse
 from kfuse.errors import LaunchError
 
+from test_sparse import _cg_body     # the CG iteration over a CSR state entry the CPU tests trace
+
 pytestmark = pytest.mark.gpu
 TOL = {"float32": 1e-5, "float64": 1e-12}
 
@@ -314,16 +316,6 @@ def _laplacian(n: int):
     d = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
     eye = sp.identity(n)
     return (sp.kron(sp.kron(d, eye), eye) + sp.kron(sp.kron(eye, d), eye) + sp.kron(sp.kron(eye, eye), d)).tocsr()
-
-
-def _cg_body(s):
-    A, bb, x, r, p, rr = s
-    q = A @ p
-    alpha = rr / (p @ q)
-    x = x + alpha * p
-    r = r - alpha * q
-    rr_new = r @ r
-    return A, bb, x, r, r + (rr_new / rr) * p, rr_new
 
 
 @pytest.mark.parametrize("framework, index", [("cupyx", np.int32), ("torch", np.int64), ("kfuse", np.int64)])
