@@ -8,8 +8,8 @@ the diagonal, as a mesh matrix's) and a skewed one (row lengths 1-40 and a few r
 entries), float32 and float64: kfuse's spmv, cuSPARSE through CuPy (``A @ x``), torch.sparse CSR
 eager and under torch.compile, and the traffic limit (values + column indices + row pointers + x +
 y over the copy bandwidth measured in the same run).  CG per iteration on the 2-D 5-point
-Laplacian of a 1000 x 1000 grid (10^6 rows): kfuse's step (examples/solvers/sparse_cg.py, a
-graph per iteration), CuPy's cupyx.scipy.sparse.linalg.cg (cuSPARSE), torch eager and
+Laplacian of a 1000 x 1000 grid (10^6 rows): kfuse's step (examples/solvers/sparse_cg.py's
+iteration in a ``kfuse.fori_loop``, the matrix in the loop's state), CuPy's cupyx.scipy.sparse.linalg.cg (cuSPARSE), torch eager and
 torch.compile loops.  Times are medians of CUDA-event timings; every result is checked against a
 float64 product (relative error per row, by |A| |x|).  Each peer runs in a try block: a failure
 is a "-" with its reason.
@@ -155,6 +155,7 @@ def cg_rows(dtype, iters, reps, lines):
     import cupy as cp
     import cupyx.scipy.sparse.linalg as cpla
     import sparse_cg
+    import kfuse
     A = laplacian_2d(1000).astype(dtype)
     A.indices = A.indices.astype(cp.int32)
     A.indptr = A.indptr.astype(cp.int32)
@@ -168,13 +169,11 @@ def cg_rows(dtype, iters, reps, lines):
         except Exception as e:  # noqa: BLE001
             return f"- ({type(e).__name__}: {str(e)[:60]})"
 
-    start, step = sparse_cg.programs(dtype)
-    r0, rr0, _ = start(A=A, b=b, x=b * 0)
+    r0, rr0, _ = sparse_cg._start(A, b, b * 0)
 
-    def kf():
-        x, r, p, rr = b * 0, r0, r0, rr0
-        for _ in range(iters):
-            x, r, p, rr = step(A=A, x=x, r=r, p=p, rr=rr)
+    def kf():               # the example's iteration in a device loop, the matrix in the state
+        s = kfuse.fori_loop(0, iters, lambda i, s: (s[0],) + sparse_cg.cg_update(*s), (A, b * 0, r0, r0, rr0))
+        return s[1]
 
     cells["kfuse"] = per_iteration(kf)
     kw = {"rtol" if "rtol" in inspect.signature(cpla.cg).parameters else "tol": 0.0}   # CuPy 14 names it rtol
