@@ -121,6 +121,18 @@ def test_bad_states_and_bounds():
     with pytest.raises(kfuse.KfuseError, match="max_iterations"):
         kfuse.while_loop(lambda s: s[0] > 0, lambda s: s, (Z, V), max_iterations=-1)
 
+    class Odd:                  # a duck-typed array whose shape is no shape
+        shape, dtype = ("n",), np.float32
+    with pytest.raises(kfuse.TraceError, match="state entry 1: its shape .* is not an array's"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (V, Odd()))
+    Odd.shape = (2 ** 50,)      # the scripts' bound on a size, as for a jitted function's arguments
+    with pytest.raises(kfuse.TraceError, match="state entry 1 has shape .*: a size is from 0 to 2\\^48"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (V, Odd()))
+    with pytest.raises(kfuse.TraceError, match="state entry 0 has rank 4"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (np.zeros((2, 2, 2, 2), np.float32),))
+    with pytest.raises(kfuse.TraceError, match="state entry 0 has dtype int32"):
+        kfuse.fori_loop(0, 3, lambda i, s: s, (np.zeros(4, np.int32),))
+
     @kfuse.jit
     def inside(x):
         return kfuse.fori_loop(0, 2, lambda i, s: s, (x,))

@@ -114,6 +114,27 @@ class _Entry:
         return cupy.asarray(value, dtype=self.dtype)
 
 
+def array_facts(a, label: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and element type of an array argument of a jitted function or a loop's state entry
+    (``label`` names it), checked: a duck-typed array's shape and dtype must be an array's, each
+    size within the scripts' bound, rank at most 3 (a 3-D array is a grid vector), float32 or
+    float64.  Errors name the caller's line."""
+    try:                # a duck-typed array: its shape and dtype may be anything
+        shape = tuple(int(n) for n in a.shape)
+        dt = _dtype(a.dtype)
+    except (TypeError, ValueError, OverflowError):
+        raise TraceError(f"{label}: its shape {a.shape!r:.60} or dtype {a.dtype!r:.60} is not an array's",
+                         user_site()) from None
+    if any(not 0 <= n <= 2 ** 48 for n in shape):     # the scripts' bound on a size
+        raise TraceError(f"{label} has shape {str(shape):.80}: a size is from 0 to 2^48", user_site())
+    if len(shape) > 3:
+        raise TraceError(f"{label} has rank {len(shape)} (shape {shape}); kfuse works on scalars, vectors, "
+                         "matrices and 3-D grids (vectors)", user_site())
+    if dt not in (np.float32, np.float64):
+        raise TraceError(f"{label} has dtype {dt}; kfuse runs float32 or float64", user_site())
+    return shape, dt
+
+
 class JitFunction:
     """A function traced and compiled per signature on first call (see the module docstring)."""
 
@@ -197,21 +218,7 @@ class JitFunction:
             if not (hasattr(a, "shape") and hasattr(a, "dtype")):
                 raise TraceError(f"argument {name} of {self.fn.__name__}: expected an array or a number, got "
                                  f"{type(a).__name__}", user_site())
-            try:                # a duck-typed array: its shape and dtype may be anything
-                shape = tuple(int(n) for n in a.shape)
-                dt = _dtype(a.dtype)
-            except (TypeError, ValueError, OverflowError):
-                raise TraceError(f"argument {name} of {self.fn.__name__}: its shape {a.shape!r:.60} or dtype "
-                                 f"{a.dtype!r:.60} is not an array's", user_site()) from None
-            if any(not 0 <= n <= 2 ** 48 for n in shape):     # the scripts' bound on a size
-                raise TraceError(f"argument {name} of {self.fn.__name__} has shape {str(shape):.80}: a size is "
-                                 "from 0 to 2^48", user_site())
-            if len(shape) > 3:
-                raise TraceError(f"argument {name} of {self.fn.__name__} has rank {len(shape)} (shape {shape}); "
-                                 "kfuse works on scalars, vectors, matrices and 3-D grids (vectors)", user_site())
-            if dt not in (np.float32, np.float64):
-                raise TraceError(f"argument {name} of {self.fn.__name__} has dtype {dt}; kfuse runs float32 or "
-                                 "float64", user_site())
+            shape, dt = array_facts(a, f"argument {name} of {self.fn.__name__}")
             dtypes[name] = dt
             specs.append(ArgSpec(name, "dscalar" if not shape else "array", shape))
         if len(set(dtypes.values())) > 1:

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .decorator import JitFunction, _code_key, _csr_spec, _dtype, _sparse, lower_and_compile
+from .decorator import JitFunction, _code_key, _csr_spec, _sparse, array_facts, lower_and_compile
 from .errors import KfuseError, TraceError
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from .library.loader import load_library
@@ -111,14 +111,7 @@ def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             raise TraceError(f"{what}: state entry {k} is a {type(x).__name__}; a loop carries arrays, 0-d "
                              "device arrays and numbers", user_site())
-        shape = tuple(int(n) for n in x.shape)
-        if len(shape) > 3:
-            raise TraceError(f"{what}: state entry {k} has rank {len(shape)}; kfuse works on scalars, vectors, "
-                             "matrices and 3-D grids (vectors)", user_site())
-        dt = _dtype(x.dtype)
-        if dt not in (np.float32, np.float64):
-            raise TraceError(f"{what}: state entry {k} has dtype {dt}; kfuse runs float32 or float64", user_site())
-        dtypes[k] = dt
+        shape, dtypes[k] = array_facts(x, f"{what}: state entry {k}")
         specs.append(ArgSpec(name, "array" if shape else "dscalar", shape))
     if not any(s.kind in ("array", "csr") for s in specs):
         raise TraceError(f"{what}: the state holds no vector or matrix; nothing fixes the sizes or the device",
