@@ -122,6 +122,27 @@ def test_generated_kernels_take_the_order(nvcc, tmp_path):
     nvcc_compile(nvcc, defines + prog.cuda_source, tmp_path, "orders")
 
 
+def test_the_legacy_stream_replays_without_asking_the_driver(monkeypatch):
+    """A call on the legacy default stream (where plain CuPy code launches) replays its graph
+    without asking the driver whether the stream is being captured: it cannot be.  Another stream
+    is asked every time (here: a driver that refuses every call)."""
+    from kfuse.runtime import driver, executor
+
+    class NoDriver:
+        def __getattr__(self, name):
+            raise AssertionError(f"driver called: {name}")
+    monkeypatch.setattr(driver, "libcuda", lambda: NoDriver())
+    assert driver.is_capturing(0) is False and driver.is_capturing(1) is False
+    with pytest.raises(AssertionError, match="cuStreamIsCapturing"):
+        driver.is_capturing(7)
+    ex = executor.Executor.__new__(executor.Executor)
+    b = _Binding(2, 0)
+    key = (0, 0, 11, 12, 13, 0)
+    b.graphs.execs[key] = type("G", (), {"launch": lambda g, s: b.launched.append(["graph", s])})()
+    ex._launch(b, 0, [11, 12], [13], 0, 0, [])
+    assert b.launched == [["graph", 0]]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name, fuse", [("gemver", True), ("atax", True), ("sgemvt", True), ("gesummv", True),

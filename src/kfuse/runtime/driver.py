@@ -164,7 +164,16 @@ def synchronize(stream: int) -> None:
     check(libcuda().cuStreamSynchronize(_P(stream)), "kernel execution (cuStreamSynchronize)")
 
 
+LEGACY_STREAMS = (0, 1)     # the legacy default stream (0, or cudaStreamLegacy): never captured
+
+
 def is_capturing(stream: int) -> bool:
+    """Whether ``stream`` is being captured into a graph (by the caller: kfuse then launches its
+    kernels into the capture rather than replaying its own graph).  The legacy default stream,
+    where a plain CuPy program launches, cannot be captured: answered without a driver call,
+    which the fed-back call makes every time."""
+    if stream in LEGACY_STREAMS:
+        return False
     status = ctypes.c_int()
     check(libcuda().cuStreamIsCapturing(_P(stream), ctypes.byref(status)), "cuStreamIsCapturing")
     return status.value != CAPTURE_STATUS_NONE
