@@ -50,17 +50,24 @@ _NUMBER = "number"
 
 class _Entry:
     """One signature's compiled program and how its results map onto the function's."""
-    __slots__ = ("compiled", "inputs", "lowered", "direct", "single", "dtype", "key", "tail")
+    __slots__ = ("compiled", "inputs", "lowered", "direct", "picks", "single", "dtype", "key", "tail")
 
     def __init__(self, compiled, lowered: Lowered, single: bool, dtype: np.dtype, key):
         self.compiled, self.lowered, self.single, self.dtype, self.key = compiled, lowered, single, dtype, key
         self.inputs = lowered.inputs
         outs = [("out", k) for k in range(len(lowered.outputs))]
         self.direct = lowered.returns == outs and (len(outs) == 1) == single
+        # results that are outputs and arguments only (a loop's state passing its matrix on): picked
+        # without the arithmetic's machinery, on every call of a fed-back loop
+        self.picks = (None if any(r[0] not in ("out", "arg") for r in lowered.returns)
+                      else tuple((r[0] == "out", r[1]) for r in lowered.returns))
         self.tail: Any = None   # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)
+        if self.picks is not None:
+            items = [outs[k] if out else args[k] for out, k in self.picks]
+            return items[0] if self.single else tuple(items)
         computed = self._scalars(outs, args)
         items = []
         for r in self.lowered.returns:
