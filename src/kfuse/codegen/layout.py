@@ -98,10 +98,32 @@ def _analyse(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, memo:
         if s.phase != "loop" and any(a.element in buffered for a in s.accesses):
             raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
                               "two-copy local outside the serial loop (its copies alternate by iteration)")
-    pl = place(spec, sch.elements, sch.steps)
+    elements: Mapping[str, Element]
+    if sch.state is None or memo is None:
+        elements, pl = MappingProxyType(dict(sch.elements)), place(spec, sch.elements, sch.steps)
+    else:
+        elements, pl = _placed(spec, sch.state[0], sch.steps, memo)
     flags = barriers(sch.steps, pl, buffered)
     steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))
-    return Layout(spec, lib, tile, MappingProxyType(dict(sch.elements)), steps, pl)
+    return Layout(spec, lib, tile, elements, steps, pl)
+
+
+def _placed(spec: KernelSpec, kept: dict[str, Element], steps, memo: ScheduleMemo
+            ) -> tuple[Mapping[str, Element], Placement]:
+    """The elements of a schedule kept in the ``memo`` (``kept``: ``Scheduler.state``'s, not
+    changed) read only, and their placement (``place``), found once for the schedules along i
+    and along j that share them (twins: their steps differ in phase only, which placement does
+    not read)."""
+    got = memo.placed.get(id(kept))
+    if got is None or got[0] is not kept:
+        try:
+            pl: Placement | str = place(spec, kept, steps)
+        except FusionError as e:
+            pl = str(e)
+        got = memo.placed[id(kept)] = (kept, MappingProxyType(kept), pl)
+    if isinstance(got[2], str):
+        raise FusionError(got[2])
+    return got[1], got[2]
 
 
 def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = None) -> Layout:
@@ -183,7 +205,7 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
             continue
         if frame is None:
             try:        # the same for every copy
-                frame = frame_of(spec, lib, base.tile, base.steps, pl.shared_size, memo)
+                frame = frame_of(spec, lib, base.tile, base.steps, pl.shared_size, memo, base.elements)
             except FusionError as e:
                 frame = e.with_traceback(None)
         if isinstance(frame, FusionError):
