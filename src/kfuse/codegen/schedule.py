@@ -104,14 +104,16 @@ class ScheduleMemo:
     ``prefixes``: the Scheduler's state after the first k calls of a spec, or the refusal's
     message.  Scheduling goes call by call and reads, besides the calls, only the spec's name,
     loop axis and tile and whether the values the calls bind are stored: the key holds those
-    (``prefix_keys``), so specs that begin alike (variant choices differing in the last calls, one
+    (``prefix_keys``: each a number naming the key of the prefix before it, the call and the values
+    it stores), so specs that begin alike (variant choices differing in the last calls, one
     fusion inside a larger) schedule their common beginning once.  A nested kernel's schedule
     along j is its schedule along i but for the steps' phases (``Scheduler``'s twin): scheduling
     along i keeps the states along j too, so the spec along j finds its whole schedule here."""
 
     def __init__(self) -> None:
         self.layouts: dict[tuple, Any] = {}
-        self.prefixes: dict[tuple, tuple | str] = {}
+        self.prefixes: dict[int, tuple | str] = {}
+        self._prefix_numbers: dict[tuple, int] = {}     # prefix_keys: the number of each key made
         # the kernel calls of the specs built for this program, by (call index, variant index,
         # macros): one object each, so that what they memoise (thread shapes) serves every spec
         self.calls: dict[tuple, KernelCall] = {}
@@ -141,9 +143,11 @@ class ScheduleMemo:
         return (spec.name, spec.loop, spec.stores, spec.unroll, spec.span, tuple(call_key(kc) for kc in spec.calls))
 
     def prefix_keys(self, spec: KernelSpec, tile: tuple[int, int] | None, loops: tuple[str, ...] = ()
-                    ) -> list[list[tuple]]:
+                    ) -> list[list[int]]:
         """The key of each prefix of the spec's calls (the k-th: the first k + 1 calls) along
-        each of ``loops`` (default: the spec's loop axis)."""
+        each of ``loops`` (default: the spec's loop axis): a number naming (the number of the
+        prefix one call shorter -- of the spec's name, loop axis and tile for the first --, the
+        call, the values it binds that are stored), so that a key is hashed in one step."""
         parts = []
         for kc in spec.calls:
             bound = self._bound.get(kc.call.index)
@@ -152,13 +156,20 @@ class ScheduleMemo:
                     {v.id for v in kc.call.outputs} | {v.id for a in kc.call.args
                                                       for v in (a.values() if isinstance(a, ScalarArg) else (a,))}))
             parts.append((call_key(kc), tuple(v for v in bound if v in spec.stores)))
+        numbers = self._prefix_numbers
         out = []
         for loop in loops or (spec.loop,):
-            keys: list[tuple] = []
+            keys: list[int] = []
             key: tuple = (spec.name, loop, tile)
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(numbers)
             for ck, stored in parts:
-                key = (key, ck, stored)
-                keys.append(key)
+                key = (number, ck, stored)
+                number = numbers.get(key)
+                if number is None:
+                    number = numbers[key] = len(numbers)
+                keys.append(number)
             out.append(keys)
         return out
 
@@ -282,7 +293,7 @@ class Scheduler:
             got = self.state = memo.prefixes[keys[k]] = self.snapshot()
             self._twin_done(memo, twin_keys, k, got)
 
-    def _twin_done(self, memo: ScheduleMemo, twin_keys: list[tuple] | None, k: int, state: tuple | str) -> None:
+    def _twin_done(self, memo: ScheduleMemo, twin_keys: list[int] | None, k: int, state: tuple | str) -> None:
         """After the k-th call: keep the twin's state under the twin's key of that prefix -- its
         refusal, or the schedule's (``state``: the state, or the message of a refusal that does not
         depend on the loop axis, which the twin shares) with its own steps and loads -- where the
