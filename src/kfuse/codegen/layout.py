@@ -33,7 +33,7 @@ from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step,
 
 
 __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
-           "analyse", "copy_layouts", "finish", "layout"]
+           "REFUSED", "analyse", "copy_layouts", "finish", "layout"]
 
 
 def replace(obj, **changes):
@@ -142,10 +142,12 @@ def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = N
     return replace(lay, frame=frame or make_frame(lay))
 
 
-def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None) -> list[Layout | FusionError]:
+def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None, reasons: bool = True
+                 ) -> list[Layout | FusionError]:
     """The layout of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
     its barriers once (none of which depends on them), finished per copy.  Each entry is the
-    layout or the FusionError that refused it.  ``memo``: see ``analyse``.
+    layout or the FusionError that refused it (with ``reasons`` False: ``REFUSED``, for a caller
+    that only counts refusals -- the search's).  ``memo``: see ``analyse``.
 
     The copies pass ``finish``'s checks in its order, but what does not depend on the unroll or
     on the span's width is found once: the frame (or why it was refused), the elements used
@@ -178,14 +180,14 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
         # the checks in finish's order; a refusal is made (not raised) where one is found
         copied = unroll > 1 or span > 1
         if copied and no_copies:
-            refused = refusals.get(("registers", name, unroll > 1, span))     # all its refusal depends on
-            if refused is None:
+            refused = refusals.get(("registers", name, unroll > 1, span)) if reasons else REFUSED
+            if refused is None:     # the key: all its refusal depends on
                 refused = refusals[("registers", name, unroll > 1, span)] = _refusal(
                     check_copies_in_registers, replace(spec, unroll=unroll, span=span), pl)
             out.append(refused)
             continue
         if span != 1 and spec.nesting == 1:
-            refused = refusals.get(("choices", name, span))
+            refused = refusals.get(("choices", name, span)) if reasons else REFUSED
             if refused is None:     # check_spec's that a span can fail
                 refused = refusals[("choices", name, span)] = _refusal(
                     check_copy_choices, replace(spec, unroll=unroll, span=span))
@@ -197,7 +199,7 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
                                           base, outside)
         a, b, c, d = sl.sums
         if a + span * b + unroll * (c + span * d) > MAX_REGISTER_SLOTS:
-            refused = refusals.get(("slots", name, unroll, span))
+            refused = refusals.get(("slots", name, unroll, span)) if reasons else REFUSED
             if refused is None:
                 refused = refusals[("slots", name, unroll, span)] = _refusal(
                     check_register_slots, replace(spec, unroll=unroll, span=span), sl.sums)
@@ -209,13 +211,17 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
             except FusionError as e:
                 frame = e.with_traceback(None)
         if isinstance(frame, FusionError):
-            out.append(FusionError(str(frame)))
+            out.append(FusionError(str(frame)) if reasons else REFUSED)
         elif sl.refused is not None:
-            out.append(FusionError(sl.refused))
+            out.append(FusionError(sl.refused) if reasons else REFUSED)
         else:
             out.append(replace(base, spec=replace(spec, unroll=unroll, span=span) if copied else base.spec,
                                steps=sl.steps, outside=outside, per_slot=sl.per_slot, frame=frame))
     return out
+
+
+# copy_layouts' refusal of a copy where its reason is not asked for (never raised: no traceback is kept)
+REFUSED = FusionError("refused (the reason was not asked for)")
 
 
 def _refusal(check, *args) -> FusionError:

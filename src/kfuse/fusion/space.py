@@ -255,8 +255,9 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 if got is None:
                     got = kcs[(by, macros)] = base.kernel_calls(program, kernel_calls)
                 try:
+                    # the copies refused are counted, not explained: their reasons are not made
                     codes = build_copies(KernelSpec("k", got, iters=0, ipb=ipb, stores=stores, loop=loop, unroll=1,
-                                                    span=1), lib, copies, memo)
+                                                    span=1), lib, copies, memo, reasons=False)
                 except FusionError:
                     refused += len(copies)
                     continue
