@@ -26,7 +26,7 @@ from ..ir.record import quick_init
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, Library
 from .copies import (MAX_REGISTER_SLOTS, check_copies_in_registers, check_register_entries, check_register_slots,
-                     check_span, copy_sets, slot_sums, step_per_slot)
+                     check_span, copy_sets, slot_sums, span_slots, step_per_slot)
 from .frame import MAX_SHARED_BYTES, Frame, frame_of
 from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots
 
@@ -246,12 +246,9 @@ class _Slots:
         self.refused: str | None = None
         self.steps = base.steps
         if spec.span > 1:
-            try:
-                check_span(spec, base.elements, base.steps, self.per_slot)
-            except FusionError as e:
-                self.refused = str(e)
-            self.steps = tuple(s if s.once_per_span is not step_per_slot(s, self.per_slot)
-                               else replace(s, once_per_span=not s.once_per_span) for s in base.steps)
+            self.refused, per_step = span_slots(spec, base.elements, base.steps, self.per_slot)
+            self.steps = tuple(s if s.once_per_span is not per else replace(s, once_per_span=not s.once_per_span)
+                               for s, per in zip(base.steps, per_step))
 
 
 def check_spec(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> tuple[int, int] | None:
