@@ -138,7 +138,9 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
             if kc.call.axes != axis_dims[:len(kc.call.axes)]:
                 raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                                   f"{first.call.text()}")
-        args = _with_scalars(arrays + grid_args(steps), scalars, axis_dims, extents, spec.cluster)
+        # the extents of grids (none in a kernel without stencils: their steps are not looked at again)
+        grids = grid_args(steps) if any(kc.call.function.grid for kc in spec.calls) else []
+        args = _with_scalars(arrays + grids, scalars, axis_dims, extents, spec.cluster)
         check_param_space(spec.name, args)
     except FusionError as e:
         return shapes, T, refused, str(e)
