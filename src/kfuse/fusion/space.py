@@ -196,11 +196,12 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     if shapes is None:
         return _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
     idx = sorted(calls)
-    key: tuple = (fusion_shape(program, graph, calls, stores_of(program, graph, calls)), tuple(spans), sampled)
+    stores = stores_of(program, graph, calls)
+    key: tuple = (fusion_shape(program, graph, calls, stores), tuple(spans), sampled)
     if variants_of is not None:
         key += (tuple(tuple(v) for o in _orders(graph, calls, 1) for v in variants_of(o)),)
     if key not in shapes:
-        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
+        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims, stores)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
         return list(impls), dict(pruned)        # these calls' own: nothing to put in
@@ -210,9 +211,12 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
                      spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None,
-                     dims: dict[int, int] | None = None) -> tuple[list[tuple[Implementation, KernelCode]], dict[Prune, int]]:
+                     dims: dict[int, int] | None = None, stores: frozenset[int] | None = None
+                     ) -> tuple[list[tuple[Implementation, KernelCode]], dict[Prune, int]]:
+    """``implementations``, found (``stores``: ``stores_of`` the calls, where the caller has it)."""
     nesting = max(program.calls[i].function.nesting for i in calls)   # 1-level calls beside 2-level ones: on strips
-    stores = stores_of(program, graph, calls)
+    if stores is None:
+        stores = stores_of(program, graph, calls)
     pruned = {Prune.REFUSED: 0, Prune.DOMINATED: 0, Prune.UNROLLED_WITHOUT_LOOP: 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     spans = tuple(spans) if nesting == 2 else (1,)
