@@ -129,7 +129,8 @@ class ScheduleMemo:
         self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
         # layout._calls_facts by the calls' tuple (kept with it): what check_spec reads of them
         self.checks: dict[int, tuple[tuple, tuple]] = {}
-        # fusion/space.py _variant_choices: the macro choices and loop axes of a variant choice
+        # fusion/choices.py variant_choices: the macro choices and loop axes of a variant choice
+        # (and sampled_variants: a bounded search's variant choices for a sequence of functions)
         self.choices: dict[tuple, tuple] = {}
         # frame._call_facts by kernel call (kept with it): what a frame reads of each call
         self.call_frames: dict[int, tuple[KernelCall, tuple]] = {}

@@ -225,7 +225,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     kernel_calls = memo.calls if memo is not None else None
     refused = dominated = unrolled = 0          # pruned, counted (added to ``pruned`` at the end)
     for order in orders:
-        var_choices = ((variants_of or (lambda o: _sampled_variants(program, o)))(order) if sampled else
+        var_choices = ((variants_of or (lambda o: _sampled_variants(program, o, memo)))(order) if sampled else
                        product(*variant_indices(program, order)))
         for variants in var_choices:
             if not keep(order, variants):
