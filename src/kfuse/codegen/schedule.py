@@ -150,13 +150,14 @@ class ScheduleMemo:
         prefix one call shorter -- of the spec's name, loop axis and tile for the first --, the
         call, the values it binds that are stored), so that a key is hashed in one step."""
         parts = []
+        is_stored = spec.stores.__contains__
         for kc in spec.calls:
             bound = self._bound.get(kc.call.index)
             if bound is None:
                 bound = self._bound[kc.call.index] = tuple(sorted(
                     {v.id for v in kc.call.outputs} | {v.id for a in kc.call.args
                                                       for v in (a.values() if isinstance(a, ScalarArg) else (a,))}))
-            parts.append((call_key(kc), tuple(v for v in bound if v in spec.stores)))
+            parts.append((call_key(kc), tuple(filter(is_stored, bound))))
         numbers = self._prefix_numbers
         out = []
         for loop in loops or (spec.loop,):

@@ -206,7 +206,14 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
         return list(impls), dict(pruned)        # these calls' own: nothing to put in
     found, pruned = shapes[key]
-    return [(replace(i, calls=calls, order=tuple(idx[k] for k in order)), code) for order, i, code in found], dict(pruned)
+    orders: dict[tuple[int, ...], tuple[int, ...]] = {}     # the shape's call orders as these calls' (few)
+    out = []
+    for order, i, code in found:
+        mine = orders.get(order)
+        if mine is None:
+            mine = orders[order] = tuple(idx[k] for k in order)
+        out.append((replace(i, calls=calls, order=mine), code))
+    return out, dict(pruned)
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
