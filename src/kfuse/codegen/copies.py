@@ -73,11 +73,33 @@ def step_per_slot(s: Step, per_slot: AbstractSet[str]) -> bool:
 def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: AbstractSet[str]) -> None:
     """Elements shared by the span's slots are either loaded once and read by every slot, or
     partial results that every slot adds to (cleared before the slots, stored after them)."""
+    refused = span_slots(spec, elements, steps, per_slot)[0]
+    if refused is not None:
+        raise FusionError(refused)
+
+
+def span_slots(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slot: AbstractSet[str]
+               ) -> tuple[str | None, list[bool]]:
+    """(why ``check_span`` refuses the span, None where it does not; ``step_per_slot`` of each
+    step), found in one pass over the steps."""
     by_element: dict[str, list] = {}        # each element's (step, access) pairs, in step order
+    per_step: list[bool] = []
+    lone = None             # the first compute step that touches no per-slot element
     for s in steps:
+        touches = False
         for a in s.accesses:
-            if a.element not in per_slot:
-                by_element.setdefault(a.element, []).append((s, a))
+            if a.element in per_slot:
+                touches = True
+            else:
+                got = by_element.get(a.element)
+                if got is None:
+                    by_element[a.element] = [(s, a)]
+                else:
+                    got.append((s, a))
+        compute = s.routine is not None and s.routine.kind == "compute"
+        if compute and not touches and lone is None:
+            lone = s
+        per_step.append(compute or touches)
     for key in elements:
         if key in per_slot:
             continue
@@ -87,11 +109,10 @@ def check_span(spec: KernelSpec, elements: Mapping[str, Element], steps, per_slo
             if s.routine is None or s.routine.kind != "compute":
                 continue
             if (loaded and a.mode != "r") or (not loaded and a.mode != "acc"):
-                raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
-                                  f"({s.routine.name}) {'writes' if loaded else 'reads'} {key}, which "
-                                  "the span's instances share")
-    for s in steps:
-        if (s.routine is not None and s.routine.kind == "compute"
-                and all(a.element not in per_slot for a in s.accesses)):
-            raise FusionError(f"{spec.name}: with a span across the loop, {s.kc.call.text()} "
-                              f"({s.routine.name}) touches no per-instance data")
+                return (f"{spec.name}: with a span across the loop, {s.kc.call.text()} ({s.routine.name}) "
+                        f"{'writes' if loaded else 'reads'} {key}, which the span's instances share"), per_step
+    if lone is not None:
+        assert lone.routine is not None
+        return (f"{spec.name}: with a span across the loop, {lone.kc.call.text()} ({lone.routine.name}) "
+                "touches no per-instance data"), per_step
+    return None, per_step

@@ -4,7 +4,7 @@ it -- the same for every (unroll, span) copy of a kernel (``layout.py``), with i
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
 from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
@@ -34,17 +34,25 @@ class Frame(NamedTuple):
 
 # -- frame -----------------------------------------------------------------------------------
 def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...],
-             shared_size: int, memo: ScheduleMemo | None = None) -> Frame:
+             shared_size: int, memo: ScheduleMemo | None = None, elements: Mapping | None = None) -> Frame:
     """The copy-independent part of a kernel laid out (``steps``, with ``shared_size`` shared
     entries per instance), with its checks (raises FusionError).  With a ``memo``, what does not
     depend on the instances per block (``_frame_parts``) is found once per analysis (the spec's
-    other choices: the layouts of one analysis share its steps)."""
+    other choices: the layouts of one analysis share its steps), and what does not depend on the
+    steps' phases either (``_frame_base``) once for the analyses along i and along j that share
+    their ``elements`` (twins, ``layout._placed``: their steps differ in phase only)."""
     parts = None
     if memo is not None:
         got = memo.frames.get(id(steps))
         parts = got[1] if got is not None and got[0] is steps else None
     if parts is None:
-        parts = _frame_parts(spec, lib, tile, steps, memo)
+        if memo is None or elements is None:
+            parts = _frame_parts(spec, lib, tile, steps, _frame_base(spec, lib, tile, steps, memo))
+        else:
+            base = memo.frame_bases.get(id(elements))
+            if base is None or base[0] is not elements:
+                base = memo.frame_bases[id(elements)] = (elements, _frame_base(spec, lib, tile, steps, memo))
+            parts = _frame_parts(spec, lib, tile, steps, base[1])
         if memo is not None:
             memo.frames[id(steps)] = (steps, parts)
     shapes, T, refused, rest = parts
@@ -65,18 +73,32 @@ def frame_of(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps
 
 
 def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...],
-                 memo: ScheduleMemo | None = None) -> tuple:
+                 base: tuple) -> tuple:
     """What ``make_frame`` finds that the instances per block do not change, its checks in order
     around theirs: (thread shapes, threads per instance, why the checks between the threads'
     and the shared memory's refuse (None: they do not), the frame's fields after ``smem`` or why
-    the checks after the shared memory's refuse).  One pass over the steps gathers what the
-    checks, the arguments (``kernel_args``) and ``wait_phase`` read of them."""
+    the checks after the shared memory's refuse) -- ``_frame_base`` of these steps (``base``) with
+    the phase ``wait_phase`` finds."""
+    shapes, T, refused, rest = base
+    if isinstance(rest, str):
+        return base
+    *fields, prior, read_ids = rest
+    wait = _first_reading(prior, zip([s.phase for s in steps if s.routine is not None], read_ids)) if prior else None
+    return shapes, T, refused, (*fields, wait)
+
+
+def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, steps: tuple[Step, ...],
+                memo: ScheduleMemo | None = None) -> tuple:
+    """``_frame_parts`` but for what reads the steps' phases: the wait phase's place holds the
+    ids of the values whose reads it waits for (``_prior``) and those each routine step reads,
+    in step order.  One pass over the steps gathers what the checks, the arguments
+    (``kernel_args``) and ``wait_phase`` read of them."""
     shape_set: set[tuple[int, int]] = set()
     warp_wide: list[tuple[Step, tuple[int, int]]] = []     # steps of routines exchanging lanes
     arrays: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
-    read: list[tuple[str, frozenset[int]]] = []    # (phase, ids of the values read) of each routine step
+    read: list[frozenset[int]] = []    # the ids of the values each routine step reads
     for s in steps:
         r = s.routine
         if r is None:
@@ -92,7 +114,7 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
                 arrays.append(g)
         for v in read_scalars:
             scalars[v.id] = v
-        read.append((s.phase, read_ids))
+        read.append(read_ids)
     shapes = sorted(shape_set)
     T = max(X * Y for X, Y in shapes)
     refused = None
@@ -116,7 +138,9 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
             if kc.call.axes != axis_dims[:len(kc.call.axes)]:
                 raise FusionError(f"{spec.name}: {kc.call.text()} does not share the instance space of "
                                   f"{first.call.text()}")
-        args = _with_scalars(arrays + grid_args(steps), scalars, axis_dims, extents, spec.cluster)
+        # the extents of grids (none in a kernel without stencils: their steps are not looked at again)
+        grids = grid_args(steps) if any(kc.call.function.grid for kc in spec.calls) else []
+        args = _with_scalars(arrays + grids, scalars, axis_dims, extents, spec.cluster)
         check_param_space(spec.name, args)
     except FusionError as e:
         return shapes, T, refused, str(e)
@@ -126,7 +150,7 @@ def _frame_parts(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, s
     sources = tuple(dict.fromkeys(f for _, files, _ in facts for f in files))
     own = {v for _, _, outputs in facts for v in outputs}
     return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
-                                _wait_phase(own, read, args, clears))
+                                _prior(own, args, clears), read)
 
 
 def _call_facts(kc: KernelCall, memo: ScheduleMemo | None) -> tuple[tuple[tuple[Value, str], ...], tuple[str, ...],
@@ -210,14 +234,14 @@ def wait_phase(spec: KernelSpec, steps, args, clears) -> str | None:
     or the kernel before it in the plan) waits for it (kf_wait_prior) at the start of the first
     phase that touches a cleared output or reads a value an earlier kernel wrote (any value that
     is not a script input and not written here)."""
-    return _wait_phase({v.id for kc in spec.calls for v in kc.call.outputs},
-                       [(s.phase, s.kc.routine_facts(s.routine)[5]) for s in steps if s.routine is not None],
-                       args, clears)
+    return _first_reading(_prior({v.id for kc in spec.calls for v in kc.call.outputs}, args, clears),
+                          [(s.phase, s.kc.routine_facts(s.routine)[5]) for s in steps if s.routine is not None])
 
 
-def _wait_phase(own: set[int], read, args, clears) -> str | None:
-    """``wait_phase`` from the ids of the values bound to the kernel's outputs (``own``) and the
-    (phase, ids of the values read) of each routine step, in step order."""
+def _prior(own: set[int], args, clears) -> set[int]:
+    """The ids of the values a kernel waits for the launch before it to have written (``wait_phase``;
+    ``own``: the ids of the values bound to its outputs): its cleared outputs, and the values it
+    reads that an earlier kernel wrote."""
     prior = {v.id for v, _ in clears}
     for g in args:
         v = g.value
@@ -226,6 +250,12 @@ def _wait_phase(own: set[int], read, args, clears) -> str | None:
                 prior.add(v.id)
         elif g.kind == "dscalar" and not v.is_input:    # inputs: written before the call's first
             prior.add(v.id)                             # kernel, which is never launched early
+    return prior
+
+
+def _first_reading(prior: set[int], read) -> str | None:
+    """The first phase with a step that reads one of the values of ``prior`` (``read``: the phase
+    and the ids of the values read of each routine step, in step order), or None."""
     if not prior:
         return None
     reading: set[str] = set()       # the phases with a step that reads one (each step looked at once)

@@ -68,14 +68,14 @@ def build_kernel(spec: KernelSpec, lib: Library) -> KernelCode:
     return _code(layout(spec, lib))
 
 
-def build_copies(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None
+def build_copies(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None, reasons: bool = True
                  ) -> list[KernelCode | FusionError]:
     """The kernel of ``spec`` with each (unroll, span) of ``copies``, laid out together
     (``layout.copy_layouts``, with the ``memo`` of the program's analyses if given).  Each entry
-    is the kernel or the FusionError that refused it."""
+    is the kernel or the FusionError that refused it (with ``reasons`` False: ``layout.REFUSED``)."""
     out: list[KernelCode | FusionError] = []
     first: KernelCode | None = None
-    for lay in copy_layouts(spec, lib, copies, memo):
+    for lay in copy_layouts(spec, lib, copies, memo, reasons):
         if isinstance(lay, FusionError):
             out.append(lay)
         elif first is None:

@@ -26,14 +26,14 @@ from ..ir.record import quick_init
 from ..library.mappings import MAPPINGS
 from ..library.schema import AXES, Library
 from .copies import (MAX_REGISTER_SLOTS, check_copies_in_registers, check_register_entries, check_register_slots,
-                     check_span, copy_sets, slot_sums, step_per_slot)
+                     check_span, copy_sets, slot_sums, span_slots, step_per_slot)
 from .frame import MAX_SHARED_BYTES, Frame, frame_of
 from .schedule import Access, Element, Placement, ScheduleMemo, Scheduler, Step, mapping_slots
 
 
 
 __all__ = ["Access", "Element", "Frame", "Layout", "MAX_REGISTER_SLOTS", "MAX_SHARED_BYTES", "Placement", "Step",
-           "analyse", "copy_layouts", "finish", "layout"]
+           "REFUSED", "analyse", "copy_layouts", "finish", "layout"]
 
 
 def replace(obj, **changes):
@@ -98,10 +98,32 @@ def _analyse(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, memo:
         if s.phase != "loop" and any(a.element in buffered for a in s.accesses):
             raise FusionError(f"{spec.name}: {s.kc.call.text()} ({s.routine.name if s.routine else 'clear'}) uses a "
                               "two-copy local outside the serial loop (its copies alternate by iteration)")
-    pl = place(spec, sch.elements, sch.steps)
+    elements: Mapping[str, Element]
+    if sch.state is None or memo is None:
+        elements, pl = MappingProxyType(dict(sch.elements)), place(spec, sch.elements, sch.steps)
+    else:
+        elements, pl = _placed(spec, sch.state[0], sch.steps, memo)
     flags = barriers(sch.steps, pl, buffered)
     steps = tuple(replace(s, barrier=f) if f else s for s, f in zip(sch.steps, flags))
-    return Layout(spec, lib, tile, MappingProxyType(dict(sch.elements)), steps, pl)
+    return Layout(spec, lib, tile, elements, steps, pl)
+
+
+def _placed(spec: KernelSpec, kept: dict[str, Element], steps, memo: ScheduleMemo
+            ) -> tuple[Mapping[str, Element], Placement]:
+    """The elements of a schedule kept in the ``memo`` (``kept``: ``Scheduler.state``'s, not
+    changed) read only, and their placement (``place``), found once for the schedules along i
+    and along j that share them (twins: their steps differ in phase only, which placement does
+    not read)."""
+    got = memo.placed.get(id(kept))
+    if got is None or got[0] is not kept:
+        try:
+            pl: Placement | str = place(spec, kept, steps)
+        except FusionError as e:
+            pl = str(e)
+        got = memo.placed[id(kept)] = (kept, MappingProxyType(kept), pl)
+    if isinstance(got[2], str):
+        raise FusionError(got[2])
+    return got[1], got[2]
 
 
 def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = None) -> Layout:
@@ -120,10 +142,12 @@ def finish(base: Layout, spec: KernelSpec | None = None, frame: Frame | None = N
     return replace(lay, frame=frame or make_frame(lay))
 
 
-def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None) -> list[Layout | FusionError]:
+def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | None = None, reasons: bool = True
+                 ) -> list[Layout | FusionError]:
     """The layout of ``spec`` with each (unroll, span) of ``copies``: scheduled, placed and given
     its barriers once (none of which depends on them), finished per copy.  Each entry is the
-    layout or the FusionError that refused it.  ``memo``: see ``analyse``.
+    layout or the FusionError that refused it (with ``reasons`` False: ``REFUSED``, for a caller
+    that only counts refusals -- the search's).  ``memo``: see ``analyse``.
 
     The copies pass ``finish``'s checks in its order, but what does not depend on the unroll or
     on the span's width is found once: the frame (or why it was refused), the elements used
@@ -156,14 +180,14 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
         # the checks in finish's order; a refusal is made (not raised) where one is found
         copied = unroll > 1 or span > 1
         if copied and no_copies:
-            refused = refusals.get(("registers", name, unroll > 1, span))     # all its refusal depends on
-            if refused is None:
+            refused = refusals.get(("registers", name, unroll > 1, span)) if reasons else REFUSED
+            if refused is None:     # the key: all its refusal depends on
                 refused = refusals[("registers", name, unroll > 1, span)] = _refusal(
                     check_copies_in_registers, replace(spec, unroll=unroll, span=span), pl)
             out.append(refused)
             continue
         if span != 1 and spec.nesting == 1:
-            refused = refusals.get(("choices", name, span))
+            refused = refusals.get(("choices", name, span)) if reasons else REFUSED
             if refused is None:     # check_spec's that a span can fail
                 refused = refusals[("choices", name, span)] = _refusal(
                     check_copy_choices, replace(spec, unroll=unroll, span=span))
@@ -175,7 +199,7 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
                                           base, outside)
         a, b, c, d = sl.sums
         if a + span * b + unroll * (c + span * d) > MAX_REGISTER_SLOTS:
-            refused = refusals.get(("slots", name, unroll, span))
+            refused = refusals.get(("slots", name, unroll, span)) if reasons else REFUSED
             if refused is None:
                 refused = refusals[("slots", name, unroll, span)] = _refusal(
                     check_register_slots, replace(spec, unroll=unroll, span=span), sl.sums)
@@ -183,17 +207,21 @@ def copy_layouts(spec: KernelSpec, lib: Library, copies, memo: ScheduleMemo | No
             continue
         if frame is None:
             try:        # the same for every copy
-                frame = frame_of(spec, lib, base.tile, base.steps, pl.shared_size, memo)
+                frame = frame_of(spec, lib, base.tile, base.steps, pl.shared_size, memo, base.elements)
             except FusionError as e:
                 frame = e.with_traceback(None)
         if isinstance(frame, FusionError):
-            out.append(FusionError(str(frame)))
+            out.append(FusionError(str(frame)) if reasons else REFUSED)
         elif sl.refused is not None:
-            out.append(FusionError(sl.refused))
+            out.append(FusionError(sl.refused) if reasons else REFUSED)
         else:
             out.append(replace(base, spec=replace(spec, unroll=unroll, span=span) if copied else base.spec,
                                steps=sl.steps, outside=outside, per_slot=sl.per_slot, frame=frame))
     return out
+
+
+# copy_layouts' refusal of a copy where its reason is not asked for (never raised: no traceback is kept)
+REFUSED = FusionError("refused (the reason was not asked for)")
 
 
 def _refusal(check, *args) -> FusionError:
@@ -218,12 +246,9 @@ class _Slots:
         self.refused: str | None = None
         self.steps = base.steps
         if spec.span > 1:
-            try:
-                check_span(spec, base.elements, base.steps, self.per_slot)
-            except FusionError as e:
-                self.refused = str(e)
-            self.steps = tuple(s if s.once_per_span is not step_per_slot(s, self.per_slot)
-                               else replace(s, once_per_span=not s.once_per_span) for s in base.steps)
+            self.refused, per_step = span_slots(spec, base.elements, base.steps, self.per_slot)
+            self.steps = tuple(s if s.once_per_span is not per else replace(s, once_per_span=not s.once_per_span)
+                               for s, per in zip(base.steps, per_step))
 
 
 def check_spec(spec: KernelSpec, lib: Library, memo: ScheduleMemo | None = None) -> tuple[int, int] | None:

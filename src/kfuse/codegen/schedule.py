@@ -104,47 +104,76 @@ class ScheduleMemo:
     ``prefixes``: the Scheduler's state after the first k calls of a spec, or the refusal's
     message.  Scheduling goes call by call and reads, besides the calls, only the spec's name,
     loop axis and tile and whether the values the calls bind are stored: the key holds those
-    (``prefix_keys``), so specs that begin alike (variant choices differing in the last calls, one
-    fusion inside a larger) schedule their common beginning once."""
+    (``prefix_keys``: each a number naming the key of the prefix before it, the call and the values
+    it stores), so specs that begin alike (variant choices differing in the last calls, one
+    fusion inside a larger) schedule their common beginning once.  A nested kernel's schedule
+    along j is its schedule along i but for the steps' phases (``Scheduler``'s twin): scheduling
+    along i keeps the states along j too, so the spec along j finds its whole schedule here."""
 
     def __init__(self) -> None:
         self.layouts: dict[tuple, Any] = {}
-        self.prefixes: dict[tuple, tuple | str] = {}
+        self.prefixes: dict[int, tuple | str] = {}
+        self._prefix_numbers: dict[tuple, int] = {}     # prefix_keys: the number of each key made
         # the kernel calls of the specs built for this program, by (call index, variant index,
         # macros): one object each, so that what they memoise (thread shapes) serves every spec
         self.calls: dict[tuple, KernelCall] = {}
         # layout._frame_parts by the analysis's steps (kept with them): the frames of a kernel's
         # instances-per-block choices share them
         self.frames: dict[int, tuple[tuple, tuple]] = {}
+        # frame._frame_base by the analysis's elements (kept with them): what the frames of its
+        # twins along i and j share (layout._placed)
+        self.frame_bases: dict[int, tuple[Mapping, tuple]] = {}
         # layout.copy_layouts' findings shared by an analysis's copies, by its steps (kept with
         # them): the elements used outside the loop, the _Slots of no span and of any span, and
         # the refusals of copies
         self.copies: dict[int, tuple[tuple, frozenset[str], dict, dict]] = {}
         # layout._calls_facts by the calls' tuple (kept with it): what check_spec reads of them
         self.checks: dict[int, tuple[tuple, tuple]] = {}
-        # fusion/space.py _variant_choices: the macro choices and loop axes of a variant choice
+        # fusion/choices.py variant_choices: the macro choices and loop axes of a variant choice
+        # (and sampled_variants: a bounded search's variant choices for a sequence of functions)
         self.choices: dict[tuple, tuple] = {}
         # frame._call_facts by kernel call (kept with it): what a frame reads of each call
         self.call_frames: dict[int, tuple[KernelCall, tuple]] = {}
+        # layout._placed by the elements of a schedule kept here (kept with them): the elements read
+        # only, and their placement or why it is refused
+        self.placed: dict[int, tuple[dict, Mapping, Any]] = {}
         self._bound: dict[int, tuple[int, ...]] = {}    # call index -> ids of the values it binds
 
     @staticmethod
     def analysis_key(spec: KernelSpec) -> tuple:
         return (spec.name, spec.loop, spec.stores, spec.unroll, spec.span, tuple(call_key(kc) for kc in spec.calls))
 
-    def prefix_keys(self, spec: KernelSpec, tile: tuple[int, int] | None) -> list[tuple]:
-        """The key of each prefix of the spec's calls (the k-th: the first k + 1 calls)."""
-        keys: list[tuple] = []
-        key: tuple = (spec.name, spec.loop, tile)
+    def prefix_keys(self, spec: KernelSpec, tile: tuple[int, int] | None, loops: tuple[str, ...] = ()
+                    ) -> list[list[int]]:
+        """The key of each prefix of the spec's calls (the k-th: the first k + 1 calls) along
+        each of ``loops`` (default: the spec's loop axis): a number naming (the number of the
+        prefix one call shorter -- of the spec's name, loop axis and tile for the first --, the
+        call, the values it binds that are stored), so that a key is hashed in one step."""
+        parts = []
+        is_stored = spec.stores.__contains__
         for kc in spec.calls:
             bound = self._bound.get(kc.call.index)
             if bound is None:
                 bound = self._bound[kc.call.index] = tuple(sorted(
                     {v.id for v in kc.call.outputs} | {v.id for a in kc.call.args
                                                       for v in (a.values() if isinstance(a, ScalarArg) else (a,))}))
-            key = (key, call_key(kc), tuple(v for v in bound if v in spec.stores))
-            keys.append(key)
-        return keys
+            parts.append((call_key(kc), tuple(filter(is_stored, bound))))
+        numbers = self._prefix_numbers
+        out = []
+        for loop in loops or (spec.loop,):
+            keys: list[int] = []
+            key: tuple = (spec.name, loop, tile)
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(numbers)
+            for ck, stored in parts:
+                key = (number, ck, stored)
+                number = numbers.get(key)
+                if number is None:
+                    number = numbers[key] = len(numbers)
+                keys.append(number)
+            out.append(keys)
+        return out
 
 
 def _empty() -> Mapping:
@@ -160,6 +189,19 @@ class Placement:
     shared_size: int = 0                                            # entries per instance
 
 
+class _Twin:
+    """The schedule of a nested kernel's calls along the other loop axis, kept beside the
+    schedule along i (``Scheduler.twin``).  The loop axis decides only the steps' phases (which
+    loads are hoisted, which clears and stores run outside the loop), which loads share an
+    element (hoisted ones are told apart) and which exchanges of partial sums are refused: the
+    elements, the order of the steps and their accesses are the same.  So the twin keeps its own
+    steps and loads only; it stops where the loads it shares would differ, or where the two axes
+    disagree about an exchange (``Scheduler.twin_refused``: the twin's refusal)."""
+
+    def __init__(self, loop: str, steps: list[Step], loaded: dict[tuple, str]):
+        self.loop, self.steps, self.loaded = loop, steps, loaded
+
+
 class Scheduler:
     """Builds the elements and steps of a kernel's calls (``schedule``), mutable while it runs;
     ``layout.analyse`` freezes what it built."""
@@ -169,6 +211,10 @@ class Scheduler:
         self.elements: dict[str, Element] = {}
         self.call_elem: dict[tuple[int, str], str] = {}     # (call index, param/local) -> element
         self.steps: list[Step] = []
+        self.twin: _Twin | None = None      # with a memo: the schedule along j of a nested kernel along i
+        # with a memo: the state scheduled (ScheduleMemo.prefixes), whose elements a twin shares
+        self.state: tuple | None = None
+        self.twin_refused: str | None = None    # why the twin refused the call being scheduled
 
     def shape_of(self, p: Param) -> tuple[int, ...]:
         """Entries of a parameter's element in this kernel (its tile, or the piece of a vector
@@ -221,20 +267,54 @@ class Scheduler:
             for kc in calls:
                 self.schedule_call(kc)
             return
-        keys = memo.prefix_keys(self.spec, self.tile)
+        # along j, the twin of a schedule along i (nothing to twin on a triangle: it loops along i only)
+        twinned = self.spec.loop == "i" and self.spec.nesting == 2 and not self.spec.triangle
+        keys, *more = memo.prefix_keys(self.spec, self.tile, ("i", "j") if twinned else ())
+        twin_keys = more[0] if more else None
         start = next((k for k in range(len(calls), 0, -1) if keys[k - 1] in memo.prefixes), 0)
         if start:
             got = memo.prefixes[keys[start - 1]]
             if isinstance(got, str):
                 raise FusionError(got)
+            self.state = got
+            if start == len(calls):
+                self.elements, self.steps = got[0], got[2]     # nothing to add: read, not changed
+                return
             self.restore(got)
+            if twinned and got[6] is not None:
+                self.twin = _Twin("j", list(got[6][0]), dict(got[6][1]))
+        elif twinned:
+            self.twin = _Twin("j", [], {})
         for k in range(start, len(calls)):
             try:
                 self.schedule_call(calls[k])
             except FusionError as e:
                 memo.prefixes[keys[k]] = str(e)
+                self._twin_done(memo, twin_keys, k, str(e))
                 raise
-            memo.prefixes[keys[k]] = self.snapshot()
+            got = self.state = memo.prefixes[keys[k]] = self.snapshot()
+            self._twin_done(memo, twin_keys, k, got)
+
+    def _twin_done(self, memo: ScheduleMemo, twin_keys: list[int] | None, k: int, state: tuple | str) -> None:
+        """After the k-th call: keep the twin's state under the twin's key of that prefix -- its
+        refusal, or the schedule's (``state``: the state, or the message of a refusal that does not
+        depend on the loop axis, which the twin shares) with its own steps and loads -- where the
+        twin has one; a twin that refused has none after it."""
+        if twin_keys is None:
+            return
+        twin, refused = self.twin, self.twin_refused
+        if refused is not None:
+            memo.prefixes.setdefault(twin_keys[k], refused)
+            self.twin_refused = None
+        elif twin is None:
+            return
+        elif isinstance(state, str):
+            memo.prefixes.setdefault(twin_keys[k], state)
+            self.twin = None
+        elif twin_keys[k] not in memo.prefixes:
+            elements, call_elem, steps, produced, loaded, cleared, (twin_steps, twin_loaded) = state
+            memo.prefixes[twin_keys[k]] = (elements, call_elem, twin_steps, produced, twin_loaded, cleared,
+                                           (steps, loaded))
 
     def schedule_call(self, kc: KernelCall) -> None:
         self.schedule_loads(kc)
@@ -242,12 +322,15 @@ class Scheduler:
         self.schedule_stores(kc)
 
     def snapshot(self) -> tuple:
-        """The state scheduling has built (copies: it goes on changing)."""
+        """The state scheduling has built (copies: it goes on changing), with its twin's steps
+        and loads (None: no twin)."""
+        twin = self.twin
         return (dict(self.elements), dict(self.call_elem), tuple(self.steps), dict(self.produced),
-                dict(self.loaded), frozenset(self.cleared))
+                dict(self.loaded), frozenset(self.cleared),
+                (tuple(twin.steps), dict(twin.loaded)) if twin is not None else None)
 
     def restore(self, state: tuple) -> None:
-        elements, call_elem, steps, produced, loaded, cleared = state
+        elements, call_elem, steps, produced, loaded, cleared, _ = state
         self.elements, self.call_elem, self.steps = dict(elements), dict(call_elem), list(steps)
         self.produced, self.loaded, self.cleared = dict(produced), dict(loaded), set(cleared)
 
@@ -255,18 +338,29 @@ class Scheduler:
         loop = self.spec.loop
         index = kc.call.index
         produced, loaded, call_elem = self.produced, self.loaded, self.call_elem
+        twin = self.twin
         for r, p, v, made_key, key, hoist in load_plan(kc):
             made = produced.get(made_key)
             if made is not None:    # produced on chip in this kernel: no load
                 el, prod, maker = made
-                self.check_exchange(kc, p, v, prod, maker)
+                if twin is not None:
+                    self.twin_refused = self.exchange_refusal(kc, p, v, prod, maker, twin.loop)
+                    if self.twin_refused is not None:
+                        twin = self.twin = None
+                why = self.exchange_refusal(kc, p, v, prod, maker, loop)
+                if why is not None:
+                    self.twin = None    # how the twin goes on is not known (an exchange it may allow)
+                    raise FusionError(why)
                 call_elem[(index, p.name)] = el
                 self.widen_pitch(el, p)
                 continue
             # a kernel on a triangle changes both tile indices every iteration: nothing is hoisted
             hoisted = hoist and loop not in p.index and not self.spec.triangle
-            key = key + (hoisted,)
-            got = loaded.get(key)
+            got = loaded.get(key + (hoisted,))
+            if twin is not None:
+                twin_hoisted = hoist and twin.loop not in p.index
+                if twin.loaded.get(key + (twin_hoisted,)) != got:
+                    twin = self.twin = None     # the loads shared differ along the other axis
             if got is not None:     # the same load by an earlier call: read once
                 call_elem[(index, p.name)] = got
                 self.widen_pitch(got, p)
@@ -275,8 +369,13 @@ class Scheduler:
             # copy belongs to the instance, not to the axes it follows
             el = self.new_element(v, v.label, p.element, self.shape_of(p), p.pad,
                                   axes=AXES[2] if p.partial else p.index)
-            loaded[key] = call_elem[(index, p.name)] = el
-            self.add_routine("pre" if hoisted else "loop", kc, r)
+            loaded[key + (hoisted,)] = call_elem[(index, p.name)] = el
+            phase = "pre" if hoisted else "loop"
+            if twin is not None:
+                twin.loaded[key + (twin_hoisted,)] = el
+                self.add_routine(phase, kc, r, "pre" if twin_hoisted else "loop")
+            else:
+                self.add_routine(phase, kc, r, phase)
 
     def schedule_computes(self, kc: KernelCall) -> None:
         params = kc.call.function.param_map
@@ -290,12 +389,20 @@ class Scheduler:
                     # (an output only handed on as partial sums is cleared every iteration:
                     # its consumer does the accumulating)
                     p = params.get(a.name)
-                    accumulated = (p is not None and p.dir == "out" and not p.follows(self.spec.loop)
-                                   and binds[p.name].id in self.spec.stores and not self.spec.triangle)
+                    # a stored output's axes (None: not such), accumulated along a loop axis it does not follow
+                    index = (p.index if p is not None and p.dir == "out" and binds[p.name].id in self.spec.stores
+                             and not self.spec.triangle else None)
+                    accumulated = index is not None and self.spec.loop not in index
                     self.cleared.add(el)
-                    self.steps.append(Step("pre" if accumulated else "loop", "clear", kc, None,
-                                           (Access(el, "w", str(a.mapping), kc.shape(r)),), element=el))
-            self.add_routine("loop", kc, r)
+                    accesses = (Access(el, "w", str(a.mapping), kc.shape(r)),)
+                    step = Step("pre" if accumulated else "loop", "clear", kc, None, accesses, element=el)
+                    self.steps.append(step)
+                    twin = self.twin
+                    if twin is not None:
+                        twin_pre = index is not None and twin.loop not in index
+                        twin.steps.append(step if twin_pre == accumulated else
+                                          Step("pre" if twin_pre else "loop", "clear", kc, None, accesses, element=el))
+            self.add_routine("loop", kc, r, "loop")
 
     def schedule_stores(self, kc: KernelCall) -> None:
         params = kc.call.function.param_map
@@ -306,31 +413,40 @@ class Scheduler:
             if binds[p.name].id not in self.spec.stores:
                 continue            # consumed on chip only
             phase = "loop" if p.follows(self.spec.loop) or self.spec.triangle else "post"
+            twin_phase = "loop" if self.twin is not None and p.follows(self.twin.loop) else "post"
             for f in kc.variant.finishes(p.name):   # the store's own steps before it, where it runs
-                self.add_routine(phase, kc, f)
-            self.add_routine(phase, kc, r)
+                self.add_routine(phase, kc, f, twin_phase)
+            self.add_routine(phase, kc, r, twin_phase)
 
     def check_exchange(self, kc: KernelCall, p: Param, v: Value, prod: Param, maker: KernelCall) -> None:
         """May input p of kc take the element an earlier call of this kernel produced?  A
         reduction's result only when the producer's tile spans every axis it reduces over (the
         reduction completes in the block: its barrier is a local one)."""
+        why = self.exchange_refusal(kc, p, v, prod, maker, self.spec.loop)
+        if why is not None:
+            raise FusionError(why)
+
+    def exchange_refusal(self, kc: KernelCall, p: Param, v: Value, prod: Param, maker: KernelCall,
+                         loop: str) -> str | None:
+        """Why ``check_exchange`` refuses the exchange in a serial loop along ``loop``; None
+        where it does not."""
         def where() -> str:         # made only for a refusal (call.text() is not cheap)
             return f"{self.spec.name}: {kc.call.text()}: {p.name} = {v.name}"
         if prod.reduce:
             if not p.partial and not reduced_whole(maker, prod):
                 axes = "".join(reduced_axes(maker, prod))
-                raise FusionError(f"{where()} is the result of a reduction in the same kernel "
-                                  f"(needs a global barrier: variant {maker.variant.name} of "
-                                  f"{maker.call.function.name} does not span {axes} whole)")
-            if not p.partial:
-                return
-            if not prod.follows(self.spec.loop) and v.id in self.spec.stores:
-                raise FusionError(f"{where()}: partial sums are exchanged only when the producer's "
-                                  f"output follows the loop axis {self.spec.loop} or stays on chip")
+                return (f"{where()} is the result of a reduction in the same kernel "
+                        f"(needs a global barrier: variant {maker.variant.name} of "
+                        f"{maker.call.function.name} does not span {axes} whole)")
+            if p.partial and not prod.follows(loop) and v.id in self.spec.stores:
+                return (f"{where()}: partial sums are exchanged only when the producer's "
+                        f"output follows the loop axis {loop} or stays on chip")
         elif p.partial:
-            raise FusionError(f"{where()}: takes partial sums, but {v.name} is a map result")
+            return f"{where()}: takes partial sums, but {v.name} is a map result"
+        return None
 
-    def add_routine(self, phase: str, kc: KernelCall, r: Routine) -> None:
+    def add_routine(self, phase: str, kc: KernelCall, r: Routine, twin_phase: str) -> None:
+        """The step of routine r of kc in ``phase`` (in ``twin_phase`` in the twin's steps)."""
         XY, args = kc.routine_plan(r)
         acc = []
         elements, call_elem, index = self.elements, self.call_elem, kc.call.index
@@ -345,7 +461,12 @@ class Scheduler:
                     raise FusionError(f"{kc.describe()} routine {r.name}: {name}: {reason}")
                 got = made[(key, mode, mapping, XY)] = (shape, Access(key, mode, mapping, XY))
             acc.append(got[1])
-        self.steps.append(Step(phase, "routine", kc, r, tuple(acc)))
+        accesses = tuple(acc)
+        step = Step(phase, "routine", kc, r, accesses)
+        self.steps.append(step)
+        twin = self.twin
+        if twin is not None:
+            twin.steps.append(step if twin_phase == phase else Step(twin_phase, "routine", kc, r, accesses))
 
 
 def load_plan(kc: KernelCall) -> tuple[tuple[Routine, Param, Value, tuple, tuple, bool], ...]:

@@ -100,13 +100,22 @@ def _sums_over_i(call) -> bool:
     return call.function.nesting == 2 and any(p.reduce and "i" not in p.index for p in call.function.outputs)
 
 
-def sampled_variants(program: Program, order) -> list[tuple[int, ...]]:
+def sampled_variants(program: Program, order, memo: ScheduleMemo | None = None) -> list[tuple[int, ...]]:
     """Variant choices of a bounded search: each call's k-th variant (its last when it has fewer),
     for every k -- calls of one kernel then tend to share a thread-to-data mapping.  Variants of
     thread-block clusters are left out (the rows of long scripts' sizes fit a block's strips), and
     so are ``fallback`` variants (row bands: whether the strips they stand in for fit is known only
     from every strip width, which a bounded search does not build); vector calls take their
-    variants on the rows of strips only beside matrix calls."""
+    variants on the rows of strips only beside matrix calls.  What they read are the calls'
+    functions, in order: with a ``memo`` (one per program) found once per such sequence (the list
+    is read, not changed)."""
+    if memo is not None:
+        fns = [program.calls[i].function for i in order]
+        key = ("sampled", tuple(map(id, fns)))
+        got = memo.choices.get(key)
+        if got is None:
+            got = memo.choices[key] = (fns, sampled_variants(program, order))
+        return got[1]
     plain = [[v for v in allowed if not (program.calls[i].function.variants[v].cluster
                                          or program.calls[i].function.variants[v].fallback)]
              for i, allowed in zip(order, variant_indices(program, order))]
@@ -144,12 +153,13 @@ def strip_widths(program: Program, order, variants, other_choices, dims: dict[in
 
 def variant_choices(program: Program, order, variants, nesting: int, memo: ScheduleMemo | None) -> tuple:
     """(``macro_choices``, ``loops_of``) of a variant choice: what they read are
-    the calls' functions and variants, so with a ``memo`` (one per program) they are found once
-    per such choice (a long script's fusions repeat few).  Their lists are read, not changed."""
+    the calls' functions and variants, in any order, so with a ``memo`` (one per program) they are
+    found once per such choice (a long script's fusions repeat few).  Their lists are read, not
+    changed."""
     if memo is None:
         return macro_choices(program, order, variants, nesting), loops_of(program, order, variants, nesting)
     fns = [program.calls[i].function for i in order]
-    key = (nesting, tuple(map(id, fns)), tuple(variants))
+    key = (nesting, tuple(sorted(zip(map(id, fns), variants))))
     got = memo.choices.get(key)
     if got is None:
         got = memo.choices[key] = (fns, (macro_choices(program, order, variants, nesting),

@@ -36,7 +36,8 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
     dimensions and whether an input; scalar arguments by their operation), its instance axes and
     the calls of the fusion it depends on; the values of the calls numbered by first appearance;
     and the values the kernel stores.  Fusions of one shape (a wide script's repeated pairs) have
-    the same implementations, laid out once (``Space.shapes``)."""
+    the same implementations, laid out once (``Space.shapes``).  A call's part is named by a
+    number (the same for calls of the same part, ``_call_shape``): the shape is hashed in few steps."""
     idx = sorted(calls)
     pos = {c: k for k, c in enumerate(idx)}
     num: dict[int, int] = {}
@@ -49,11 +50,11 @@ def fusion_shape(program: Program, graph: DependencyGraph, calls: frozenset[int]
     return tuple(fixed), tuple(numbers), tuple(sorted(num[v] for v in stores if v in num))
 
 
-def _call_shape(program: Program, graph: DependencyGraph, c: int) -> tuple[tuple, tuple[int, ...]]:
+def _call_shape(program: Program, graph: DependencyGraph, c: int) -> tuple[int, tuple[int, ...]]:
     """What ``fusion_shape`` reads of call c: (its function, arguments -- each value's type,
     dimensions and whether an input, or a scalar argument's operation and such values --, results
     and instance axes; the ids of the values those name, in that order, for the fusion to number);
-    made once per call (``graph.memo``)."""
+    made once per call (``graph.memo``), the part named by a number (one per distinct part)."""
     key = ("shape", c)
     got = graph.memo.get(key)
     if got is None:
@@ -66,5 +67,6 @@ def _call_shape(program: Program, graph: DependencyGraph, c: int) -> tuple[tuple
         args = tuple(("s", a.op, tuple(desc(v) for v in a.values())) if isinstance(a, ScalarArg) else desc(a)
                      for a in call.args)
         part = (id(call.function), args, tuple(desc(v) for v in call.outputs), call.axes)
-        got = graph.memo[key] = (part, tuple(vids))
+        numbers = graph.memo.setdefault(("shape parts",), {})
+        got = graph.memo[key] = (numbers.setdefault(part, len(numbers)), tuple(vids))
     return got
