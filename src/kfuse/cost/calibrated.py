@@ -183,13 +183,11 @@ class CalibratedModel:
         often do (a long script's fusions of one kind but not one shape)."""
         return dict(self._found_parts(code, dims, itemsize)[0])
 
-    def _found_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int,
-                     numbered: tuple[list[tuple], int] | None = None) -> tuple[dict[str, float], float]:
-        """(``kernel_parts``, the time they sum to), memoised by what they read (``numbered``: the
-        steps' ``_numbered_step_facts`` where the caller has them)."""
+    def _found_parts(self, code: KernelCode, dims: dict[int, int], itemsize: int) -> tuple[dict[str, float], float]:
+        """(``kernel_parts``, the time they sum to), memoised by what they read."""
         L, spec = code.launch, code.spec
         launch = self._launch_facts(code, dims, itemsize)
-        facts, number = numbered or self._numbered_step_facts(code.steps)
+        facts, number = self._numbered_step_facts(code.steps)
         key = (number, launch, spec.unroll, spec.ipb, L.span, L.threads, bool(L.clears))
         got = self._parts.get(key)
         if got is None:
@@ -367,8 +365,7 @@ class CalibratedModel:
         return pid, "overlap" if s.routine.overlap else kind, T, atomic_step_warps(s)
 
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
-        numbered = self._numbered_step_facts(code.steps)
-        missing = None if self._measured(*numbered) else self._missing(code)
+        missing = self._missing(code)
         if missing is not None:
             # a kernel with routines this calibration did not measure (a strip kernel, a function
             # added to the library since): priced by the transfer model (its bytes at the copy
@@ -379,7 +376,7 @@ class CalibratedModel:
                             f"calibration {self.cal.describe()} has no measurement of {missing}: kernels with "
                             f"{fn} are priced by the transfer model (kfuse calibrate measures them)")
             return transfer_kernel_time(code, dims, entries, itemsize)
-        return self._found_parts(code, dims, itemsize, numbered)[1]
+        return self._found_parts(code, dims, itemsize)[1]
 
     def _missing(self, code: KernelCode) -> str | None:
         """The key of the kernel's first routine this calibration did not measure, or None where
@@ -387,18 +384,14 @@ class CalibratedModel:
         step and routine: an unmeasured routine's probe id is UNMEASURED); whether any is missing is
         kept by the facts' number (kernels of other functions may share it, so the key is not)."""
         facts, number = self._numbered_step_facts(code.steps)
-        if self._measured(facts, number):
-            return None
-        return next(self._probe_key(s) for s, f in zip(code.steps, facts) if f[3] == UNMEASURED)
-
-    def _measured(self, facts: list[tuple], number: int) -> bool:
-        """Did the calibration measure every routine of steps of these facts (``number``: theirs)?"""
         measured = self._measured_numbers.get(number)
         if measured is None:
             if len(self._measured_numbers) >= FACTS_KEPT:
                 self._measured_numbers.clear()
             measured = self._measured_numbers[number] = all(f[3] != UNMEASURED for f in facts)
-        return measured
+        if measured:
+            return None
+        return next(self._probe_key(s) for s, f in zip(code.steps, facts) if f[3] == UNMEASURED)
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:

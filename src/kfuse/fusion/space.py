@@ -193,37 +193,27 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     ``memo`` (one per program) keeps the kernels' analyses (codegen/schedule.py ``ScheduleMemo``).
     ``dims`` (the sizes planned for; exhaustive search only): strips only of the widths that can fit
     them (``choices.strip_widths``)."""
-    if shapes is None:
-        return _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims)
-    idx = sorted(calls)
     stores = stores_of(program, graph, calls)
+    if shapes is None:
+        return _implementations(program, graph, lib, calls, stores, spans, sampled, variants_of, memo, dims)
+    idx = sorted(calls)
     key: tuple = (fusion_shape(program, graph, calls, stores), tuple(spans), sampled)
     if variants_of is not None:
         key += (tuple(tuple(v) for o in _orders(graph, calls, 1) for v in variants_of(o)),)
     if key not in shapes:
-        impls, pruned = _implementations(program, graph, lib, calls, spans, sampled, variants_of, memo, dims, stores)
+        impls, pruned = _implementations(program, graph, lib, calls, stores, spans, sampled, variants_of, memo, dims)
         pos = {c: k for k, c in enumerate(idx)}
         shapes[key] = ([(tuple(pos[c] for c in i.order), i, code) for i, code in impls], pruned)
         return list(impls), dict(pruned)        # these calls' own: nothing to put in
     found, pruned = shapes[key]
-    orders: dict[tuple[int, ...], tuple[int, ...]] = {}     # the shape's call orders as these calls' (few)
-    out = []
-    for order, i, code in found:
-        mine = orders.get(order)
-        if mine is None:
-            mine = orders[order] = tuple(idx[k] for k in order)
-        out.append((replace(i, calls=calls, order=mine), code))
-    return out, dict(pruned)
+    return [(replace(i, calls=calls, order=tuple(idx[k] for k in order)), code) for order, i, code in found], dict(pruned)
 
 
 def _implementations(program: Program, graph: DependencyGraph, lib: Library, calls: frozenset[int],
-                     spans: tuple[int, ...], sampled: bool, variants_of, memo: ScheduleMemo | None = None,
-                     dims: dict[int, int] | None = None, stores: frozenset[int] | None = None
+                     stores: frozenset[int], spans: tuple[int, ...], sampled: bool, variants_of,
+                     memo: ScheduleMemo | None = None, dims: dict[int, int] | None = None
                      ) -> tuple[list[tuple[Implementation, KernelCode]], dict[Prune, int]]:
-    """``implementations``, found (``stores``: ``stores_of`` the calls, where the caller has it)."""
     nesting = max(program.calls[i].function.nesting for i in calls)   # 1-level calls beside 2-level ones: on strips
-    if stores is None:
-        stores = stores_of(program, graph, calls)
     pruned = {Prune.REFUSED: 0, Prune.DOMINATED: 0, Prune.UNROLLED_WITHOUT_LOOP: 0}
     built: dict[tuple, tuple[Implementation, KernelCode]] = {}
     spans = tuple(spans) if nesting == 2 else (1,)
@@ -265,8 +255,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                 got = kcs.get((by, macros))
                 if got is None:
                     got = kcs[(by, macros)] = base.kernel_calls(program, kernel_calls)
-                try:
-                    # the copies refused are counted, not explained: their reasons are not made
+                try:        # the copies refused are counted, not explained: their reasons are not made
                     codes = build_copies(KernelSpec("k", got, iters=0, ipb=ipb, stores=stores, loop=loop, unroll=1,
                                                     span=1), lib, copies, memo, reasons=False)
                 except FusionError:
