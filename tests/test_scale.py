@@ -1,6 +1,7 @@
 """The planner at scale, on the CPU: fusions of one shape laid out once (and ranked exactly as when
-each is laid out itself), horizontal fusion of independent kernels with its reasons, the kernel
-parameter-space limit, and plan time of long scripts (printed, not asserted)."""
+each is laid out itself), the kernels of the search's shared analyses equal to those built alone,
+horizontal fusion of independent kernels with its reasons, the kernel parameter-space limit, and
+plan time of long scripts (printed, not asserted)."""
 import time
 
 import pytest
@@ -8,6 +9,7 @@ import pytest
 import kfuse
 from kfuse.errors import FusionError
 from kfuse.codegen.frame import MAX_PARAM_BYTES, check_param_space
+from kfuse.codegen.kernel import build_kernel
 from kfuse.frontend import parse_script
 from kfuse.frontend.random_scripts import random_script
 from kfuse.fusion.plans import PlanSearch
@@ -56,6 +58,27 @@ def test_shared_layouts_rank_like_separate_ones(lib, seed):
         if len(calls) > 1 and space.bounded is not None and calls in {b for b in search.partitions[0]}:
             continue        # refined: more implementations than the sampled ones
         assert _described(program, search.ranker.rank(alone)) == _described(program, ranked), sorted(calls)
+
+
+@pytest.mark.parametrize("seed", [3, 8, 21])
+def test_kernels_of_the_schedule_memo_equal_kernels_built_alone(lib, seed):
+    """The search's kernels -- analyses shared through its ScheduleMemo: schedule prefixes, the twins
+    along j of kernels scheduled along i, their placements and frames -- are the kernels built
+    alone from the same specs (those of a fusion of the same shape, made for other calls, left out)."""
+    program = parse_script(random_script(lib, seed, calls=14, matrix=True).text, lib)
+    space = build_space(program, lib)
+    assert space.bounded is not None
+    loops = set()
+    for calls, impls in space.impls.items():
+        for impl, code in impls:
+            if {kc.call.index for kc in code.spec.calls} != set(calls):
+                continue
+            alone = build_kernel(code.spec, lib)
+            assert code.launch == alone.launch and code.placement == alone.placement, impl.describe(program)
+            assert ([(s.phase, s.kind, s.routine, s.accesses, s.barrier, s.once_per_span) for s in code.steps]
+                    == [(s.phase, s.kind, s.routine, s.accesses, s.barrier, s.once_per_span) for s in alone.steps])
+            loops.add((code.spec.nesting, code.spec.loop))
+    assert (2, "j") in loops
 
 
 def test_repeated_shapes_are_laid_out_once(lib):
