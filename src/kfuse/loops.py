@@ -51,8 +51,7 @@ import numpy as np
 from .decorator import JitFunction, _code_key, _csr_spec, _sparse, array_facts, lower_and_compile
 from .errors import KfuseError, TraceError
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
-from .library.loader import load_library
-from .library.schema import Library
+from .library.loader import shipped_library
 from .runtime.control import expression
 
 INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
@@ -204,15 +203,6 @@ class _Body:
 _BODIES: dict = {}
 
 
-_SHIPPED: list[Library] = []       # the shipped library, once loaded (_shipped_library)
-
-
-def _shipped_library() -> Library:
-    if not _SHIPPED:
-        _SHIPPED.append(load_library())
-    return _SHIPPED[0]
-
-
 def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
     """The traced body for this state (made once per signature) and the state's entries."""
     leaves, kind = _flatten(init)
@@ -225,7 +215,7 @@ def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
         # @kfuse.jit's defaults, and the shipped library loaded once (as a jitted function keeps the
         # library it loaded): loading reads and hashes every source file, about 1 ms, and a loop
         # written with a lambda body is a new function at every call
-        library, options = _shipped_library(), (True, True, True, False)
+        library, options = shipped_library(), (True, True, True, False)
     key = (what, _code_key(fn), library.digest, dtype.name, indexed, kind,
            tuple((s.kind, len(s.shape)) for s in specs), repr(options))
     body = _BODIES.get(key)

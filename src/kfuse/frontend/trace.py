@@ -413,10 +413,8 @@ def _call(name: str, args: tuple):
 
 def _reference_call(name: str, args: tuple):
     from ..library import expr
-    from ..library.loader import load_library
-    if not hasattr(_state, "shipped"):
-        _state.shipped = load_library()
-    fn = next((f for f in _state.shipped.overloads(name) if len(f.inputs) == len(args)), None)
+    from ..library.loader import shipped_library
+    fn = next((f for f in shipped_library().overloads(name) if len(f.inputs) == len(args)), None)
     if fn is None or fn.reference is None:
         raise TraceError(f"kfuse.lib.{name} with {len(args)} arguments is no shipped function with a reference; "
                          "call library functions inside a @kfuse.jit function", user_site())

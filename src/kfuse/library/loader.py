@@ -94,6 +94,18 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
     return _LOADED[key]
 
 
+_SHIPPED: list[Library] = []       # shipped_library's, once loaded
+
+
+def shipped_library() -> Library:
+    """The shipped library, loaded once per process: for callers that have no library of their own
+    and are called often (a device loop whose body is a lambda, new at every call; ``kfuse.lib``
+    on NumPy arrays), where ``load_library`` would read and hash every source file each time."""
+    if not _SHIPPED:
+        _SHIPPED.append(load_library())
+    return _SHIPPED[0]
+
+
 def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
     functions: list[Function] = []
     digest = hashlib.sha256()
