@@ -1,8 +1,8 @@
 """Conjugate gradients on a sparse (CSR) symmetric positive definite matrix, one launch per solve.
 
-The solver is ``cg.py``'s, unchanged: over a CSR matrix its iteration's ``A @ p`` traces to the
-sparse mat-vec (``spmv``), which shares a kernel with the dot ``p . q``; alpha and beta are scalar
-arithmetic evaluated on the device.  ``kfuse.while_loop`` runs the whole solve on the device (like
+A CG iteration is a ``@kfuse.jit``-style body over the CSR matrix: the sparse mat-vec ``A @ p``
+(``spmv``) and the dot ``p . q`` share a kernel, alpha and beta are scalar arithmetic evaluated on
+the device.  ``kfuse.while_loop`` runs the whole solve on the device (like
 ``examples/solvers/poisson_cg.py`` for stencils): the matrix rides in the loop's state, returned
 unchanged, so it is read in place (its structure checked once, when the loop binds it), and the
 condition ``r . r > tol^2 b . b`` is evaluated on the device after each step: one launch and one
@@ -14,15 +14,36 @@ The demos: a 3-D finite-difference Laplacian (7-point stencil, a finite-element-
 and a random SPD matrix with skewed row lengths (A = B B^T + d I, B random sparse with a few dense
 rows); each solution is compared with SciPy's in float64.
 """
-from cg import cg, cg_update, cg_start as _start    # noqa: F401 - cg.py's CG, unchanged
+import kfuse
+
+
+def cg_update(A, x, r, p, rr):
+    """One CG iteration; rr = r . r of the step before (a 0-d device array)."""
+    q = A @ p
+    alpha = rr / (p @ q)
+    x = x + alpha * p
+    r = r - alpha * q
+    rr_new = r @ r
+    p = r + (rr_new / rr) * p
+    return x, r, p, rr_new
+
+
+@kfuse.jit
+def _start(A, b, x):
+    """r = b - A x, r . r and b . b (the tolerance's scale)."""
+    r = b - A @ x
+    return r, r @ r, b @ b
 
 
 def sparse_cg(A, b, x=None, tol=1e-8, max_iterations=1000):
     """Solve A x = b (A a CSR matrix on the GPU, b a CuPy array or torch CUDA tensor) until
-    ||r|| <= tol ||b|| or ``max_iterations`` steps: ``cg.py``'s solver as it stands, ``A @ p`` of a
-    CSR matrix tracing to ``spmv``.  Returns (x, r . r as a number, steps taken)."""
-    x, rr, steps = cg(A, b, x, tol=tol, max_iterations=max_iterations)
-    return x, float(rr), steps
+    ||r|| <= tol ||b|| or ``max_iterations`` steps.  Returns (x, r . r, steps taken)."""
+    x = b * 0 if x is None else x
+    r, rr, bb = _start(A, b, x)
+    s = kfuse.while_loop(lambda s: s[5] > tol * tol * s[1],
+                         lambda s: s[:2] + cg_update(*s[:1], *s[2:]), (A, bb, x, r, r, rr),
+                         max_iterations=max_iterations)
+    return s[2], float(s[5]), s.iterations
 
 
 def mesh_matrix(n: int):
