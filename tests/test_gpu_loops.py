@@ -140,28 +140,38 @@ def test_while_loop_solvers_converge_and_stop_where_a_host_loop_stops(solver, dt
     assert _rel(x, cp.asnumpy(state[0]).astype(np.float64)) < 100 * TOL[dtype]
 
 
-@pytest.fixture(params=["chunks", "graph", "persistent"])
+@pytest.fixture(params=["chunks", "graph", "merged", "persistent"])
 def while_mode(request, monkeypatch):
-    """The three ways a while loop runs: chunks launched from the host, one conditional WHILE
-    node, one persistent kernel (checked to have run: ``persistent_ran``)."""
-    from kfuse.runtime import loop, persistent
-    monkeypatch.setattr(loop, "WHILE_GRAPH", request.param == "graph")
+    """The ways a while loop runs: chunks launched from the host, one conditional WHILE node
+    (every kernel a node of its own, or runs of small kernels merged: checked to have run),
+    one persistent kernel (checked to have run)."""
+    from kfuse.runtime import loop, merged, persistent
+    monkeypatch.setattr(loop, "WHILE_GRAPH", request.param in ("graph", "merged"))
     monkeypatch.setattr(persistent, "MODE", "on" if request.param == "persistent" else "off")
-    before = persistent.Persistent.launches
+    monkeypatch.setattr(merged, "MODE", "on" if request.param == "merged" else "off")
+    monkeypatch.setattr(merged, "MAX_GRID", 8)      # kernels of a few blocks join runs too (run in turn)
+    before, merges = persistent.Persistent.launches, merged.Merged.launches
     yield request.param
     if request.param == "persistent":
         assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
+    if request.param == "merged":
+        assert merged.Merged.launches > merges, "the loops ran without merged kernels"
 
 
-@pytest.fixture(params=["graphs", "persistent"])
+@pytest.fixture(params=["graphs", "merged", "persistent"])
 def fori_mode(request, monkeypatch):
-    """Both ways a fori loop runs: graphs of many steps, one persistent kernel."""
-    from kfuse.runtime import persistent
+    """The ways a fori loop runs: graphs of many steps (every kernel a node, or runs of one-block
+    kernels merged: checked to have run), one persistent kernel."""
+    from kfuse.runtime import merged, persistent
     monkeypatch.setattr(persistent, "MODE", "on" if request.param == "persistent" else "off")
-    before = persistent.Persistent.launches
+    monkeypatch.setattr(merged, "MODE", "on" if request.param == "merged" else "off")
+    monkeypatch.setattr(merged, "MAX_GRID", 8)      # kernels of a few blocks join runs too (run in turn)
+    before, merges = persistent.Persistent.launches, merged.Merged.launches
     yield request.param
     if request.param == "persistent":
         assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
+    if request.param == "merged":
+        assert merged.Merged.launches > merges, "the loops ran without merged kernels"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -208,6 +208,49 @@ def test_persistent_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     nvcc_compile(nvcc, src, tmp_path, f"persistent_{solver}_{n}")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("solver,n", [("cg", 37), ("bicgstab", 1000)])
+def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
+    """A step's kernels as phases of one block (runtime/merged.py), one of them over two blocks in
+    turn, with the step's small work taken in: two clears, a copy, scalar arithmetic sharing an
+    operation, the counter."""
+    from test_nvcc import nvcc_compile
+    from kfuse.runtime import merged
+    mod = __import__(solver)
+    Ah, vh, zh = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
+    state = {"cg": (Ah, zh, vh, vh, vh, zh), "bicgstab": (Ah, zh, vh, vh, vh, vh, zh, zh)}[solver]
+    body, _ = loops._body(getattr(mod, f"{solver}_body"), False, state, "while_loop")
+    _, r = _persistent_source(body, n, dtype)
+    kernels = tuple(k for k in _kernels_of(r, dtype) if k.name != r.kernels[0].launch.kernel)
+    half = ("*", ("leaf", 0), ("leaf", 1))
+    shape = merged.Shape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
+                         tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True)
+    text = merged.kernel_text(shape, np.dtype(dtype), "kf_merged1")
+    assert text.count("__syncthreads();") == len(kernels) + 1 and "const real t0 = " in text
+    assert "for (long long b = 0; b < 2; ++b)" in text
+    src = r.persistent_source(text)
+    assert "#define __restrict__" in src       # no load through the non-coherent cache
+    nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
+
+
+def _kernels_of(r, dtype):
+    """persistent.Kernel of each of a resolved program's kernels, the argument types read from
+    its device function's parameter struct."""
+    import ctypes
+    import re
+    from kfuse.runtime import persistent
+    real = ctypes.c_double if dtype == "float64" else ctypes.c_float
+    ct = {"real*": ctypes.c_void_p, "const real*": ctypes.c_void_p, "long long": ctypes.c_longlong,
+          "int": ctypes.c_int, "real": real}
+    out = []
+    for k in r.kernels:
+        text, _ = k.device_function()
+        members = re.search(r"struct \w+_args \{[^\n]*\n(.*?)\n\};", text, re.S).group(1)
+        types = tuple(ct[m.strip().rstrip(";").rsplit(" ", 1)[0].strip()] for m in members.splitlines())
+        out.append(persistent.Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
+    return out
+
+
 def test_clears_are_placed_between_their_uses():
     from kfuse.runtime.persistent import place_clears
     big = 1 << 30

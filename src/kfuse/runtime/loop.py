@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import CompileError, LaunchError
 from . import csr as csr_inputs
-from . import driver, loopgraph, persistent
+from . import driver, loopgraph, merged, persistent
 from .args import adapt, facts, torch_tensor_type
 from .binding import OUT, TMP
 from .control import control_module, control_source, counts
@@ -73,7 +73,8 @@ class Instance:
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
         kept = tuple(_kept_key(leaves[j], j) for j, s in enumerate(body.sources)
                      if s == ("keep",) and (hasattr(leaves[j], "shape") or csr_inputs.is_csr(leaves[j])))
-        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE, persistent.MIN_BLOCKS)
+        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE,
+                persistent.MIN_BLOCKS, merged.MODE, merged.MAX_GRID)
 
     def __init__(self, body, leaves: list, pred):
         cp = cupy()
@@ -163,8 +164,37 @@ class Instance:
         # the whole loop as one persistent kernel where it can and should run one (runtime/persistent.py)
         self.persistent = None if self.binding.csr else persistent.build(self)
         self.ran_persistent = False
+        # else the step's runs of one-block kernels as one launch each (runtime/merged.py)
+        self.merged = merged.build(self, self._folded()) if self.persistent is None else None
         # the caller's arrays read in place stay alive with the graphs that read them
         self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
+
+    def _folded(self) -> dict | None:
+        """What of the step's small work (copies, scalar arithmetic, the counter, a fori loop's
+        clears) a merged run that ends the step takes in: all of it, or None where a copy or clear
+        is too long for one block or the arithmetic reads numbers passed by value."""
+        copies, _, reads = self.tail_pointers(0)
+        clears = self._ranges(0) if self.pred is None else []
+        if (any(n > merged.FOLD_ENTRIES for _, _, n in copies) or any(n > merged.FOLD_ENTRIES for _, n, _ in clears)
+                or not merged.foldable(self.body.tails)):
+            return None
+        return {"clears": len(clears), "copies": len(copies), "tails": tuple(self.body.tails),
+                "tail_reads": len(reads), "indexed": bool(self.body.indexed)}
+
+    def _folded_fields(self, p: int) -> dict:
+        """The fields of step p's small work in a merged run's arguments."""
+        copies, outs, reads = self.tail_pointers(p)
+        fields: dict = {}
+        for i, (d, src, n) in enumerate(copies):
+            fields.update({f"cpd{i}": d, f"cps{i}": src, f"cpn{i}": n})
+        fields.update({f"o{k}": o for k, o in enumerate(outs)})
+        fields.update({f"r{k}": r for k, r in enumerate(reads)})
+        if self.body.indexed:
+            fields["idx"] = facts(self.index)[4]
+        if self.pred is None:
+            for i, (ptr, n, value) in enumerate(self._ranges(1 - p)):
+                fields.update({f"c{i}": ptr, f"cn{i}": n, f"cv{i}": value})
+        return fields
 
     def _bind(self, ex, ins, outs) -> None:
         self.binding = ex._bind(ins, outs, None, self.pdl)[0]
@@ -270,14 +300,20 @@ class Instance:
         if self.clears and clear:
             extra.append(self._clear(1 - p))
         kernels = self.kernels
+        calls = [launch.launch for launch in kernels]
+        m = self.merged
+        if m is not None:
+            calls = [m.launcher(s, kernels, self._folded_fields(p) if m.folds and s[1] == len(kernels) else {})
+                     if isinstance(s, tuple) else kernels[s].launch for s in m.segments]
+            if m.folds:
+                extra = []          # taken in by the last run
+        calls += [launch.launch for launch in extra]
 
         def launches(stream: int) -> None:
             b.set_flip(p & b.alternate)
             b.patch(ins, outs, 0, tmp, [])
-            for launch in kernels:
-                launch.launch(stream)
-            for launch in extra:
-                launch.launch(stream)
+            for call in calls:
+                call(stream)
         return launches
 
     def _launch(self, name: str, *args) -> KernelLaunch:

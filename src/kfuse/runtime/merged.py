@@ -1,0 +1,253 @@
+"""A loop step's consecutive one-block kernels as one launch: the kernels run one after the other
+as phases of a single block, a block barrier between them, and the step's small work after its
+kernels (state copies, returned scalar arithmetic, the fori counter, the next step's clears)
+folded into the last phase where the run ends the step.
+
+Why: at small sizes (a CG step at n = 1024) the vector kernels of a step are launched with one
+block each (a sum into a scalar runs few, long blocks), and in a graph every kernel boundary
+costs a launch and a drain of the GPU.  A step of a gemv and three such kernels plus its clear is
+five graph nodes; merged it is two.  Run in one block, a phase reads what the phase before it
+wrote after ``__syncthreads``, which makes the block's global writes (atomics included) visible
+to all its threads; no pointer is ``__restrict__`` in the module (``codegen/module.py``'s
+persistent source), so no load goes through the non-coherent cache.
+
+The kernel (its text made here, the program's kernels rendered as device functions by
+``codegen/emit.render_device``, through ``Artifact.persistent_source``)::
+
+    kf_merged<r>(kf_merged<r>_args s)           # one block of the widest kernel's threads
+        for each kernel K of the run:          # a phase; a kernel of fewer threads: its warps
+            K_dev(s.K's arguments, b, g, ...)  # for b < g (g = 1 unless MAX_GRID allows more)
+            __syncthreads()
+        [copies, scalar arithmetic; __syncthreads(); the fori counter, the next step's clears]
+
+Which kernels: ones launched with at most ``MAX_GRID`` blocks (more would serialise blocks that
+ran side by side), of whole warps, no clusters, their shared memory within one block's; a run is
+two or more such kernels in a row, or one at the end of a step whose small work it takes in."""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CompileError, LaunchError
+from .control import _LEAVES, c_shared
+from .launch import KernelLaunch
+from .persistent import SHARED_BYTES, PARAM_BYTES, Kernel, _Args, _real
+from ..ir.dag import post_order
+
+# on (the default): a device loop's runs of small kernels are merged; off: every kernel its own node
+MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
+MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
+FOLD_ENTRIES = 1 << 16  # copies and clears longer than this stay launches of their own (grid-wide)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a merged launch holds: its kernels (and the blocks each was launched with), and the
+    step's work it takes in after them: ``clears`` ranges, ``copies``, ``tails`` (scalar
+    expressions over ``p{k}``, read from ``tail_reads`` pointers), the fori counter."""
+    kernels: tuple[Kernel, ...]
+    grids: tuple[int, ...]
+    clears: int = 0
+    copies: int = 0
+    tails: tuple = ()
+    tail_reads: int = 0
+    indexed: bool = False
+
+    @property
+    def threads(self) -> int:
+        return max(k.threads for k in self.kernels)
+
+
+def args_struct(shape: Shape, dtype, name: str) -> type[ctypes.Structure]:
+    """The host's argument struct of a merged kernel, laid out as the kernel's."""
+    real = _real(dtype)
+    fields: list = []
+    for k, kern in enumerate(shape.kernels):
+        fields.append((f"k{k}", type(f"Args{k}", (ctypes.Structure,),
+                                     {"_fields_": [(f"a{i}", t) for i, t in enumerate(kern.args)]})))
+    for i in range(shape.clears):
+        fields += [(f"c{i}", ctypes.c_void_p), (f"cn{i}", ctypes.c_longlong), (f"cv{i}", real)]
+    for i in range(shape.copies):
+        fields += [(f"cpd{i}", ctypes.c_void_p), (f"cps{i}", ctypes.c_void_p), (f"cpn{i}", ctypes.c_longlong)]
+    fields += [(f"o{k}", ctypes.c_void_p) for k in range(len(shape.tails))]
+    fields += [(f"r{k}", ctypes.c_void_p) for k in range(shape.tail_reads)]
+    if shape.indexed:
+        fields.append(("idx", ctypes.c_void_p))
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
+_C_TYPES = {ctypes.c_void_p: "real*", ctypes.c_longlong: "long long", ctypes.c_int: "int", ctypes.c_float: "real",
+            ctypes.c_double: "real"}
+
+
+def kernel_text(shape: Shape, dtype, name: str) -> str:
+    """The merged kernel ``name``'s text: its argument struct and the kernel."""
+    struct = args_struct(shape, dtype, f"{name}_args")
+    T = shape.threads
+    lines = [f"// ---- {', '.join(k.name for k in shape.kernels)} of a loop step as one block's phases "
+             "(runtime/merged.py)",
+             f"struct {name}_args {{"]
+    for field in struct._fields_:
+        fname, t = field[0], field[1]
+        if fname.startswith("k") and fname[1:].isdigit():
+            lines.append(f"    {shape.kernels[int(fname[1:])].name}_args {fname};")
+        else:
+            lines.append(f"    {_C_TYPES[t]} {fname};")
+    smem = max([k.smem for k in shape.kernels] + [1])
+    lines += ["};",
+              f'static_assert(sizeof({name}_args) == {ctypes.sizeof(struct)}, "{name}_args: laid out as the host\'s");',
+              f'extern "C" __global__ void __launch_bounds__({T}) {name}(const __grid_constant__ {name}_args s)',
+              "{",
+              f"    __shared__ __align__(16) real kf_smem[{smem}];",
+              "    const long long t = threadIdx.x, all = blockDim.x;",
+              "    (void)t; (void)all;"]
+    for k, (kern, g) in enumerate(zip(shape.kernels, shape.grids)):
+        fewer = kern.threads < T
+        lines.append(f"    // phase {k}: {kern.name}" + (f", {kern.threads} of the block's threads" if fewer else ""))
+        guard = f"if (threadIdx.x < {kern.threads}) " if fewer else ""
+        if g == 1:
+            lines.append(f"    {guard}{kern.name}_dev(s.k{k}, 0, 1, kf_smem);")
+        else:
+            lines.append(f"    {guard}for (long long b = 0; b < {g}; ++b) {{")
+            lines.append(f"        {kern.name}_dev(s.k{k}, b, {g}, kf_smem);")
+            if kern.smem:
+                lines.append(f"        kf_bar_sync({kern.threads});   // the shared memory is the next block's")
+            lines.append("    }")
+        lines.append("    __syncthreads();   // what this phase wrote is seen by the next")
+    if shape.copies or shape.tails:
+        lines.append("    // the step's tail: state entries passed on, returned scalar arithmetic")
+        lines += [f"    for (long long e = t; e < s.cpn{i}; e += all) ((real*)s.cpd{i})[e] = ((const real*)s.cps{i})[e];"
+                  for i in range(shape.copies)]
+        if shape.tails:
+            decls, texts = c_shared(shape.tails)
+            lines.append("    if (t == 0) {")
+            lines += [f"        const real* p{k} = s.r{k};" for k in range(shape.tail_reads)
+                      if any(f"(*p{k})" in x for x in texts + decls)]
+            lines += [f"        {d}" for d in decls]
+            lines += [f"        *(real*)s.o{k} = (real)({x});" for k, x in enumerate(texts)]
+            lines.append("    }")
+        if shape.indexed or shape.clears:
+            lines.append("    __syncthreads();   // the counter and the clears after every read of them")
+    if shape.indexed:
+        lines.append("    if (t == 0) *s.idx += (real)1;   // the fori counter")
+    if shape.clears:
+        lines.append("    // the next step's reduced outputs set to their identities")
+        lines += [f"    for (long long e = t; e < s.cn{i}; e += all) ((real*)s.c{i})[e] = s.cv{i};"
+                  for i in range(shape.clears)]
+    lines += ["}", ""]
+    return "\n".join(lines)
+
+
+def foldable(tails) -> bool:
+    """Scalar arithmetic the merged kernel can compute: it reads pointers only."""
+    return all(node[0] != "const" and node[0] != "value" for node in post_order(tuple(tails), _operands))
+
+
+def _operands(node):
+    return () if node[0] in _LEAVES else node[1:]
+
+
+def runs(launches, codes, itemsize: int) -> list[tuple[int, int]]:
+    """[start, end) of each run of consecutive kernels that may share one block (see the module
+    docstring), of any length; ``build`` decides which are worth a launch."""
+    ok = [L.grid <= MAX_GRID and L.threads % 32 == 0 and L.threads <= 1024 and c.launch.cluster == 1
+          and c.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES for L, c in zip(launches, codes)]
+    out, k = [], 0
+    while k < len(ok):
+        if not ok[k]:
+            k += 1
+            continue
+        e = k
+        while e < len(ok) and ok[e]:
+            e += 1
+        out.append((k, e))
+        k = e
+    return out
+
+
+class Merged:
+    """A loop instance's merged runs (``runtime/loop.Instance``): ``segments`` is the step's
+    kernels, each a kernel index or a run (start, end); ``launch(run, values, extras, stream)``
+    launches a run with the kernels' current argument values."""
+
+    launches = 0        # merged launches in this process (tests check that a loop used them)
+
+    def __init__(self, segments: list, functions: dict, shapes: dict, structs: dict, folds: bool):
+        self.segments, self._functions, self.shapes, self._structs = segments, functions, shapes, structs
+        self.folds = folds              # the last run takes in the step's small work
+
+    def launcher(self, run: tuple[int, int], kernels: list, extras: dict):
+        """A function of a stream launching ``run`` with the values its kernels' argument blocks
+        hold when it is called (the loop patches them per step), and ``extras``: the folded
+        work's fields (pointers, counts, values) by name."""
+        shape, struct, function = self.shapes[run], self._structs[run], self._functions[run]
+        # launched early (PDL) where the run's first kernel was: its code waits for the launch
+        # before it (kf_wait_prior) before it touches memory, and the later phases come after
+        dependent = kernels[run[0]].dependent
+
+        def launch(stream: int) -> None:
+            Merged.launches += 1
+            st = struct()
+            for k, L in enumerate(kernels[run[0]:run[1]]):
+                sub = getattr(st, f"k{k}")
+                for i, v in enumerate(L.args.values):
+                    setattr(sub, f"a{i}", v.value)
+            for field, v in extras.items():
+                setattr(st, field, v)
+            KernelLaunch(function, 1, shape.threads, _Args([st]), f"kf_merged{run[0]}", dependent).launch(stream)
+        return launch
+
+
+def build(inst, folded: dict | None) -> Merged | None:
+    """The merged runs of a loop instance (``runtime/loop.Instance``, read through its fields),
+    or None where there are none worth a launch or the module does not build.  ``folded``: the
+    step's small work the last run may take in (``{"clears": n, "copies": n, "tails": exprs,
+    "tail_reads": n, "indexed": bool}``), or None where it stays launches of its own."""
+    if MODE != "on" or inst.binding.csr:
+        return None
+    launches, codes = inst.kernels, list(inst.binding.artifact.kernels)
+    if not launches or len(codes) != len(launches):
+        return None
+    item = inst.dtype.itemsize
+    found = runs(launches, codes, item)
+    last = len(launches)
+    work = folded is not None and any(folded.values())
+    folds = work and any(e == last for _, e in found)
+    found = [(a, e) for a, e in found if e - a >= 2 or (folds and e == last)]
+    if not found:
+        return None
+    shapes, structs, texts = {}, {}, []
+    for a, e in found:
+        kernels = tuple(Kernel(L.name, L.threads, c.launch.smem_bytes_per_real, tuple(type(v) for v in L.args.values))
+                        for L, c in zip(launches[a:e], codes[a:e]))
+        extra = folded if (folds and folded is not None and e == last) else {}
+        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), **extra)
+        name = f"kf_merged{a}"
+        struct = args_struct(shape, inst.dtype, f"{name}_args")
+        if ctypes.sizeof(struct) + 32 > PARAM_BYTES:
+            return None
+        shapes[(a, e)], structs[(a, e)] = shape, struct
+        texts.append(kernel_text(shape, inst.dtype, name))
+    from .compiler import load_module
+    try:
+        module = load_module(inst.binding.artifact.persistent_source("\n".join(texts)))
+        functions = {run: module.get_function(f"kf_merged{run[0]}") for run in found}
+    except (CompileError, LaunchError):
+        return None
+    segments: list = []
+    k = 0
+    starts = {a: (a, e) for a, e in found}
+    while k < last:
+        if k in starts:
+            segments.append(starts[k])
+            k = starts[k][1]
+        else:
+            segments.append(k)
+            k += 1
+    return Merged(segments, functions, shapes, structs, folds)
+
+
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "kernel_text", "runs", "args_struct"]
