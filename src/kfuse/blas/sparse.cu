@@ -6,8 +6,9 @@
 //                  sum them by shuffles.  Each warp's groups make the same number of passes, so
 //                  every lane of a warp takes part in every shuffle.  Rows longer than A.long_row
 //                  are left to the two routines below.
-//   spmv_long      all 128 threads read each long row of the instance (entries t, t + 128, ...):
-//                  one partial per warp, in part(r, warp)
+//   spmv_long      all 128 threads read each long row of the instance (found by one ballot a warp;
+//                  entries t, t + 128, ..., KF_SPMV_BATCH of them in flight a thread): one partial
+//                  per warp, in part(r, warp)
 //   spmv_long_sum  thread r < 32 adds its long row's four partials
 // The index type is the caller's (int or long long, A.wide): each routine branches once.
 
@@ -40,19 +41,42 @@ KF_DEVICE void spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VO& out
         kf_spmv_rows<int>(ix, A, x, out);
 }
 
+// entries of a long row each thread has in flight at once: their columns and values are loaded
+// together, then their gathers (two round trips to memory a batch, not two an entry)
+#define KF_SPMV_BATCH 16
+
 template <class I, class VP>
 KF_DEVICE void kf_spmv_long(const KfIx& ix, const KfCsr& A, const KfVec& x, VP& part) {
-    const int t = ix.tx;
-    for (int r = 0; r < KF_SUB; ++r) {
-        const long long row = ix.i * KF_SUB + r;
-        if (row >= A.rows) break;
-        const long long b = A.start<I>(row), e = A.start<I>(row + 1);
-        if (e - b <= A.long_row) continue;
+    const int t = ix.tx, lane = t % 32;
+    // the instance's long rows found at once: lane r of every warp reads row r's bounds, a ballot
+    // marks the long ones (a row at a time, 32 dependent loads an instance, cost more than the sums)
+    const long long first = ix.i * KF_SUB;
+    long long lb = 0, le = 0;
+    if (first + lane < A.rows) {
+        lb = A.start<I>(first + lane);
+        le = A.start<I>(first + lane + 1);
+    }
+    unsigned mask = __ballot_sync(0xffffffffu, le - lb > A.long_row);
+    while (mask) {
+        const int r = __ffs(mask) - 1;
+        mask &= mask - 1;
+        const long long b = __shfl_sync(0xffffffffu, lb, r), e = __shfl_sync(0xffffffffu, le, r);
         real s = real(0);
-#pragma unroll 4
-        for (long long k = b + t; k < e; k += 128) s += A.value(k) * kf_gather(x, A.col<I>(k));
+        long long k = b + t;
+        for (; k + (KF_SPMV_BATCH - 1) * 128 < e; k += KF_SPMV_BATCH * 128) {
+            I c[KF_SPMV_BATCH];
+            real v[KF_SPMV_BATCH];
+#pragma unroll
+            for (int u = 0; u < KF_SPMV_BATCH; ++u) {
+                c[u] = static_cast<const I*>(A.idx)[k + u * 128];
+                v[u] = A.value(k + u * 128);
+            }
+#pragma unroll
+            for (int u = 0; u < KF_SPMV_BATCH; ++u) s += v[u] * kf_gather(x, (long long)c[u]);
+        }
+        for (; k < e; k += 128) s += A.value(k) * kf_gather(x, A.col<I>(k));
         s = kf_warp_sum(s);
-        if (t % 32 == 0) part.at(r, t / 32) = s;
+        if (lane == 0) part.at(r, t / 32) = s;
     }
 }
 
