@@ -213,7 +213,7 @@ def test_persistent_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
 def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     """A step's kernels as phases of one block (runtime/merged.py), one of them over two blocks in
     turn, with the step's small work taken in: two clears, a copy, scalar arithmetic sharing an
-    operation, the counter."""
+    operation, the counter; and with a while loop's step end (condition, count, saves)."""
     from test_nvcc import nvcc_compile
     from kfuse.runtime import merged
     mod = __import__(solver)
@@ -227,8 +227,13 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
                          tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True)
     text = merged.kernel_text(shape, np.dtype(dtype), "kf_merged1")
     assert text.count("__syncthreads();") == len(kernels) + 1 and "const real t0 = " in text
-    assert "for (long long b = 0; b < 2; ++b)" in text
-    src = r.persistent_source(text)
+    assert "for (long long b = 0; b < 2; ++b)" in text and "kf_loop_next" not in text
+    # a while loop's step end taken in: its condition over two pointers and a number, two saves
+    pred = (">", ("leaf", 1), ("*", ("const", 0), ("leaf", 0)))
+    ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
+    text2 = merged.kernel_text(ends, np.dtype(dtype), "kf_merged2")
+    assert "kf_loop_next" in text2 and "s.ctl[2 - s.odd] = go;" in text2 and "cst[0]" in text2
+    src = r.persistent_source(text + "\n" + text2)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
     nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
 

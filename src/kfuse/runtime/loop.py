@@ -170,16 +170,22 @@ class Instance:
         self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
 
     def _folded(self) -> dict | None:
-        """What of the step's small work (copies, scalar arithmetic, the counter, a fori loop's
-        clears) a merged run that ends the step takes in: all of it, or None where a copy or clear
-        is too long for one block or the arithmetic reads numbers passed by value."""
+        """What of the step's small work (copies, scalar arithmetic, the counter, the clears, a
+        while loop's kf_loop_next) a merged run that ends the step takes in: all of it, or None
+        where a copy, clear or save is too long for one block or the arithmetic reads numbers
+        passed by value."""
         copies, _, reads = self.tail_pointers(0)
-        clears = self._ranges(0) if self.pred is None else []
-        if (any(n > merged.FOLD_ENTRIES for _, _, n in copies) or any(n > merged.FOLD_ENTRIES for _, n, _ in clears)
-                or not merged.foldable(self.body.tails)):
+        clears = self._ranges(0)
+        sizes = [n for _, _, n in copies] + [n for _, n, _ in clears] + [
+            self.nbytes[j] // self.dtype.itemsize for j in self.saved]
+        if any(n > merged.FOLD_ENTRIES for n in sizes) or not merged.foldable(self.body.tails, self.pred):
             return None
-        return {"clears": len(clears), "copies": len(copies), "tails": tuple(self.body.tails),
-                "tail_reads": len(reads), "indexed": bool(self.body.indexed)}
+        out = {"clears": len(clears), "copies": len(copies), "tails": tuple(self.body.tails),
+               "tail_reads": len(reads), "indexed": bool(self.body.indexed)}
+        if self.pred is not None:
+            out.update(pred=self.pred, pred_reads=len(self.pred_reads), consts=bool(counts((self.pred,))[1]),
+                       saved=len(self.saved))
+        return out
 
     def _folded_fields(self, p: int) -> dict:
         """The fields of step p's small work in a merged run's arguments."""
@@ -191,9 +197,14 @@ class Instance:
         fields.update({f"r{k}": r for k, r in enumerate(reads)})
         if self.body.indexed:
             fields["idx"] = facts(self.index)[4]
-        if self.pred is None:
-            for i, (ptr, n, value) in enumerate(self._ranges(1 - p)):
-                fields.update({f"c{i}": ptr, f"cn{i}": n, f"cv{i}": value})
+        for i, (ptr, n, value) in enumerate(self._ranges(1 - p)):
+            fields.update({f"c{i}": ptr, f"cn{i}": n, f"cv{i}": value})
+        if self.pred is not None:
+            fields.update(ctl=facts(self.ctl)[4], odd=p, cst=facts(self.cst)[4])
+            fields.update({f"q{k}": self.ptr[1 - p][j] for k, j in enumerate(self.pred_reads)})
+            for i, j in enumerate(self.saved):
+                fields.update({f"svd{i}": facts(self.saved[j])[4], f"svs{i}": self.ptr[1 - p][j],
+                               f"svn{i}": self.nbytes[j] // self.dtype.itemsize})
         return fields
 
     def _bind(self, ex, ins, outs) -> None:
@@ -282,9 +293,10 @@ class Instance:
         reads = [self._ptr(src, p) for src in body.tail_reads]
         return copies, outs, reads
 
-    def step(self, p: int, clear: bool = True):
+    def step(self, p: int, clear: bool = True, then_next: bool = False):
         """The launches of step p, as a function of a stream (for capture); ``clear``: ending with
-        the next step's clears (a while loop's kf_loop_next makes them instead)."""
+        the next step's clears (a while loop's kf_loop_next makes them instead); ``then_next``:
+        ending with kf_loop_next (or a merged run that does its work)."""
         b, body = self.binding, self.body
         ins, outs = self.patches[p]
         tmp = self.tmp.ptr if self.tmp is not None else 0
@@ -306,7 +318,9 @@ class Instance:
             calls = [m.launcher(s, kernels, self._folded_fields(p) if m.folds and s[1] == len(kernels) else {})
                      if isinstance(s, tuple) else kernels[s].launch for s in m.segments]
             if m.folds:
-                extra = []          # taken in by the last run
+                extra = []          # taken in by the last run (kf_loop_next's work too)
+        if then_next and not (m is not None and m.folds):
+            extra.append(self._next(p))
         calls += [launch.launch for launch in extra]
 
         def launches(stream: int) -> None:
@@ -435,8 +449,7 @@ class Instance:
 
     def _chunk(self, s: int) -> None:
         for k in range(WHILE_CHUNK):
-            self.step(k % 2, clear=False)(s)
-            self._next(k % 2).launch(s)
+            self.step(k % 2, clear=False, then_next=True)(s)
 
     def _while_graph(self):
         def first(s: int, h: int) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CompileError, LaunchError
-from .control import _LEAVES, c_shared
+from .control import _LEAVES, c_expr, c_shared
 from .launch import KernelLaunch
 from .persistent import SHARED_BYTES, PARAM_BYTES, Kernel, _Args, _real
 from ..ir.dag import post_order
@@ -47,7 +47,9 @@ FOLD_ENTRIES = 1 << 16  # copies and clears longer than this stay launches of th
 class Shape:
     """What a merged launch holds: its kernels (and the blocks each was launched with), and the
     step's work it takes in after them: ``clears`` ranges, ``copies``, ``tails`` (scalar
-    expressions over ``p{k}``, read from ``tail_reads`` pointers), the fori counter."""
+    expressions over ``p{k}``, read from ``tail_reads`` pointers), the fori counter, and in a
+    while loop the end of its step (``control.py``'s kf_loop_next: ``pred`` over ``pred_reads``
+    pointers and, with ``consts``, the numbers array; ``saved`` state entries saved)."""
     kernels: tuple[Kernel, ...]
     grids: tuple[int, ...]
     clears: int = 0
@@ -55,6 +57,10 @@ class Shape:
     tails: tuple = ()
     tail_reads: int = 0
     indexed: bool = False
+    pred: tuple | None = None
+    pred_reads: int = 0
+    consts: bool = False
+    saved: int = 0
 
     @property
     def threads(self) -> int:
@@ -76,6 +82,11 @@ def args_struct(shape: Shape, dtype, name: str) -> type[ctypes.Structure]:
     fields += [(f"r{k}", ctypes.c_void_p) for k in range(shape.tail_reads)]
     if shape.indexed:
         fields.append(("idx", ctypes.c_void_p))
+    if shape.pred is not None:
+        fields += [("ctl", ctypes.c_void_p), ("odd", ctypes.c_int), ("cst", ctypes.c_void_p)]
+        fields += [(f"q{k}", ctypes.c_void_p) for k in range(shape.pred_reads)]
+        for i in range(shape.saved):
+            fields += [(f"svd{i}", ctypes.c_void_p), (f"svs{i}", ctypes.c_void_p), (f"svn{i}", ctypes.c_longlong)]
     return type(name, (ctypes.Structure,), {"_fields_": fields})
 
 
@@ -95,7 +106,7 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
         if fname.startswith("k") and fname[1:].isdigit():
             lines.append(f"    {shape.kernels[int(fname[1:])].name}_args {fname};")
         else:
-            lines.append(f"    {_C_TYPES[t]} {fname};")
+            lines.append(f"    {'int*' if fname == 'ctl' else _C_TYPES[t]} {fname};")
     smem = max([k.smem for k in shape.kernels] + [1])
     lines += ["};",
               f'static_assert(sizeof({name}_args) == {ctypes.sizeof(struct)}, "{name}_args: laid out as the host\'s");',
@@ -129,21 +140,48 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
             lines += [f"        {d}" for d in decls]
             lines += [f"        *(real*)s.o{k} = (real)({x});" for k, x in enumerate(texts)]
             lines.append("    }")
-        if shape.indexed or shape.clears:
-            lines.append("    __syncthreads();   // the counter and the clears after every read of them")
+        if shape.indexed or shape.clears or shape.pred is not None:
+            lines.append("    __syncthreads();   // what comes next after every read and write above")
     if shape.indexed:
         lines.append("    if (t == 0) *s.idx += (real)1;   // the fori counter")
     if shape.clears:
         lines.append("    // the next step's reduced outputs set to their identities")
         lines += [f"    for (long long e = t; e < s.cn{i}; e += all) ((real*)s.c{i})[e] = s.cv{i};"
                   for i in range(shape.clears)]
+    if shape.pred is not None:
+        cond = c_expr(shape.pred)
+        lines += ["    {   // the while loop's step end (control.py's kf_loop_next): count the step, save the",
+                  "        // state it made and say whether the loop goes on; the flag read and the one written differ",
+                  "        const int was = s.ctl[1 + s.odd];"]
+        if shape.saved:
+            lines.append("        if (was) {")
+            lines += [f"            for (long long e = t; e < s.svn{i}; e += all) ((real*)s.svd{i})[e] = ((const real*)s.svs{i})[e];"
+                      for i in range(shape.saved)]
+            lines.append("        }")
+        lines += ["        if (t == 0) {"]
+        lines += [f"            const real* p{k} = s.q{k};" for k in range(shape.pred_reads) if f"(*p{k})" in cond]
+        if shape.consts:
+            lines.append("            const real* cst = s.cst;")
+        lines += ["            int go = 0;",
+                  "            if (was) {",
+                  f"                const int holds = {cond};",
+                  "                const int k = s.ctl[0] + 1;",
+                  "                s.ctl[0] = k;",
+                  "                s.ctl[4] = holds;",
+                  "                go = k < s.ctl[3] && holds;",
+                  "            }",
+                  "            s.ctl[2 - s.odd] = go;",
+                  "        }",
+                  "    }"]
     lines += ["}", ""]
     return "\n".join(lines)
 
 
-def foldable(tails) -> bool:
-    """Scalar arithmetic the merged kernel can compute: it reads pointers only."""
-    return all(node[0] != "const" and node[0] != "value" for node in post_order(tuple(tails), _operands))
+def foldable(tails, pred=None) -> bool:
+    """Scalar arithmetic and a while loop's condition the merged kernel can compute: they read
+    pointers (the condition also the numbers array), no number passed by value."""
+    ok = all(node[0] not in ("const", "value") for node in post_order(tuple(tails), _operands))
+    return ok and (pred is None or all(node[0] != "value" for node in post_order((pred,), _operands)))
 
 
 def _operands(node):
