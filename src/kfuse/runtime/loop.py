@@ -165,47 +165,9 @@ class Instance:
         self.persistent = None if self.binding.csr else persistent.build(self)
         self.ran_persistent = False
         # else the step's runs of one-block kernels as one launch each (runtime/merged.py)
-        self.merged = merged.build(self, self._folded()) if self.persistent is None else None
+        self.merged = merged.build(self, merged.folded(self)) if self.persistent is None else None
         # the caller's arrays read in place stay alive with the graphs that read them
         self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
-
-    def _folded(self) -> dict | None:
-        """What of the step's small work (copies, scalar arithmetic, the counter, the clears, a
-        while loop's kf_loop_next) a merged run that ends the step takes in: all of it, or None
-        where a copy, clear or save is too long for one block or the arithmetic reads numbers
-        passed by value."""
-        copies, _, reads = self.tail_pointers(0)
-        clears = self._ranges(0)
-        sizes = [n for _, _, n in copies] + [n for _, n, _ in clears] + [
-            self.nbytes[j] // self.dtype.itemsize for j in self.saved]
-        if any(n > merged.FOLD_ENTRIES for n in sizes) or not merged.foldable(self.body.tails, self.pred):
-            return None
-        out = {"clears": len(clears), "copies": len(copies), "tails": tuple(self.body.tails),
-               "tail_reads": len(reads), "indexed": bool(self.body.indexed)}
-        if self.pred is not None:
-            out.update(pred=self.pred, pred_reads=len(self.pred_reads), consts=bool(counts((self.pred,))[1]),
-                       saved=len(self.saved))
-        return out
-
-    def _folded_fields(self, p: int) -> dict:
-        """The fields of step p's small work in a merged run's arguments."""
-        copies, outs, reads = self.tail_pointers(p)
-        fields: dict = {}
-        for i, (d, src, n) in enumerate(copies):
-            fields.update({f"cpd{i}": d, f"cps{i}": src, f"cpn{i}": n})
-        fields.update({f"o{k}": o for k, o in enumerate(outs)})
-        fields.update({f"r{k}": r for k, r in enumerate(reads)})
-        if self.body.indexed:
-            fields["idx"] = facts(self.index)[4]
-        for i, (ptr, n, value) in enumerate(self._ranges(1 - p)):
-            fields.update({f"c{i}": ptr, f"cn{i}": n, f"cv{i}": value})
-        if self.pred is not None:
-            fields.update(ctl=facts(self.ctl)[4], odd=p, cst=facts(self.cst)[4])
-            fields.update({f"q{k}": self.ptr[1 - p][j] for k, j in enumerate(self.pred_reads)})
-            for i, j in enumerate(self.saved):
-                fields.update({f"svd{i}": facts(self.saved[j])[4], f"svs{i}": self.ptr[1 - p][j],
-                               f"svn{i}": self.nbytes[j] // self.dtype.itemsize})
-        return fields
 
     def _bind(self, ex, ins, outs) -> None:
         self.binding = ex._bind(ins, outs, None, self.pdl)[0]
@@ -315,7 +277,7 @@ class Instance:
         calls = [launch.launch for launch in kernels]
         m = self.merged
         if m is not None:
-            calls = [m.launcher(s, kernels, self._folded_fields(p) if m.folds and s[1] == len(kernels) else {})
+            calls = [m.launcher(s, kernels, merged.folded_fields(self, p) if m.folds and s[1] == len(kernels) else {})
                      if isinstance(s, tuple) else kernels[s].launch for s in m.segments]
             if m.folds:
                 extra = []          # taken in by the last run (kf_loop_next's work too)

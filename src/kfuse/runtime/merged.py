@@ -29,13 +29,12 @@ import ctypes
 import os
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import CompileError, LaunchError
-from .control import _LEAVES, c_expr, c_shared
-from .launch import KernelLaunch
-from .persistent import SHARED_BYTES, PARAM_BYTES, Kernel, _Args, _real
 from ..ir.dag import post_order
+from .args import facts
+from .control import _LEAVES, c_expr, c_shared, counts
+from .launch import KernelLaunch
+from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, _real
 
 # on (the default): a device loop's runs of small kernels are merged; off: every kernel its own node
 MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
@@ -188,6 +187,46 @@ def _operands(node):
     return () if node[0] in _LEAVES else node[1:]
 
 
+def folded(inst) -> dict | None:
+    """What of a loop instance's step (``runtime/loop.Instance``, read through its fields) a
+    merged run that ends the step takes in -- copies, scalar arithmetic, the counter, the clears,
+    a while loop's kf_loop_next: all of it (``Shape``'s fields), or None where a copy, clear or
+    save is too long for one block or the arithmetic reads numbers passed by value."""
+    copies, _, reads = inst.tail_pointers(0)
+    clears = inst._ranges(0)
+    sizes = [n for _, _, n in copies] + [n for _, n, _ in clears] + [
+        inst.nbytes[j] // inst.dtype.itemsize for j in inst.saved]
+    if any(n > FOLD_ENTRIES for n in sizes) or not foldable(inst.body.tails, inst.pred):
+        return None
+    out = {"clears": len(clears), "copies": len(copies), "tails": tuple(inst.body.tails),
+           "tail_reads": len(reads), "indexed": bool(inst.body.indexed)}
+    if inst.pred is not None:
+        out.update(pred=inst.pred, pred_reads=len(inst.pred_reads), consts=bool(counts((inst.pred,))[1]),
+                   saved=len(inst.saved))
+    return out
+
+
+def folded_fields(inst, p: int) -> dict:
+    """The fields of step p's small work in a merged run's arguments (``folded``'s shape)."""
+    copies, outs, reads = inst.tail_pointers(p)
+    fields: dict = {}
+    for i, (d, src, n) in enumerate(copies):
+        fields.update({f"cpd{i}": d, f"cps{i}": src, f"cpn{i}": n})
+    fields.update({f"o{k}": o for k, o in enumerate(outs)})
+    fields.update({f"r{k}": r for k, r in enumerate(reads)})
+    if inst.body.indexed:
+        fields["idx"] = facts(inst.index)[4]
+    for i, (ptr, n, value) in enumerate(inst._ranges(1 - p)):
+        fields.update({f"c{i}": ptr, f"cn{i}": n, f"cv{i}": value})
+    if inst.pred is not None:
+        fields.update(ctl=facts(inst.ctl)[4], odd=p, cst=facts(inst.cst)[4])
+        fields.update({f"q{k}": inst.ptr[1 - p][j] for k, j in enumerate(inst.pred_reads)})
+        for i, j in enumerate(inst.saved):
+            fields.update({f"svd{i}": facts(inst.saved[j])[4], f"svs{i}": inst.ptr[1 - p][j],
+                           f"svn{i}": inst.nbytes[j] // inst.dtype.itemsize})
+    return fields
+
+
 def runs(launches, codes, itemsize: int) -> list[tuple[int, int]]:
     """[start, end) of each run of consecutive kernels that may share one block (see the module
     docstring), of any length; ``build`` decides which are worth a launch."""
@@ -288,4 +327,4 @@ def build(inst, folded: dict | None) -> Merged | None:
     return Merged(segments, functions, shapes, structs, folds)
 
 
-__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "kernel_text", "runs", "args_struct"]
