@@ -224,10 +224,12 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     kernels = tuple(k for k in _kernels_of(r, dtype) if k.name != r.kernels[0].launch.kernel)
     half = ("*", ("leaf", 0), ("leaf", 1))
     shape = merged.Shape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
-                         tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True)
+                         tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True,
+                         groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads)
     text = merged.kernel_text(shape, np.dtype(dtype), "kf_merged1")
     assert text.count("__syncthreads();") == len(kernels) + 1 and "const real t0 = " in text
     assert "for (long long b = 0; b < 2; ++b)" in text and "kf_loop_next" not in text
+    assert f"{kernels[0].name}_dev(s.k0, threadIdx.x / {kernels[0].threads}, 4, kf_smem);" in text
     # a while loop's step end taken in: its condition over two pointers and a number, two saves
     pred = (">", ("leaf", 1), ("*", ("const", 0), ("leaf", 0)))
     ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)

@@ -183,7 +183,12 @@ class _Emitter:
             w("    const long long kf_b = kf_rev ? kf_nblk - 1 - kf_blk : kf_blk;")
         else:
             w("    const long long kf_b = kf_rev ? (long long)(gridDim.x - 1 - blockIdx.x) : (long long)blockIdx.x;")
-        if self.nest == 1:
+        if self.nest == 1 and self.device:
+            # a caller wider than the kernel may run several of its blocks side by side, one a group
+            # of its threads (runtime/merged.py): the thread's number is its place in its group
+            w(f"    const int kf_tid = threadIdx.x % {self.fr.threads};   // the thread in its block")
+            self.out += sk.unnested_indices(self.T, spec.ipb, "kf_b", thread="kf_tid")
+        elif self.nest == 1:
             self.out += sk.unnested_indices(self.T, spec.ipb, "kf_b")
         elif self.triangle:
             w(sk.nested_thread())

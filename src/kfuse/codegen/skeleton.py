@@ -67,11 +67,12 @@ def global_view(name: str, typ: str, notes: bool = True) -> str:
     return f"    const KfVec g_{name}{{{name}_p, 1}};" + ("   // scalar result" if notes else "")
 
 
-def unnested_indices(T: int, ipb: int, block: str, notes: bool = True) -> list[str]:
+def unnested_indices(T: int, ipb: int, block: str, notes: bool = True, thread: str = "threadIdx.x") -> list[str]:
     """Thread in its instance (``lt``), instance slot in the block (``inst``), the block's first
-    instance and the instance index ``ix`` of an unnested kernel (``block``: the block number)."""
-    return [f"    const int lt = threadIdx.x % {T};" + ("            // thread in its instance" if notes else ""),
-            f"    const int inst = threadIdx.x / {T};" + ("          // instance slot in the block" if notes else ""),
+    instance and the instance index ``ix`` of an unnested kernel (``block``: the block number;
+    ``thread``: the thread's number in the block)."""
+    return [f"    const int lt = {thread} % {T};" + ("            // thread in its instance" if notes else ""),
+            f"    const int inst = {thread} / {T};" + ("          // instance slot in the block" if notes else ""),
             f"    const long long first_i = {block} * iters * {ipb};",
             "    KfIx ix{lt, 0, first_i + inst, 0};"]
 

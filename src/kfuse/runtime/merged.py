@@ -39,6 +39,8 @@ from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, _real
 # on (the default): a device loop's runs of small kernels are merged; off: every kernel its own node
 MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
 MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
+BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
+SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side
 FOLD_ENTRIES = 1 << 16  # copies and clears longer than this stay launches of their own (grid-wide)
 
 
@@ -60,10 +62,15 @@ class Shape:
     pred_reads: int = 0
     consts: bool = False
     saved: int = 0
+    groups: tuple[int, ...] = ()      # per kernel: its blocks run side by side (groups of threads)
+    block: int = 0                    # the block's threads (0: the widest kernel's)
 
     @property
     def threads(self) -> int:
-        return max(k.threads for k in self.kernels)
+        return max([k.threads for k in self.kernels] + [self.block])
+
+    def side_by_side(self, k: int) -> int:
+        return self.groups[k] if self.groups else 1
 
 
 def args_struct(shape: Shape, dtype, name: str) -> type[ctypes.Structure]:
@@ -115,10 +122,14 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
               "    const long long t = threadIdx.x, all = blockDim.x;",
               "    (void)t; (void)all;"]
     for k, (kern, g) in enumerate(zip(shape.kernels, shape.grids)):
-        fewer = kern.threads < T
-        lines.append(f"    // phase {k}: {kern.name}" + (f", {kern.threads} of the block's threads" if fewer else ""))
-        guard = f"if (threadIdx.x < {kern.threads}) " if fewer else ""
-        if g == 1:
+        G = shape.side_by_side(k)
+        fewer = kern.threads * G < T
+        lines.append(f"    // phase {k}: {kern.name}" + (f", {G} of its blocks side by side" if G > 1 else "")
+                     + (f", {kern.threads * G} of the block's threads" if fewer else ""))
+        guard = f"if (threadIdx.x < {kern.threads * G}) " if fewer else ""
+        if G > 1:
+            lines.append(f"    {guard}{kern.name}_dev(s.k{k}, threadIdx.x / {kern.threads}, {G}, kf_smem);")
+        elif g == 1:
             lines.append(f"    {guard}{kern.name}_dev(s.k{k}, 0, 1, kf_smem);")
         else:
             lines.append(f"    {guard}for (long long b = 0; b < {g}; ++b) {{")
@@ -272,6 +283,10 @@ class Merged:
                 sub = getattr(st, f"k{k}")
                 for i, v in enumerate(L.args.values):
                     setattr(sub, f"a{i}", v.value)
+                G = shape.side_by_side(k)
+                if G > 1:       # its serial iterations shared out among the blocks side by side
+                    last = len(L.args.values) - 2           # iters (kf_flip is the last argument)
+                    setattr(sub, f"a{last}", -(-getattr(sub, f"a{last}") // G))
             for field, v in extras.items():
                 setattr(st, field, v)
             KernelLaunch(function, 1, shape.threads, _Args([st]), f"kf_merged{run[0]}", dependent).launch(stream)
@@ -301,7 +316,12 @@ def build(inst, folded: dict | None) -> Merged | None:
         kernels = tuple(Kernel(L.name, L.threads, c.launch.smem_bytes_per_real, tuple(type(v) for v in L.args.values))
                         for L, c in zip(launches[a:e], codes[a:e]))
         extra = folded if (folds and folded is not None and e == last) else {}
-        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), **extra)
+        T = max([k.threads for k in kernels] + [BLOCK])
+        # a kernel of one block, no shared memory and one instance per thread group runs as
+        # several blocks side by side where the merged block is wider than it
+        groups = tuple(T // L.threads if SIDE_BY_SIDE and L.grid == 1 and c.launch.smem_bytes_per_real == 0
+                       and c.spec.nesting == 1 else 1 for L, c in zip(launches[a:e], codes[a:e]))
+        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, **extra)
         name = f"kf_merged{a}"
         struct = args_struct(shape, inst.dtype, f"{name}_args")
         if ctypes.sizeof(struct) + 32 > PARAM_BYTES:
