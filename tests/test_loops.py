@@ -169,20 +169,10 @@ def _persistent_source(body, n, dtype):
     """The persistent kernel's module of a body's program at size n, with the argument struct
     types read from the device functions' own parameter structs (the runtime takes them from
     the bound launches; the static_assert in the kernel checks that both agree)."""
-    import ctypes
-    import re
     from kfuse.runtime import persistent
     c = body.compiled
     r = c.resolve((), {d: n for d in range(len(c.program.dims))})
-    real = ctypes.c_double if dtype == "float64" else ctypes.c_float
-    ct = {"real*": ctypes.c_void_p, "const real*": ctypes.c_void_p, "long long": ctypes.c_longlong,
-          "int": ctypes.c_int, "real": real}
-    kernels = []
-    for k in r.kernels:
-        text, _ = k.device_function()
-        members = re.search(r"struct \w+_args \{[^\n]*\n(.*?)\n\};", text, re.S).group(1)
-        types = tuple(ct[m.strip().rstrip(";").rsplit(" ", 1)[0].strip()] for m in members.splitlines())
-        kernels.append(persistent.Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
+    kernels = _kernels_of(r, dtype)
     m = len(kernels)
     shape = persistent.Shape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
                              (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)

@@ -34,7 +34,7 @@ from ..ir.dag import post_order
 from .args import facts
 from .control import _LEAVES, c_expr, c_shared, counts
 from .launch import KernelLaunch
-from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, _real
+from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, kernel_args, struct_members, work_fields
 
 # on (the default): a device loop's runs of small kernels are merged; off: every kernel its own node
 MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
@@ -75,29 +75,14 @@ class Shape:
 
 def args_struct(shape: Shape, dtype, name: str) -> type[ctypes.Structure]:
     """The host's argument struct of a merged kernel, laid out as the kernel's."""
-    real = _real(dtype)
-    fields: list = []
-    for k, kern in enumerate(shape.kernels):
-        fields.append((f"k{k}", type(f"Args{k}", (ctypes.Structure,),
-                                     {"_fields_": [(f"a{i}", t) for i, t in enumerate(kern.args)]})))
-    for i in range(shape.clears):
-        fields += [(f"c{i}", ctypes.c_void_p), (f"cn{i}", ctypes.c_longlong), (f"cv{i}", real)]
-    for i in range(shape.copies):
-        fields += [(f"cpd{i}", ctypes.c_void_p), (f"cps{i}", ctypes.c_void_p), (f"cpn{i}", ctypes.c_longlong)]
-    fields += [(f"o{k}", ctypes.c_void_p) for k in range(len(shape.tails))]
-    fields += [(f"r{k}", ctypes.c_void_p) for k in range(shape.tail_reads)]
-    if shape.indexed:
-        fields.append(("idx", ctypes.c_void_p))
+    fields: list = [(f"k{k}", kernel_args(k, kern)) for k, kern in enumerate(shape.kernels)]
+    fields += work_fields(dtype, shape.clears, shape.copies, len(shape.tails), shape.tail_reads, shape.indexed)
     if shape.pred is not None:
         fields += [("ctl", ctypes.c_void_p), ("odd", ctypes.c_int), ("cst", ctypes.c_void_p)]
         fields += [(f"q{k}", ctypes.c_void_p) for k in range(shape.pred_reads)]
         for i in range(shape.saved):
             fields += [(f"svd{i}", ctypes.c_void_p), (f"svs{i}", ctypes.c_void_p), (f"svn{i}", ctypes.c_longlong)]
     return type(name, (ctypes.Structure,), {"_fields_": fields})
-
-
-_C_TYPES = {ctypes.c_void_p: "real*", ctypes.c_longlong: "long long", ctypes.c_int: "int", ctypes.c_float: "real",
-            ctypes.c_double: "real"}
 
 
 def kernel_text(shape: Shape, dtype, name: str) -> str:
@@ -107,12 +92,7 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
     lines = [f"// ---- {', '.join(k.name for k in shape.kernels)} of a loop step as one block's phases "
              "(runtime/merged.py)",
              f"struct {name}_args {{"]
-    for field in struct._fields_:
-        fname, t = field[0], field[1]
-        if fname.startswith("k") and fname[1:].isdigit():
-            lines.append(f"    {shape.kernels[int(fname[1:])].name}_args {fname};")
-        else:
-            lines.append(f"    {'int*' if fname == 'ctl' else _C_TYPES[t]} {fname};")
+    lines += struct_members(struct, shape.kernels)
     smem = max([k.smem for k in shape.kernels] + [1])
     lines += ["};",
               f'static_assert(sizeof({name}_args) == {ctypes.sizeof(struct)}, "{name}_args: laid out as the host\'s");',

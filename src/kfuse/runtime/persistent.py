@@ -98,22 +98,32 @@ def _real(dtype: np.dtype):
     return ctypes.c_double if np.dtype(dtype).itemsize == 8 else ctypes.c_float
 
 
+def kernel_args(k: int, kern: Kernel) -> type[ctypes.Structure]:
+    """A kernel's argument block as a ctypes struct (fields a0, a1, ...)."""
+    return type(f"Args{k}", (ctypes.Structure,), {"_fields_": [(f"a{i}", t) for i, t in enumerate(kern.args)]})
+
+
+def work_fields(dtype, clears: int, copies: int, tails: int, tail_reads: int, indexed: bool) -> list:
+    """The struct fields of a step's work after its kernels: each clear (c, cn, cv), each copy
+    (cpd, cps, cpn), the scalar arithmetic's outputs (o) and reads (r), the fori counter (idx)."""
+    real = _real(dtype)
+    fields: list = []
+    for i in range(clears):
+        fields += [(f"c{i}", ctypes.c_void_p), (f"cn{i}", ctypes.c_longlong), (f"cv{i}", real)]
+    for i in range(copies):
+        fields += [(f"cpd{i}", ctypes.c_void_p), (f"cps{i}", ctypes.c_void_p), (f"cpn{i}", ctypes.c_longlong)]
+    fields += [(f"o{k}", ctypes.c_void_p) for k in range(tails)]
+    fields += [(f"r{k}", ctypes.c_void_p) for k in range(tail_reads)]
+    return fields + ([("idx", ctypes.c_void_p)] if indexed else [])
+
+
 @functools.lru_cache(maxsize=64)
 def step_struct(shape: Shape, dtype) -> type[ctypes.Structure]:
     """The host's ``kf_step``: a ctypes struct laid out as the kernel's."""
-    real = _real(dtype)
     fields: list = []
     for k, kern in enumerate(shape.kernels):
-        args = type(f"Args{k}", (ctypes.Structure,), {"_fields_": [(f"a{i}", t) for i, t in enumerate(kern.args)]})
-        fields += [(f"k{k}", args), (f"g{k}", ctypes.c_longlong)]
-    for i in range(len(shape.clears)):
-        fields += [(f"c{i}", ctypes.c_void_p), (f"cn{i}", ctypes.c_longlong), (f"cv{i}", real)]
-    for i in range(shape.copies):
-        fields += [(f"cpd{i}", ctypes.c_void_p), (f"cps{i}", ctypes.c_void_p), (f"cpn{i}", ctypes.c_longlong)]
-    fields += [(f"o{k}", ctypes.c_void_p) for k in range(len(shape.tails))]
-    fields += [(f"r{k}", ctypes.c_void_p) for k in range(shape.tail_reads)]
-    if shape.indexed:
-        fields.append(("idx", ctypes.c_void_p))
+        fields += [(f"k{k}", kernel_args(k, kern)), (f"g{k}", ctypes.c_longlong)]
+    fields += work_fields(dtype, len(shape.clears), shape.copies, len(shape.tails), shape.tail_reads, shape.indexed)
     fields += [(f"q{k}", ctypes.c_void_p) for k in range(shape.pred_reads)]
     return type("KfStep", (ctypes.Structure,), {"_fields_": fields})
 
@@ -122,18 +132,26 @@ _C_TYPES = {ctypes.c_void_p: "real*", ctypes.c_longlong: "long long", ctypes.c_i
             ctypes.c_float: "real", ctypes.c_double: "real"}
 
 
-def kernel_text(shape: Shape, dtype) -> str:
-    """The persistent kernel's text: the step struct, the grid barrier, a step, the kernel."""
-    struct = step_struct(shape, dtype)
-    names = {k: kern.name for k, kern in enumerate(shape.kernels)}
-    lines = ["// ---- the persistent kernel: every step's kernels in one launch (runtime/persistent.py)",
-             "struct kf_step {   // one step's arguments (s0: set 0 -> set 1; s1: the reverse)"]
+def struct_members(struct: type[ctypes.Structure], kernels) -> list[str]:
+    """The C members of a host struct of kernel argument blocks (fields k0, k1, ...: the struct
+    of ``kernels[k]``'s parameters) and pointers, sizes and numbers (``ctl``: the loop's int
+    control words)."""
+    out = []
     for field in struct._fields_:
         name, t = field[0], field[1]
         if name.startswith("k") and name[1:].isdigit():
-            lines.append(f"    {names[int(name[1:])]}_args {name};")
+            out.append(f"    {kernels[int(name[1:])].name}_args {name};")
         else:
-            lines.append(f"    {_C_TYPES[t]} {name};")
+            out.append(f"    {'int*' if name == 'ctl' else _C_TYPES[t]} {name};")
+    return out
+
+
+def kernel_text(shape: Shape, dtype) -> str:
+    """The persistent kernel's text: the step struct, the grid barrier, a step, the kernel."""
+    struct = step_struct(shape, dtype)
+    lines = ["// ---- the persistent kernel: every step's kernels in one launch (runtime/persistent.py)",
+             "struct kf_step {   // one step's arguments (s0: set 0 -> set 1; s1: the reverse)"]
+    lines += struct_members(struct, shape.kernels)
     lines += ["};",
               f'static_assert(sizeof(kf_step) == {ctypes.sizeof(struct)}, "kf_step: laid out as the host\'s");',
               "",
