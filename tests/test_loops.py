@@ -230,6 +230,31 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
 
 
+def test_merged_runs_are_consecutive_one_block_kernels():
+    """runtime/merged.py: a run is consecutive kernels of at most MAX_GRID blocks, whole warps,
+    no clusters, shared memory within a block's; the widest kernel sets the block, and the
+    arithmetic and condition it takes in read no numbers passed by value."""
+    from types import SimpleNamespace as NS
+    from kfuse.runtime import merged
+
+    def launch(grid, threads=64):
+        return NS(grid=grid, threads=threads)
+
+    def code(cluster=1, smem=0):
+        return NS(launch=NS(cluster=cluster, smem_bytes_per_real=smem))
+    L = [launch(40, 256), launch(1), launch(1), launch(1, 256), launch(3), launch(1), launch(1, 48), launch(1)]
+    C = [code(), code(), code(), code(), code(), code(), code(), code(cluster=2)]
+    assert merged.runs(L, C, 4) == [(1, 4), (5, 6)]
+    assert merged.runs([launch(1)] * 2, [code(), code(smem=1 << 20)], 8) == [(0, 1)]
+    k = (merged.Kernel("a", 64, 0, ()), merged.Kernel("b", 256, 0, ()))
+    assert merged.Shape(k, (1, 1)).threads == 256 and merged.Shape(k, (1, 1), block=512).threads == 512
+    assert merged.Shape(k, (1, 1), groups=(4, 1)).side_by_side(0) == 4 and merged.Shape(k, (1, 1)).side_by_side(0) == 1
+    leaf, num = ("leaf", 0), ("num", 2.0)
+    assert merged.foldable([("*", leaf, num)], (">", leaf, ("const", 0)))
+    assert not merged.foldable([("*", leaf, ("const", 0))]) and not merged.foldable([("+", leaf, ("value", 1))])
+    assert not merged.foldable([], (">", leaf, ("value", 0)))
+
+
 def _kernels_of(r, dtype):
     """persistent.Kernel of each of a resolved program's kernels, the argument types read from
     its device function's parameter struct."""
