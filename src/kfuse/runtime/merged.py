@@ -41,7 +41,8 @@ MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
 MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
 BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
 SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side
-FOLD_ENTRIES = 1 << 16  # copies and clears longer than this stay launches of their own (grid-wide)
+FOLD_PER_THREAD = 64    # copies, clears and saves of more entries than this a thread of the merged
+                        # block stay launches of their own (grid-wide)
 
 
 @dataclass(frozen=True)
@@ -182,15 +183,17 @@ def folded(inst) -> dict | None:
     """What of a loop instance's step (``runtime/loop.Instance``, read through its fields) a
     merged run that ends the step takes in -- copies, scalar arithmetic, the counter, the clears,
     a while loop's kf_loop_next: all of it (``Shape``'s fields), or None where a copy, clear or
-    save is too long for one block or the arithmetic reads numbers passed by value."""
+    save is too long for one block or the arithmetic reads numbers passed by value.  ``entries``:
+    the longest copy, clear or save (``build`` takes the work in only where the merged block's
+    threads make it in at most FOLD_PER_THREAD entries each)."""
     copies, _, reads = inst.tail_pointers(0)
     clears = inst._ranges(0)
     sizes = [n for _, _, n in copies] + [n for _, n, _ in clears] + [
         inst.nbytes[j] // inst.dtype.itemsize for j in inst.saved]
-    if any(n > FOLD_ENTRIES for n in sizes) or not foldable(inst.body.tails, inst.pred):
+    if not foldable(inst.body.tails, inst.pred):
         return None
     out = {"clears": len(clears), "copies": len(copies), "tails": tuple(inst.body.tails),
-           "tail_reads": len(reads), "indexed": bool(inst.body.indexed)}
+           "tail_reads": len(reads), "indexed": bool(inst.body.indexed), "entries": max(sizes + [0])}
     if inst.pred is not None:
         out.update(pred=inst.pred, pred_reads=len(inst.pred_reads), consts=bool(counts((inst.pred,))[1]),
                    saved=len(inst.saved))
@@ -276,8 +279,8 @@ class Merged:
 def build(inst, folded: dict | None) -> Merged | None:
     """The merged runs of a loop instance (``runtime/loop.Instance``, read through its fields),
     or None where there are none worth a launch or the module does not build.  ``folded``: the
-    step's small work the last run may take in (``{"clears": n, "copies": n, "tails": exprs,
-    "tail_reads": n, "indexed": bool}``), or None where it stays launches of its own."""
+    step's small work the last run may take in (``folded``'s dict), or None where it stays
+    launches of its own."""
     if MODE != "on" or inst.binding.csr:
         return None
     launches, codes = inst.kernels, list(inst.binding.artifact.kernels)
@@ -286,6 +289,13 @@ def build(inst, folded: dict | None) -> Merged | None:
     item = inst.dtype.itemsize
     found = runs(launches, codes, item)
     last = len(launches)
+    if folded is not None:
+        folded = dict(folded)
+        entries = folded.pop("entries", 0)
+        ends = [(a, e) for a, e in found if e == last]
+        widest = max([L.threads for L in launches[ends[0][0]:last]] + [BLOCK]) if ends else 0
+        if entries > FOLD_PER_THREAD * widest:
+            folded = None
     work = folded is not None and any(folded.values())
     folds = work and any(e == last for _, e in found)
     found = [(a, e) for a, e in found if e - a >= 2 or (folds and e == last)]
