@@ -15,8 +15,8 @@ The kernel (its text made here, the program's kernels rendered as device functio
 ``codegen/emit.render_device``, through ``Artifact.persistent_source``)::
 
     kf_merged<r>(kf_merged<r>_args s)           # one block of the widest kernel's threads
-        for each kernel K of the run:          # a phase; a kernel of fewer threads: its warps
-            K_dev(s.K's arguments, b, g, ...)  # for b < g (g = 1 unless MAX_GRID allows more)
+        for each kernel K of the run:          # a phase; a narrower kernel: several of its blocks
+            K_dev(s.K's arguments, b, g, ...)  # side by side (b: the thread's group), or its warps
             __syncthreads()
         [copies, scalar arithmetic; __syncthreads(); the fori counter, the next step's clears]
 
@@ -30,9 +30,8 @@ import os
 from dataclasses import dataclass
 
 from ..errors import CompileError, LaunchError
-from ..ir.dag import post_order
 from .args import facts
-from .control import _LEAVES, c_expr, c_shared, counts
+from .control import _values, c_expr, c_shared, counts
 from .launch import KernelLaunch
 from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, kernel_args, struct_members, work_fields
 
@@ -171,21 +170,16 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
 def foldable(tails, pred=None) -> bool:
     """Scalar arithmetic and a while loop's condition the merged kernel can compute: they read
     pointers (the condition also the numbers array), no number passed by value."""
-    ok = all(node[0] not in ("const", "value") for node in post_order(tuple(tails), _operands))
-    return ok and (pred is None or all(node[0] != "value" for node in post_order((pred,), _operands)))
-
-
-def _operands(node):
-    return () if node[0] in _LEAVES else node[1:]
+    return not counts(tuple(tails))[1] and not _values(list(tails) + ([pred] if pred is not None else []))
 
 
 def folded(inst) -> dict | None:
     """What of a loop instance's step (``runtime/loop.Instance``, read through its fields) a
     merged run that ends the step takes in -- copies, scalar arithmetic, the counter, the clears,
-    a while loop's kf_loop_next: all of it (``Shape``'s fields), or None where a copy, clear or
-    save is too long for one block or the arithmetic reads numbers passed by value.  ``entries``:
-    the longest copy, clear or save (``build`` takes the work in only where the merged block's
-    threads make it in at most FOLD_PER_THREAD entries each)."""
+    a while loop's kf_loop_next: all of it (``Shape``'s fields), or None where the arithmetic or
+    the condition reads numbers passed by value.  ``entries``: the longest copy, clear or save
+    (``build`` takes the work in only where the merged block's threads make it in at most
+    FOLD_PER_THREAD entries each)."""
     copies, _, reads = inst.tail_pointers(0)
     clears = inst._ranges(0)
     sizes = [n for _, _, n in copies] + [n for _, n, _ in clears] + [
@@ -241,8 +235,8 @@ def runs(launches, codes, itemsize: int) -> list[tuple[int, int]]:
 
 class Merged:
     """A loop instance's merged runs (``runtime/loop.Instance``): ``segments`` is the step's
-    kernels, each a kernel index or a run (start, end); ``launch(run, values, extras, stream)``
-    launches a run with the kernels' current argument values."""
+    kernels, each a kernel index or a run (start, end); ``launcher(run, kernels, extras)`` is the
+    function of a stream that launches a run with its kernels' current argument values."""
 
     launches = 0        # merged launches in this process (tests check that a loop used them)
 
