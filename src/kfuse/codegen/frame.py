@@ -161,7 +161,7 @@ def _halo(spec: KernelSpec) -> dict[int, KernelCall]:
     views (``codegen/halo.py``), not as arrays, by the stencils; their producers' point variants."""
     if not any(kc.call.function.grid for kc in spec.calls):
         return {}
-    return recomputed(spec.calls)  # type: ignore[return-value]
+    return recomputed(spec.calls)
 
 
 def _point_files(kc: KernelCall) -> tuple:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..codegen.kernel import KernelCode, Step
 from ..ir.halo import neighbourhood, reads_per_point, recomputed
+from ..ir.program import Value
 from ..ir.kernel import target_blocks
 from ..runtime.gpu import H100_DEVICE as H100_FACTS
 
@@ -106,9 +107,8 @@ def halo_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
     for kc in code.spec.calls:
         fn = kc.call.function
         for p, a in zip(fn.inputs, kc.call.args):
-            prod = halo.get(getattr(a, "id", -1)) if fn.grid and p.reach == "neighbours" else None
-            if prod is not None:
-                total += entries[a.id] * neighbourhood(fn) * reads_per_point(prod.call.function)  # type: ignore[attr-defined]
+            if fn.grid and p.reach == "neighbours" and isinstance(a, Value) and a.id in halo:
+                total += entries[a.id] * neighbourhood(fn) * reads_per_point(halo[a.id].call.function)
     return total * itemsize
 
 

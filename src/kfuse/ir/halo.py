@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..library.schema import Function, Variant
+from .kernel import KernelCall
 from .program import Call, Value
 
 
@@ -65,12 +66,12 @@ def inputs_made_inside(prod: Call, fusion_outputs: set[int]) -> Value | None:
     return None
 
 
-def recomputed(calls: Sequence) -> dict[int, object]:
-    """Value id -> the kernel call (``KernelCall``) that makes it, for each value a stencil among
+def recomputed(calls: Sequence[KernelCall]) -> dict[int, KernelCall]:
+    """Value id -> the kernel call that makes it, for each value a stencil among
     ``calls`` (a kernel's calls) reads around its point and another of them makes: the values the
     kernel recomputes across the halo (legality allowed only these)."""
     made = {v.id: kc for kc in calls for v in kc.call.outputs}
-    out: dict[int, object] = {}
+    out: dict[int, KernelCall] = {}
     for kc in calls:
         fn = kc.call.function
         if not fn.grid:
