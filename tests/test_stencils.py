@@ -220,13 +220,16 @@ x = axpy(2, q, x);
 return q, pq, x;
 """
     prog = kfuse.compile(script, calibration=False, tuned=False)
-    assert "reads the neighbours of each entry of p" in prog.search.explain()
+    # legal (the axpy recomputed across lap27's halo: tests/test_halo.py), not worth it at 2^24 entries
+    assert "halo recompute: c0 (p = axpy(beta, p, r)) is evaluated at the points around" in prog.search.explain()
     groups = [sorted(kc.call.function.name for kc in k.spec.calls) for k in prog.kernels]
     assert ["axpy"] in groups and any("lap27" in g and "dot" in g for g in groups), groups
     _compiles(tmp_path, nvcc, prog.cuda_source, "cgstep")
 
 
-def test_a_stencil_after_a_stencil_is_a_kernel_later(tmp_path, nvcc):
+def test_a_stencil_after_a_stencil_is_a_kernel_later_at_large_sizes(tmp_path, nvcc):
+    # the halo recompute (tests/test_halo.py) is legal, but 7 x 7 cached reads a point cost more
+    # than v's two passes at 2^24 entries
     prog = kfuse.compile("vector u, v, w;\ninput u;\nv = lap7(u);\nw = lap7(v);\nreturn w;\n",
                          calibration=False, tuned=False)
     assert len(prog.kernels) == 2

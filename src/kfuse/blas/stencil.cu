@@ -198,26 +198,27 @@ KF_DEVICE void lap5_compute(const KfIx& ix, const G& u, VO& out) {
 // ---- variable coefficient: out = sum over the neighbours nb of (c + c_nb) / 2 (u - u_nb) -------
 // (the divergence form -div(c grad u) with the coefficient averaged on each face); a neighbour
 // past the grid's edge has u_nb = 0 and its face takes the point's own coefficient c.  Point by
-// point (the neighbours from L1/L2).
-template <class G>
-KF_DEVICE real kf_face(const G& c, const G& u, real cc, real uc, long long x, long long y, long long z,
+// point (the neighbours from L1/L2).  c and u may be views of different types (a halo view of a
+// value made in the same kernel: codegen/halo.py).
+template <class GC, class GU>
+KF_DEVICE real kf_face(const GC& c, const GU& u, real cc, real uc, long long x, long long y, long long z,
                        int dx, int dy, int dz) {
     if (!c.inside(x + dx, y + dy, z + dz)) return cc * uc;
     const long long e = ((z + dz) * c.ny + (y + dy)) * c.nx + (x + dx);
     return real(0.5) * (cc + c.ld(e)) * (uc - u.ld(e));
 }
 
-template <class G>
-KF_DEVICE real kf_face2(const G& c, const G& u, real cc, real uc, long long x, long long y, int dx, int dy) {
+template <class GC, class GU>
+KF_DEVICE real kf_face2(const GC& c, const GU& u, real cc, real uc, long long x, long long y, int dx, int dy) {
     if (!c.inside(x + dx, y + dy)) return cc * uc;
     const long long e = (y + dy) * c.nx + (x + dx);
     return real(0.5) * (cc + c.ld(e)) * (uc - u.ld(e));
 }
 
-template <class G, class VO>
-KF_DEVICE void lap7v_compute(const KfIx& ix, const G& c, const G& u, VO& out) {
+template <class GC, class GU, class VO>
+KF_DEVICE void lap7v_compute(const KfIx& ix, const GC& c, const GU& u, VO& out) {
     static_assert(VO::slots == 4, "lap7v_compute: mapping \"quad\" has 4 slots per thread");
-    static_assert(G::boundary == KF_ZERO, "lap7v_compute: boundary rule \"zero\"");
+    static_assert(GC::boundary == KF_ZERO && GU::boundary == KF_ZERO, "lap7v_compute: boundary rule \"zero\"");
     const long long n = u.n(), e0 = ix.i * KF_SUB + 4 * ix.tx;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -234,10 +235,10 @@ KF_DEVICE void lap7v_compute(const KfIx& ix, const G& c, const G& u, VO& out) {
     }
 }
 
-template <class G, class VO>
-KF_DEVICE void lap27v_compute(const KfIx& ix, const G& c, const G& u, VO& out) {
+template <class GC, class GU, class VO>
+KF_DEVICE void lap27v_compute(const KfIx& ix, const GC& c, const GU& u, VO& out) {
     static_assert(VO::slots == 4, "lap27v_compute: mapping \"quad\" has 4 slots per thread");
-    static_assert(G::boundary == KF_ZERO, "lap27v_compute: boundary rule \"zero\"");
+    static_assert(GC::boundary == KF_ZERO && GU::boundary == KF_ZERO, "lap27v_compute: boundary rule \"zero\"");
     const long long n = u.n(), e0 = ix.i * KF_SUB + 4 * ix.tx;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -255,10 +256,10 @@ KF_DEVICE void lap27v_compute(const KfIx& ix, const G& c, const G& u, VO& out) {
     }
 }
 
-template <class G, class VO>
-KF_DEVICE void lap5v_compute(const KfIx& ix, const G& c, const G& u, VO& out) {
+template <class GC, class GU, class VO>
+KF_DEVICE void lap5v_compute(const KfIx& ix, const GC& c, const GU& u, VO& out) {
     static_assert(VO::slots == 4, "lap5v_compute: mapping \"quad\" has 4 slots per thread");
-    static_assert(G::boundary == KF_ZERO, "lap5v_compute: boundary rule \"zero\"");
+    static_assert(GC::boundary == KF_ZERO && GU::boundary == KF_ZERO, "lap5v_compute: boundary rule \"zero\"");
     const long long n = u.n(), e0 = ix.i * KF_SUB + 4 * ix.tx;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

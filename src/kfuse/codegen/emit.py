@@ -18,9 +18,10 @@ calibration's micro-kernels comes from ``skeleton.py``.
 """
 from __future__ import annotations
 
+from ..ir.halo import recomputed
 from ..ir.program import ScalarArg
 from ..library.mappings import MAPPINGS
-from . import grids, skeleton as sk
+from . import grids, halo, skeleton as sk
 from .layout import Access, Layout, Step
 
 
@@ -105,6 +106,9 @@ class _Emitter:
         self.triangle = spec.triangle
         self.out: list[str] = []
         self.views: dict[str, str] = {}
+        # values a stencil of the kernel reads around its point and another call of it makes: read
+        # through halo views that evaluate their producer (ir/halo.py, codegen/halo.py)
+        self.halo = recomputed(spec.calls) if any(kc.call.function.grid for kc in spec.calls) else {}
 
     def w(self, line: str) -> None:
         self.out.append(line)
@@ -168,7 +172,8 @@ class _Emitter:
                     g.value.id in plain or all(v.id != g.value.id for v, _, _ in gridded)):
                 w(sk.global_view(g.name, g.value.type))
         for v, rank, boundary in gridded:
-            w(grids.view_decl(v.label, rank, boundary))
+            if v.id not in self.halo:       # a halo view is made where its reader is called
+                w(grids.view_decl(v.label, rank, boundary))
 
     def indices(self) -> None:
         spec, w, L, other, V = self.spec, self.w, self.L, self.other, self.V
@@ -266,7 +271,12 @@ class _Emitter:
         fn = kc.call.function
         for a, acc in zip(r.args, _accesses_in_order(s)):
             if a.kind == "global" and fn.grid and fn.param_map[a.name].reach == "neighbours":
-                cargs.append(grids.view_name(binds[a.name].label, fn.grid, fn.boundary))
+                val = binds[a.name]
+                if val.id in self.halo:
+                    lines += self.halo_view(val, fn, kc.call.text(), inner)
+                    cargs.append(f"h_{val.label}")
+                else:
+                    cargs.append(grids.view_name(val.label, fn.grid, fn.boundary))
             elif a.kind == "global":
                 cargs.append(f"g_{binds[a.name].label}")
             elif a.kind == "scalar":
@@ -289,6 +299,17 @@ class _Emitter:
         lines.append(sk.call_line(inner, r.fn, kc.template_macros, cargs))
         lines.append(f"{indent}}}")
         return lines
+
+    def halo_view(self, val, fn, reader: str, indent: str) -> list[str]:
+        """The lines declaring the halo view of ``val`` (made in this kernel) for the stencil ``fn``
+        about to read it, its struct defined once (``codegen/halo.py``)."""
+        prod = self.halo[val.id]
+        self.views.setdefault(halo.struct_name(self.spec.name, val.label),
+                              halo.struct_def(self.spec.name, val, fn.grid, fn.boundary, prod, reader))
+        decls, inits = halo.initialisers(prod, _scalar_code)
+        return ([indent + d for d in decls]
+                + [f"{indent}{halo.decl(self.spec.name, val, fn.grid, f'h_{val.label}', inits)}   "
+                   f"// {val.name} evaluated around the point: {prod.call.text()}"])
 
     def copy_of(self, key: str) -> str | None:
         """The pointer to the copy of a two-copy shared element that the serial loop's iteration

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Mapping, NamedTuple
 
 from ..errors import FusionError
+from ..ir.halo import point_variant, recomputed
 from ..ir.kernel import GlobalArg, KernelCall, KernelSpec
 from ..ir.program import Value
 from ..library.schema import REDUCE_OPS, Library
@@ -99,6 +100,7 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
     read: list[frozenset[int]] = []    # the ids of the values each routine step reads
+    halo = _halo(spec)
     for s in steps:
         r = s.routine
         if r is None:
@@ -109,7 +111,7 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
         if warp:
             warp_wide.append((s, XY))
         for g, v in zip(array_args, read_arrays):       # an array argument of each array read
-            if v.id not in seen_vals:
+            if v.id not in seen_vals and not (v.id in halo and s.kc.call.function.grid and r.kind == "compute"):
                 seen_vals.add(v.id)
                 arrays.append(g)
         for v in read_scalars:
@@ -147,10 +149,24 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
     facts = [_call_facts(kc, memo) for kc in spec.calls]
     stores = spec.stores
     clears = tuple(c for reduced, _, _ in facts for c in reduced if c[0].id in stores)
-    sources = tuple(dict.fromkeys(f for _, files, _ in facts for f in files))
+    sources = tuple(dict.fromkeys([f for _, files, _ in facts for f in files]
+                                  + [str(f) for kc in halo.values() for f in _point_files(kc)]))
     own = {v for _, _, outputs in facts for v in outputs}
     return shapes, T, refused, (tuple(extents), tuple(axis_dims), args, clears, sources,
                                 _prior(own, args, clears), read)
+
+
+def _halo(spec: KernelSpec) -> dict[int, KernelCall]:
+    """The values the kernel recomputes across a stencil's halo (``ir/halo.py``): read through halo
+    views (``codegen/halo.py``), not as arrays, by the stencils; their producers' point variants."""
+    if not any(kc.call.function.grid for kc in spec.calls):
+        return {}
+    return recomputed(spec.calls)
+
+
+def _point_files(kc: KernelCall) -> tuple:
+    v = point_variant(kc.call.function)
+    return v.files if v is not None else ()
 
 
 def _call_facts(kc: KernelCall, memo: ScheduleMemo | None) -> tuple[tuple[tuple[Value, str], ...], tuple[str, ...],
@@ -181,11 +197,13 @@ def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -
     args: list[GlobalArg] = []
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
+    halo = recomputed([s.kc for s in steps])
     for s in steps:
         if s.routine is None:
             continue
         for g in s.kc.array_args(s.routine):
-            if g.value.id not in seen_vals:
+            if g.value.id not in seen_vals and not (g.value.id in halo and s.kc.call.function.grid
+                                                    and s.routine.kind == "compute"):
                 seen_vals.add(g.value.id)
                 args.append(g)
         for v in s.kc.routine_values(s.routine)[1]:

@@ -3,6 +3,7 @@
 time(kernel) = bytes it moves / bandwidth + launch overhead + a memset when it has reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
                + local barriers executed every serial iteration
+               + reads of values recomputed across a stencil's halo / cache bandwidth (``halo_bytes``)
 (a kernel of thread-block clusters streams at its widest tile's pace, and no faster than its
 strips follow each other: ``cluster_stream``)
 time(plan)   = sum over its kernels
@@ -18,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..codegen.kernel import KernelCode, Step
+from ..ir.halo import neighbourhood, reads_per_point, recomputed
+from ..ir.program import Value
 from ..ir.kernel import target_blocks
 from ..runtime.gpu import H100_DEVICE as H100_FACTS
 
@@ -34,6 +37,10 @@ class Machine:
     # sums through the cluster's shared memories, the cluster barrier;
     # docs/design.md, "Strips, clusters and bands")
     cluster_strip: float = 2.2e-6
+    # bytes/s of the reads a kernel makes to recompute a value across a stencil's halo (``halo_bytes``):
+    # they hit L1/L2 (the neighbours of the kernel's own reads), not DRAM; an estimate (H100: L1 and
+    # L2 serve several times the copy bandwidth), not a measurement
+    cache_bandwidth: float = 20e12
     # the GPU's multiprocessor facts, as a calibration's ``device`` (the planner's waves and serial
     # iterations, a cluster kernel's resident blocks)
     device: dict = field(default_factory=lambda: dict(H100_FACTS), compare=False, hash=False)
@@ -82,7 +89,27 @@ def gathered_values(code: KernelCode) -> set[int]:
             params = {p.name: p for p in s.kc.call.function.params}
             binds = s.kc.call.bindings()
             out |= {binds[a.name].id for a in s.routine.args if a.kind == "global" and params[a.name].gathered}
+    if out and any(kc.call.function.grid for kc in code.spec.calls):
+        out -= set(recomputed(code.spec.calls))     # evaluated, not read: halo_bytes
     return out
+
+
+def halo_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
+    """Bytes a kernel reads to recompute values across stencils' halos (``ir/halo.py``): every point
+    of a stencil reading such a value evaluates its producer at each point of its neighbourhood
+    (``neighbourhood``: the star or the box), and each evaluation reads the producer's inputs
+    (``reads_per_point``: lap7 of a lap7 reads 7 x 7 entries a point, of an axpy 7 x 2).  Their
+    first reads are the producer's own passes over its inputs, counted in ``kernel_bytes``."""
+    if not any(kc.call.function.grid for kc in code.spec.calls):
+        return 0
+    halo = recomputed(code.spec.calls)
+    total = 0
+    for kc in code.spec.calls:
+        fn = kc.call.function
+        for p, a in zip(fn.inputs, kc.call.args):
+            if fn.grid and p.reach == "neighbours" and isinstance(a, Value) and a.id in halo:
+                total += entries[a.id] * neighbourhood(fn) * reads_per_point(halo[a.id].call.function)
+    return total * itemsize
 
 
 def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
@@ -133,6 +160,6 @@ def cluster_stream(code: KernelCode, dims: dict[int, int], seconds: float, machi
 def kernel_time(code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int,
                 machine: Machine = DEFAULT_MACHINE) -> float:
     stream = cluster_stream(code, dims, kernel_bytes(code, entries, itemsize, dims) / machine.bandwidth, machine)
-    return (stream + machine.launch
+    return (stream + machine.launch + halo_bytes(code, entries, itemsize) / machine.cache_bandwidth
             + bool(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
             + loop_barriers(code, dims) * machine.barrier)

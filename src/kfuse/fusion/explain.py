@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 from ..ir.graph import DependencyGraph
 from ..ir.program import Program
 from .horizontal import Tried
-from .legality import fallback_lines, one_pass_exchanges
+from .legality import fallback_lines, halo_recomputes, one_pass_exchanges
 from .partition import Partition, count_plans
 from .prune import Prune, render
 from .reasons import Misfit, NoImplementation, call_set
@@ -58,6 +58,18 @@ def one_pass(f: Findings, calls: frozenset[int]) -> str | None:
             + f"); {v.name} never leaves the chip")
 
 
+def halo_lines(f: Findings, calls: frozenset[int]) -> list[str]:
+    """For a fusion with a stencil reading a value made inside: which call is recomputed across
+    the halo, and how far its reads then reach (``ir/halo.py``)."""
+    out = []
+    for p, c, v in halo_recomputes(f.program, f.graph, calls):
+        prod, cons = f.program.calls[p], f.program.calls[c]
+        reach = cons.function.radius + prod.function.radius
+        out.append(f"halo recompute: c{p} ({prod.text()}) is evaluated at the points around each of c{c}'s "
+                   f"({cons.text()}) instead of reading {v.name} (its reads reach {reach} point(s) around)")
+    return out
+
+
 def explain(f: Findings) -> str:
     lines = _fusion_lines(f)
     if f.space.bounded:
@@ -86,6 +98,7 @@ def _fusion_lines(f: Findings) -> list[str]:
     for fusion in f.space.fusions:
         calls = fusion.calls
         lines.append(f"  fusion {fusion}: " + "; ".join(program.calls[i].text() for i in sorted(calls)))
+        lines += [f"    {line}" for line in halo_lines(f, calls)]
         if calls not in f.ranked:     # legal, but no implementation fits these sizes
             lines.append(f"    {one_pass(f, calls) or f.sized_out.get(calls, '')}")
             continue

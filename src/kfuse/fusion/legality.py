@@ -7,6 +7,7 @@ values (``reasons.py``); ``str()`` of a reason is its sentence in ``explain()``.
 from __future__ import annotations
 
 from ..ir.graph import DependencyGraph
+from ..ir.halo import inputs_made_inside, why_not_recomputed
 from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
 from .reasons import (Cycle, Dependent, GatherBarrier, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers,
@@ -129,8 +130,11 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
     in the same block: a variant of the producer spans the reduced axes whole (and one of the
     consumer walks the same strips), so the global barrier becomes a block barrier.  An input
     read beyond its element (``reach``: a stencil's neighbours, a gather) is read from global
-    memory, where other blocks' entries are complete only after the kernel that makes them.  Whether the
+    memory, where other blocks' entries are complete only after the kernel that makes them --
+    except a stencil's neighbours made by a map that reads only global memory (no input made in
+    the fusion): the kernel recomputes them across the halo (``ir/halo.py``).  Whether the
     rows fit that block depends on the sizes: ``fits_at`` decides per implementation."""
+    made: set[int] | None = None
     for p, c in graph.edges_within(fusion):
         key = ("exchange", p, c)
         if key not in graph.memo:
@@ -138,7 +142,20 @@ def exchanges_on_chip(program: Program, graph: DependencyGraph, fusion: frozense
         reason = graph.memo[key]
         if reason is not None:
             return reason
+        for v in graph.memo.get(("halo", p, c), ()):
+            if made is None:
+                made = {x.id for i in fusion for x in program.calls[i].outputs}
+            inside = inputs_made_inside(program.calls[p], made)
+            if inside is not None:
+                return GatherBarrier(program.calls[c], program.calls[p], v, "neighbours",
+                                     f"{inside.name}, which it reads, is made in this kernel too")
     return None
+
+
+def halo_recomputes(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> list[tuple[int, int, Value]]:
+    """(producer, consumer, value) of each value a legal fusion recomputes across a stencil's halo
+    (``exchanges_on_chip`` judged its edges first: ``graph.memo``)."""
+    return [(p, c, v) for p, c in sorted(graph.edges_within(fusion)) for v in graph.memo.get(("halo", p, c), ())]
 
 
 def _edge_exchange(program: Program, graph: DependencyGraph, p: int, c: int
@@ -154,7 +171,15 @@ def _edge_exchange(program: Program, graph: DependencyGraph, p: int, c: int
             if a is not v:
                 continue
             if q.gathered:
-                return GatherBarrier(cons, prod, v, q.reach)
+                why = why_not_recomputed(prod, cons, q.reach)
+                if why is not None:
+                    return GatherBarrier(cons, prod, v, q.reach, why if q.reach == "neighbours" else "")
+                if q.index != out.index:
+                    return IndexBarrier(cons, prod, v, ''.join(q.index), ''.join(out.index))
+                halo = graph.memo.setdefault(("halo", p, c), [])
+                if v not in halo:
+                    halo.append(v)     # recomputed across the halo: exchanges_on_chip checks its inputs
+                continue
             if q.index != out.index:
                 return IndexBarrier(cons, prod, v, ''.join(q.index), ''.join(out.index))
             if out.reduce and not q.partial:

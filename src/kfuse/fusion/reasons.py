@@ -114,11 +114,13 @@ class GatherBarrier:
     prod: Call
     value: Value
     reach: str
+    halo: str = ""      # why the value cannot be recomputed across a stencil's halo (ir/halo.py)
 
     def __str__(self) -> str:
         what = "the neighbours of each entry" if self.reach == "neighbours" else "entries anywhere"
         return (f"{self.cons.text()} reads {what} of {self.value.name}, which {self.prod.text()} makes: "
-                "a global barrier (the value must be complete before its kernel starts)")
+                "a global barrier (the value must be complete before its kernel starts)"
+                + (f"; not recomputed across the halo: {self.halo}" if self.halo else ""))
 
 
 @dataclass(frozen=True)
