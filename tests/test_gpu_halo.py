@@ -1,6 +1,6 @@
 """A stencil after a stencil (or after a map) in one kernel, on the GPU (run with -m gpu): the
 halo recompute (ir/halo.py, codegen/halo.py; CPU tests: tests/test_halo.py).  Each case's fused
-plan (made at a small size, where the model picks it, and pinned: it runs at every size) against
+plan (made at a small size by a model without the recompute's latency, and pinned: it runs at every size) against
 the float64 NumPy reference by relative error, on grids of 1, 2, 33 and 257 per side (2-D) and
 small odd 3-D grids, both dtypes, fresh random data, outputs given as NaN-poisoned arrays."""
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 import kfuse
 from kfuse.reference import evaluate, relative_error
 
-from test_halo import CASES, SMALL
+from test_halo import CASES, FUSING, SMALL
 
 pytestmark = pytest.mark.gpu
 TOL = {"float32": 1e-5, "float64": 1e-12}
@@ -26,7 +26,7 @@ SHAPES_3D = [(1, 1, 1), (2, 2, 2), (3, 5, 7), (5, 17, 33), (33, 17, 5), (7, 1, 9
 
 def _fused(case: str, dtype: str):
     script, fused = GPU_CASES[case]
-    prog = kfuse.compile(script, dtype=dtype, calibration=False, tuned=False, sizes=SMALL)
+    prog = kfuse.compile(script, dtype=dtype, calibration=FUSING, tuned=False, sizes=SMALL)
     groups = [sorted(kc.call.function.name for kc in k.spec.calls) for k in prog.kernels]
     assert fused in groups, f"{case}: the model did not fuse at {SMALL}: {groups}"
     assert "kf_halo_" in prog.cuda_source
@@ -78,7 +78,7 @@ def test_3d_halo_recompute(case, shape, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_halo_recompute_matches_the_two_kernel_plan(dtype):
-    """The fused kernel and the plan of two kernels (planned at 2^24 entries) agree on 65^3."""
+    """The fused kernel and the plan of two kernels (the default model's at 65^3) agree on 65^3."""
     import cupy as cp
     script = GPU_CASES["lap7_lap7"][0]
     fused = _fused("lap7_lap7", dtype)

@@ -8,14 +8,15 @@ from __future__ import annotations
 import pytest
 
 import kfuse
-from kfuse.cost.transfer import gathered_values, halo_bytes
+from kfuse.cost.transfer import Machine, gathered_values, halo_time
 from kfuse.fusion.legality import why_not
 from kfuse.ir.graph import DependencyGraph
 from kfuse.ir.halo import neighbourhood, point_variant, reads_per_point, why_not_recomputed
 
 from test_nvcc import nvcc_compile
 
-SMALL = {"u.len": 4096}         # a size where recomputing the halo is the cheaper plan
+SMALL = {"u.len": 4096}         # a size where recomputing the halo is the cheaper plan, given
+FUSING = Machine(halo_latency=0.0)      # a transfer model that leaves out the recompute's latency
 
 # (case, script, the functions of the fused kernel)
 CASES = {
@@ -32,8 +33,8 @@ CASES = {
 }
 
 
-def _compile(script: str, dtype: str = "float32", sizes=SMALL):
-    return kfuse.compile(script, dtype=dtype, calibration=False, tuned=False, sizes=sizes)
+def _compile(script: str, dtype: str = "float32", sizes=SMALL, model=FUSING):
+    return kfuse.compile(script, dtype=dtype, calibration=model, tuned=False, sizes=sizes)
 
 
 def _groups(prog) -> list[list[str]]:
@@ -108,7 +109,17 @@ def test_the_model_prices_the_recompute():
     assert _groups(large) == [["lap7"], ["lap7"]]
     (k,) = small.kernels
     assert gathered_values(k) == {small.program.inputs[0].id}      # u read, v evaluated
-    assert halo_bytes(k, {v.id: 4096 for v in small.program.values}, 4) == 4096 * 7 * 7 * 4
+    entries = {v.id: 4096 for v in small.program.values}
+    m = Machine()
+    assert halo_time(k, entries, 4, m) == pytest.approx(4096 * 7 * 7 * 4 / m.cache_bandwidth + m.halo_latency)
+    # a map's recompute reads at twice the pace; with the recompute's latency (the default model,
+    # as measured) two kernels are the plan at 4096 points too, a stencil after a map fuses at 2^24
+    axpy = _compile(CASES["lap7_axpy"][0])
+    (ka,) = [k for k in axpy.kernels if len(k.spec.calls) > 1]
+    assert halo_time(ka, {v.id: 4096 for v in axpy.program.values}, 4, FUSING) == pytest.approx(
+        4096 * 7 * 2 * 4 / (2 * FUSING.cache_bandwidth))
+    assert _groups(_compile(CASES["lap7_lap7"][0], model=False)) == [["lap7"], ["lap7"]]
+    assert ["axpy", "lap7"] in _groups(_compile(CASES["lap7_axpy"][0], sizes={"u.len": 2 ** 24}, model=False))
     fused = next(f for f in large.search.explain().splitlines() if f.startswith("  fusion {c0, c1}"))
     assert fused and large.plan.predicted < 1e-4
 

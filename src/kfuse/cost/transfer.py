@@ -3,7 +3,7 @@
 time(kernel) = bytes it moves / bandwidth + launch overhead + a memset when it has reduced outputs
                + atomic traffic of reduced outputs stored every serial iteration
                + local barriers executed every serial iteration
-               + reads of values recomputed across a stencil's halo / cache bandwidth (``halo_bytes``)
+               + the recompute of values across a stencil's halo (``halo_time``)
 (a kernel of thread-block clusters streams at its widest tile's pace, and no faster than its
 strips follow each other: ``cluster_stream``)
 time(plan)   = sum over its kernels
@@ -37,10 +37,16 @@ class Machine:
     # sums through the cluster's shared memories, the cluster barrier;
     # docs/design.md, "Strips, clusters and bands")
     cluster_strip: float = 2.2e-6
-    # bytes/s of the reads a kernel makes to recompute a value across a stencil's halo (``halo_bytes``):
-    # they hit L1/L2 (the neighbours of the kernel's own reads), not DRAM; an estimate (H100: L1 and
-    # L2 serve several times the copy bandwidth), not a measurement
-    cache_bandwidth: float = 20e12
+    # bytes/s of the reads a kernel makes to recompute a stencil across another stencil's halo
+    # (``halo_time``): they hit L1/L2 (the neighbours of the kernel's own reads), not DRAM.  Measured
+    # (H100, lap7 of lap7 at 256^3 and lap5 of lap5 at 4096^2, both dtypes: 16-20 TB/s over the two
+    # kernels' traffic); a map's recompute (no index arithmetic, no edges) goes twice as fast (lap7
+    # of axpy at 256^3: 35-49 TB/s)
+    cache_bandwidth: float = 16e12
+    # and a recomputed value lengthens every thread's chain of dependent reads: one kernel with
+    # the recompute measured slower than two kernels at 64^3 in every case (lap7 of axpy 1.14x, of
+    # lap7 1.6x), as if it cost two launches more
+    halo_latency: float = 5e-6
     # the GPU's multiprocessor facts, as a calibration's ``device`` (the planner's waves and serial
     # iterations, a cluster kernel's resident blocks)
     device: dict = field(default_factory=lambda: dict(H100_FACTS), compare=False, hash=False)
@@ -94,22 +100,27 @@ def gathered_values(code: KernelCode) -> set[int]:
     return out
 
 
-def halo_bytes(code: KernelCode, entries: dict[int, int], itemsize: int) -> int:
-    """Bytes a kernel reads to recompute values across stencils' halos (``ir/halo.py``): every point
-    of a stencil reading such a value evaluates its producer at each point of its neighbourhood
-    (``neighbourhood``: the star or the box), and each evaluation reads the producer's inputs
-    (``reads_per_point``: lap7 of a lap7 reads 7 x 7 entries a point, of an axpy 7 x 2).  Their
-    first reads are the producer's own passes over its inputs, counted in ``kernel_bytes``."""
+def halo_time(code: KernelCode, entries: dict[int, int], itemsize: int, machine: Machine) -> float:
+    """Seconds a kernel spends recomputing values across stencils' halos (``ir/halo.py``): every
+    point of a stencil reading such a value evaluates its producer at each point of its
+    neighbourhood (``neighbourhood``: the star or the box), and each evaluation reads the
+    producer's inputs (``reads_per_point``: lap7 of a lap7 reads 7 x 7 entries a point, of an axpy
+    7 x 2) at the cache bandwidth (twice that for a producer that is no stencil), plus the
+    recompute's latency (``Machine.halo_latency``).  The first reads of the producer's inputs are
+    its own passes over them, counted in ``kernel_bytes``."""
     if not any(kc.call.function.grid for kc in code.spec.calls):
-        return 0
+        return 0.0
     halo = recomputed(code.spec.calls)
-    total = 0
+    seconds = 0.0
     for kc in code.spec.calls:
         fn = kc.call.function
         for p, a in zip(fn.inputs, kc.call.args):
             if fn.grid and p.reach == "neighbours" and isinstance(a, Value) and a.id in halo:
-                total += entries[a.id] * neighbourhood(fn) * reads_per_point(halo[a.id].call.function)
-    return total * itemsize
+                producer = halo[a.id].call.function
+                reads = entries[a.id] * neighbourhood(fn) * reads_per_point(producer) * itemsize
+                seconds += (reads / (machine.cache_bandwidth * (1 if producer.grid else 2))
+                            + machine.halo_latency)
+    return seconds
 
 
 def atomic_warps(code: KernelCode, dims: dict[int, int]) -> int:
@@ -160,6 +171,6 @@ def cluster_stream(code: KernelCode, dims: dict[int, int], seconds: float, machi
 def kernel_time(code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int,
                 machine: Machine = DEFAULT_MACHINE) -> float:
     stream = cluster_stream(code, dims, kernel_bytes(code, entries, itemsize, dims) / machine.bandwidth, machine)
-    return (stream + machine.launch + halo_bytes(code, entries, itemsize) / machine.cache_bandwidth
+    return (stream + machine.launch + halo_time(code, entries, itemsize, machine)
             + bool(code.launch.clears) * machine.clear + atomic_warps(code, dims) * machine.atomic
             + loop_barriers(code, dims) * machine.barrier)
