@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import platform
-import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import kfuse
 from kfuse.cost.transfer import Machine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stencils import copy_bandwidth, timed     # noqa: E402 - benchmarks/ is no package
 
 CASES = {   # name: (script, shapes)
     "lap7(lap7)": ("vector u, v, w;\ninput u;\nv = lap7(u);\nw = lap7(v);\nreturn w;\n",
@@ -33,36 +37,12 @@ CASES = {   # name: (script, shapes)
 }
 
 
-def copy_bandwidth() -> float:
-    import cupy as cp
-    a = cp.empty(1 << 28, np.uint8)
-    b = cp.empty_like(a)
-    return 2 * a.nbytes / timed(lambda: b.__setitem__(Ellipsis, a), 10)
-
-
-def timed(fn, reps: int = 30) -> float:
-    """Median seconds of ``fn()`` by CUDA events."""
-    import cupy as cp
-    for _ in range(3):
-        fn()
-    cp.cuda.Device().synchronize()
-    out = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-    return statistics.median(out)
-
-
 def main(argv=None) -> int:
     import cupy as cp
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="markdown file to write")
     args = ap.parse_args(argv)
-    bw = copy_bandwidth()
+    bw = copy_bandwidth(np.float32)
     rows = []
     for dtype in ("float32", "float64"):
         for name, (script, shapes) in CASES.items():
@@ -82,7 +62,7 @@ def main(argv=None) -> int:
                 got = fused(**ins)
                 err = float(cp.abs(got - ref).max() / cp.abs(ref).max())
                 assert err < (1e-5 if dtype == "float32" else 1e-12), f"{name} {shape}: {err:.1e}"
-                t1, t2, tk = (timed(lambda p=p: p(**ins)) * 1e6 for p in (fused, apart, picked))
+                t1, t2, tk = (timed(lambda p=p: p(**ins), 30) * 1e6 for p in (fused, apart, picked))
                 vectors = sum(1 for v in fused.program.inputs if v.type != "scalar") + 1
                 limit = vectors * n * np.dtype(dtype).itemsize / bw * 1e6
                 which = "one" if "kf_halo_" in picked.cuda_source else f"{len(picked.kernels)}"
