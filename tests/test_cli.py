@@ -233,6 +233,18 @@ def test_plan_json(capsys):
     assert doc["plans"][0] == doc["plan"] and "macros" in doc["plan"]["kernels"][0]["calls"][0]
 
 
+def test_plan_loop_prices_a_device_loop_step(capsys):
+    """--loop: the plan as one step of a device loop (cost/queued.py), in text and JSON."""
+    from kfuse.cost.queued import H100
+    assert main(["plan", GEMVER, "--loop", "--size", "1024", "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["loop_step"]
+    assert step["graph_nodes"] >= 1 and len(step["grids"]) >= step["graph_nodes"]
+    want = step["bodies_us"] + step["graph_nodes"] * H100.node * 1e6 + step["merged_phases"] * H100.phase * 1e6
+    assert abs(step["us"] - want) < 0.01
+    assert main(["plan", GEMVER, "--loop"]) == 0
+    assert "as one step of a device loop: predicted" in capsys.readouterr().out
+
+
 def test_plan_graph_is_dot_only_with_kernel_clusters(capsys):
     assert main(["plan", GEMVER, "--graph"]) == 0
     out = capsys.readouterr().out

@@ -283,3 +283,21 @@ def test_clears_are_placed_between_their_uses():
     # never a late clear in phase 0 (the condition reads the next step's outputs there)
     assert place_clears([-1], [0], 0) == [(1, True)]
     assert place_clears([-1], [big], 0) == [(0, False)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_loop_step_is_priced_by_graph_nodes_and_merged_phases(dtype):
+    """cost/queued.py: CG's step at n = 1024 is a gemv over many blocks and three one-block vector
+    kernels (one merged run: 2 nodes, 3 phases); at 4096 its last kernel takes several blocks (3
+    nodes, 2 phases).  The price is the bodies plus the terms, and far below the host launches'."""
+    import cg
+    from kfuse.cost.queued import H100, step_price
+    for n, nodes, phases in ((1024, 2, 3), (4096, 3, 2)):
+        A, v, s = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
+        c0 = kfuse.jit(cg.cg_update).compile(A, v, v, v, s)
+        c = c0.for_sizes({d.id: n for d in c0.program.dims})
+        search = c.search
+        step = step_price(search.model, c.kernels, search.dims, search.entries, search.itemsize)
+        assert (step.nodes, step.phases) == (nodes, phases), step
+        assert step.seconds == pytest.approx(step.bodies + nodes * H100.node + phases * H100.phase)
+        assert 0 < step.bodies < step.seconds < c.plan.predicted

@@ -81,12 +81,20 @@ def cmd_plan(args) -> int:
         if args.timings:
             prog.cuda_source
             doc["timings_s"] = {k: round(v, 6) for k, v in prog.timings.seconds.items()}
+        if args.loop and search is not None:
+            step = _loop_step(prog)
+            doc["loop_step"] = {"us": round(step.seconds * 1e6, 3), "bodies_us": round(step.bodies * 1e6, 3),
+                                "graph_nodes": step.nodes, "merged_phases": step.phases, "grids": list(step.grids)}
         print_json(doc)
         return 0
     print(prog.describe())
     if search is not None:
         print(search.explain() if args.explain else search.explain().splitlines()[0])
         print(f"planned in {elapsed:.3f} s (without NVRTC); ranked by the {search.model.name}")
+        if args.loop:
+            step = _loop_step(prog)
+            print(f"as one step of a device loop: predicted {step.seconds * 1e6:.1f} us ({step.nodes} graph node(s), "
+                  f"{step.phases} merged phase(s), kernel bodies {step.bodies * 1e6:.1f} us; cost/queued.py)")
         if args.all:
             print(f"plans in predicted order (first {args.all}):")
             full = log.isEnabledFor(logging.DEBUG)
@@ -96,6 +104,13 @@ def cmd_plan(args) -> int:
         prog.cuda_source            # the emit pass
         print(prog.timings.describe())
     return 0
+
+
+def _loop_step(prog):
+    """The plan of ``prog`` priced as one step of a device loop (``cost/queued.py``)."""
+    from .cost.queued import step_price
+    search = prog.search
+    return step_price(search.model, prog.kernels, search.dims, search.entries, search.itemsize)
 
 
 def cmd_run(args) -> int:
@@ -201,6 +216,9 @@ def _script_commands(sub) -> None:
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="plan for this size of a script dimension (repeatable; a bare N sets every dimension "
                    "not named; default: the model's, 8192 per matrix side, 2^24 per vector)")
+    p.add_argument("--loop", action="store_true",
+                   help="also price the plan as one step of a device loop (kfuse.fori_loop): its kernels' bodies, "
+                        "graph nodes and merged phases instead of host launches")
     _on_strips(p)
     p.set_defaults(fn=cmd_plan)
     p = sub.add_parser("run", help="run on random inputs, check against NumPy, print the time (GPU)")

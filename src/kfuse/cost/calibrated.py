@@ -11,8 +11,8 @@ routines; stores of reduced outputs include their atomic adds (they were measure
 A micro-kernel's atomic stores meet few other blocks' stores to the same addresses; in a real
 kernel every block walking the same instances adds to the same outputs at about the same time.
 That contention is the transfer model's fitted term (per warp adding an instance's partial
-inside the serial loop; docs/design.md, 'The calibrated model'), added
-outside the max.  Environments not measured exactly are interpolated:
+inside the serial loop; docs/design.md, 'The calibrated model'), added outside the max.
+Environments not measured exactly are interpolated:
 
 * instances per block: linearly in log2 between the two nearest measured values (clamped);
 * unroll: linearly between the two nearest measured values (clamped); a loop unrolled beyond its

@@ -66,6 +66,10 @@ class Machine:
         """The interface every cost model offers (cost.Model)."""
         return kernel_time(code, dims, entries, itemsize, self)
 
+    def body_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
+        """``kernel_time`` without the launch and clear terms (a device loop's step: ``queued.py``)."""
+        return kernel_time(code, dims, entries, itemsize, self) - self.launch - bool(code.launch.clears) * self.clear
+
 
 DEFAULT_MACHINE = Machine()
 

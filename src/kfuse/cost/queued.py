@@ -1,0 +1,94 @@
+"""A plan priced as one step of a device loop (``kfuse.fori_loop``, ``kfuse.while_loop``).
+
+In a device loop a step's kernels are nodes of a CUDA graph that the GPU runs back to back, and
+runs of consecutive one-block kernels are merged into one kernel of one block, one phase per
+kernel (``runtime/merged.py``).  A kernel_time's launch and clear terms (a launch timed alone
+from Python, a memset before the kernel) do not apply there.  A step costs:
+
+    sum of its kernels' bodies (transfer, compute, barriers, atomics: kernel_time without the
+    launch and the clear) + ``node`` for each graph node (a kernel, or a merged run)
+    + ``phase`` for each kernel that runs as a phase of a merged run
+
+The two terms are H100 values fitted on measured device-loop steps of five iterative methods
+(docs/experiments.md, "A loop step's time from graph-node and merged-phase terms").  No
+calibration measures them yet, and the planner does not rank loop bodies by this price:
+``kfuse plan --loop`` shows it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..codegen.kernel import KernelCode
+from ..errors import KfuseError
+from ..ir.kernel import target_blocks
+from .transfer import DEFAULT_MACHINE
+
+
+@dataclass(frozen=True)
+class QueuedTerms:
+    node: float = 1.39e-6       # s per graph node of a step (a kernel, or a merged run)
+    phase: float = 1.16e-6      # s per kernel run as a phase of a merged run
+
+
+H100 = QueuedTerms()
+
+
+@dataclass(frozen=True)
+class StepPrice:
+    seconds: float      # the step
+    bodies: float       # of which the kernels' bodies
+    nodes: int          # graph nodes
+    phases: int         # kernels run as phases of merged runs
+    grids: tuple[int, ...]      # each kernel's blocks
+
+
+def one_block(code: KernelCode, grid: int) -> bool:
+    """Whether a kernel may run as a phase of a merged run (``runtime/merged.runs``: one block of
+    whole warps, no clusters)."""
+    L = code.launch
+    return grid == 1 and L.cluster == 1 and L.threads % 32 == 0 and L.threads <= 1024
+
+
+def body_seconds(model, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
+    """A kernel's time without its launch and clear terms: the calibrated model's parts (a kernel
+    with routines it did not measure: the transfer model's), the transfer model's ``body_time``,
+    else kernel_time less the launch term."""
+    parts = getattr(model, "kernel_parts", None)
+    if parts is not None:
+        try:
+            p = parts(code, dims, itemsize)
+        except KfuseError:          # routines the calibration did not measure
+            return DEFAULT_MACHINE.body_time(code, dims, entries, itemsize)
+        return max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"]
+    body = getattr(model, "body_time", None)
+    if body is not None:
+        return float(body(code, dims, entries, itemsize))
+    return max(0.0, model.kernel_time(code, dims, entries, itemsize) - model.launch_seconds)
+
+
+def step_price(model, kernels: Sequence[KernelCode], dims: dict[int, int], entries: dict[int, int],
+               itemsize: int, terms: QueuedTerms = H100) -> StepPrice:
+    """The price of a plan's ``kernels`` (in launch order) as one step of a device loop at sizes
+    ``dims``; the grids are the launch's (serial iterations for about two waves of blocks on the
+    model's GPU, as ``runtime/order.launch_shape`` sets them)."""
+    dev = model.device
+    grids = []
+    for code in kernels:
+        L = code.launch
+        grids.append(L.grid(dims, L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))))
+    bodies = sum(body_seconds(model, code, dims, entries, itemsize) for code in kernels)
+    nodes = phases = 0
+    k = 0
+    while k < len(kernels):
+        e = k
+        while e < len(kernels) and one_block(kernels[e], grids[e]):
+            e += 1
+        if e > k:                   # a run of one-block kernels: one node, a phase each
+            nodes, phases, k = nodes + 1, phases + e - k, e
+        else:
+            nodes, k = nodes + 1, k + 1
+    return StepPrice(bodies + nodes * terms.node + phases * terms.phase, bodies, nodes, phases, tuple(grids))
+
+
+__all__ = ["QueuedTerms", "H100", "StepPrice", "step_price", "body_seconds", "one_block"]
