@@ -498,3 +498,36 @@ def test_compile_sets_what_script_explain_and_cuda_source_describe():
     traced = f.trace(A, p)
     assert repr(traced) == str(traced) == traced.script.rstrip("\n")
     assert repr(traced).startswith("# traced") and "return" in repr(traced)
+
+
+def test_closures_over_different_values_are_different_programs():
+    """The program cache keys a function by what it closes over: two closures of one function over
+    different tuples, lists, dicts or NumPy scalars trace different programs (they once shared the
+    first one's, a wrong answer in silence); equal values share one."""
+    def make(c):
+        def f(x, y):
+            return c[0] * x + y
+        return f
+    x = np.zeros(37, np.float32)
+    for a, b in (((2.0,), (3.0,)), ([2.0], [3.0]), ({0: 2.0}, {0: 3.0})):
+        f1, f2 = kfuse.jit(make(a)), kfuse.jit(make(b))
+        assert f1.cache_key(x, x) != f2.cache_key(x, x)
+        assert f1.compile(x, x) is not f2.compile(x, x)
+        assert "2" in f1.trace(x, x).script and "3" in f2.trace(x, x).script
+    assert kfuse.jit(make((2.0,))).compile(x, x) is kfuse.jit(make((2.0,))).compile(x, x)
+    s1, s2 = kfuse.jit(make((np.float32(2.0),))), kfuse.jit(make((np.float32(3.0),)))
+    assert s1.cache_key(x, x) != s2.cache_key(x, x)
+
+
+def test_loop_bodies_closing_over_different_values_are_different_bodies():
+    """The same for device loops' traced bodies (loops._body): a lambda over one coefficient tuple
+    is not the body traced for another."""
+    from kfuse import loops
+    x = np.zeros(37, np.float32)
+
+    def body(c):
+        return lambda i, s: (s[0] * c[0] + s[1], s[1])
+    b1, _ = loops._body(body((2.0,)), True, (x, x), "fori_loop")
+    b2, _ = loops._body(body((3.0,)), True, (x, x), "fori_loop")
+    b3, _ = loops._body(body((2.0,)), True, (x, x), "fori_loop")
+    assert b1 is not b2 and b1 is b3

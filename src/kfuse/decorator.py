@@ -29,6 +29,7 @@ import functools
 import hashlib
 import inspect
 import marshal
+import types
 from pathlib import Path
 from typing import Any
 
@@ -352,19 +353,37 @@ def _code_digest(code) -> str:
 
 
 def _code_key(fn, depth: int = 0) -> tuple:
-    """The function's bytecode and constants (nested functions included), the numbers it
-    closes over (constants of the compiled program), and the keys of the functions it closes
-    over (a wrapper ``lambda i, s: body(s)`` is a new program for each ``body``)."""
-    cells: list = []
-    for c in fn.__closure__ or ():
-        v = _cell(c)
-        if isinstance(v, (int, float, str, bool, type(None))):
-            cells.append(v)
-        elif isinstance(v, JitFunction):
-            cells.append(_code_key(v.fn, depth + 1) if depth < 8 else id(v))
-        elif callable(v) and hasattr(v, "__code__"):
-            cells.append(_code_key(v, depth + 1) if depth < 8 else id(v))
-    return (_code_digest(fn.__code__), tuple(cells))
+    """The function's bytecode and constants (nested functions included) and what it closes over:
+    numbers (constants of the compiled program), the keys of the functions it calls (a wrapper
+    ``lambda i, s: body(s)`` is a new program for each ``body``), tuples, lists and dicts by their
+    contents, anything else by identity (``_value_key``).  Two closures of one function over
+    different values are different programs."""
+    return (_code_digest(fn.__code__), tuple(_value_key(_cell(c), depth) for c in fn.__closure__ or ()))
+
+
+_KEPT: dict[int, object] = {}       # objects keyed by identity, kept alive so that no other takes their id
+
+
+def _value_key(v, depth: int):
+    """A hashable key of a value a traced function closes over, equal only for values that trace
+    alike."""
+    if v is None or isinstance(v, (bool, int, float, complex, str)):
+        return (type(v).__name__, v)
+    if isinstance(v, np.generic):
+        return (type(v).__name__, v.item())
+    if depth < 8:
+        if isinstance(v, JitFunction):
+            return _code_key(v.fn, depth + 1)
+        if callable(v) and hasattr(v, "__code__"):
+            return _code_key(v, depth + 1)
+        if isinstance(v, (tuple, list)):
+            return (type(v).__name__, tuple(_value_key(x, depth + 1) for x in v))
+        if isinstance(v, dict):
+            return ("dict", tuple((_value_key(k, depth + 1), _value_key(x, depth + 1)) for k, x in v.items()))
+    if isinstance(v, types.ModuleType):
+        return ("module", v.__name__)
+    _KEPT[id(v)] = v
+    return ("object", type(v).__qualname__, id(v))
 
 
 def _cell(c):
