@@ -108,7 +108,7 @@ class _Emitter:
         self.views: dict[str, str] = {}
         # values a stencil of the kernel reads around its point and another call of it makes: read
         # through halo views that evaluate their producer (ir/halo.py, codegen/halo.py)
-        self.halo = recomputed(spec.calls) if any(kc.call.function.grid for kc in spec.calls) else {}
+        self.halo = recomputed(spec.calls)
 
     def w(self, line: str) -> None:
         self.out.append(line)

@@ -100,7 +100,7 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
     seen_vals: set[int] = set()
     scalars: dict[int, Value] = {}
     read: list[frozenset[int]] = []    # the ids of the values each routine step reads
-    halo = _halo(spec)
+    halo = recomputed(spec.calls)     # values read through halo views (codegen/halo.py)
     for s in steps:
         r = s.routine
         if r is None:
@@ -111,7 +111,7 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
         if warp:
             warp_wide.append((s, XY))
         for g, v in zip(array_args, read_arrays):       # an array argument of each array read
-            if v.id not in seen_vals and not (v.id in halo and s.kc.call.function.grid and r.kind == "compute"):
+            if v.id not in seen_vals and not _read_by_halo(halo, s, r, v.id):
                 seen_vals.add(v.id)
                 arrays.append(g)
         for v in read_scalars:
@@ -156,12 +156,10 @@ def _frame_base(spec: KernelSpec, lib: Library, tile: tuple[int, int] | None, st
                                 _prior(own, args, clears), read)
 
 
-def _halo(spec: KernelSpec) -> dict[int, KernelCall]:
-    """The values the kernel recomputes across a stencil's halo (``ir/halo.py``): read through halo
-    views (``codegen/halo.py``), not as arrays, by the stencils; their producers' point variants."""
-    if not any(kc.call.function.grid for kc in spec.calls):
-        return {}
-    return recomputed(spec.calls)
+def _read_by_halo(halo: dict[int, KernelCall], s: Step, routine, vid: int) -> bool:
+    """Whether a step's routine reads value ``vid`` through a halo view (a stencil's compute
+    reading a value recomputed across its halo: ``ir/halo.py``), not as an array argument."""
+    return vid in halo and bool(s.kc.call.function.grid) and routine.kind == "compute"
 
 
 def _point_files(kc: KernelCall) -> tuple:
@@ -202,8 +200,7 @@ def kernel_args(steps, axis_dims, extents, cluster: tuple[int, int] = (1, -1)) -
         if s.routine is None:
             continue
         for g in s.kc.array_args(s.routine):
-            if g.value.id not in seen_vals and not (g.value.id in halo and s.kc.call.function.grid
-                                                    and s.routine.kind == "compute"):
+            if g.value.id not in seen_vals and not _read_by_halo(halo, s, s.routine, g.value.id):
                 seen_vals.add(g.value.id)
                 args.append(g)
         for v in s.kc.routine_values(s.routine)[1]:

@@ -100,8 +100,8 @@ def gathered_values(code: KernelCode) -> set[int]:
             params = {p.name: p for p in s.kc.call.function.params}
             binds = s.kc.call.bindings()
             out |= {binds[a.name].id for a in s.routine.args if a.kind == "global" and params[a.name].gathered}
-    if out and any(kc.call.function.grid for kc in code.spec.calls):
-        out -= set(recomputed(code.spec.calls))     # evaluated, not read: halo_bytes
+    if out:
+        out -= set(recomputed(code.spec.calls))     # evaluated, not read: halo_time
     return out
 
 
@@ -113,9 +113,9 @@ def halo_time(code: KernelCode, entries: dict[int, int], itemsize: int, machine:
     7 x 2) at the cache bandwidth (twice that for a producer that is no stencil), plus the
     recompute's latency (``Machine.halo_latency``).  The first reads of the producer's inputs are
     its own passes over them, counted in ``kernel_bytes``."""
-    if not any(kc.call.function.grid for kc in code.spec.calls):
-        return 0.0
     halo = recomputed(code.spec.calls)
+    if not halo:
+        return 0.0
     seconds = 0.0
     for kc in code.spec.calls:
         fn = kc.call.function

@@ -69,7 +69,10 @@ def inputs_made_inside(prod: Call, fusion_outputs: set[int]) -> Value | None:
 def recomputed(calls: Sequence[KernelCall]) -> dict[int, KernelCall]:
     """Value id -> the kernel call that makes it, for each value a stencil among
     ``calls`` (a kernel's calls) reads around its point and another of them makes: the values the
-    kernel recomputes across the halo (legality allowed only these)."""
+    kernel recomputes across the halo (legality allowed only these); {} at once for a kernel
+    without a stencil."""
+    if not any(kc.call.function.grid for kc in calls):
+        return {}
     made = {v.id: kc for kc in calls for v in kc.call.outputs}
     out: dict[int, KernelCall] = {}
     for kc in calls:
