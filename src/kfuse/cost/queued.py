@@ -22,6 +22,7 @@ from typing import Sequence
 from ..codegen.kernel import KernelCode
 from ..errors import KfuseError
 from ..ir.kernel import target_blocks
+from ..runtime.merged import joins, spans     # the runtime's rule for merged runs
 from .transfer import DEFAULT_MACHINE
 
 
@@ -43,13 +44,6 @@ class StepPrice:
     grids: tuple[int, ...]      # each kernel's blocks
 
 
-def one_block(code: KernelCode, grid: int) -> bool:
-    """Whether a kernel may run as a phase of a merged run (``runtime/merged.runs``: one block of
-    whole warps, no clusters)."""
-    L = code.launch
-    return grid == 1 and L.cluster == 1 and L.threads % 32 == 0 and L.threads <= 1024
-
-
 def body_seconds(model, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
     """A kernel's time without its launch and clear terms: the calibrated model's parts (a kernel
     with routines it did not measure: the transfer model's), the transfer model's ``body_time``,
@@ -60,7 +54,7 @@ def body_seconds(model, code: KernelCode, dims: dict[int, int], entries: dict[in
             p = parts(code, dims, itemsize)
         except KfuseError:          # routines the calibration did not measure
             return DEFAULT_MACHINE.body_time(code, dims, entries, itemsize)
-        return max(p["transfer"] + p["barrier"], p["compute"]) + p["contention"]
+        return model.kernel_time(code, dims, entries, itemsize) - p["launch"] - p["clears"]
     body = getattr(model, "body_time", None)
     if body is not None:
         return float(body(code, dims, entries, itemsize))
@@ -73,22 +67,13 @@ def step_price(model, kernels: Sequence[KernelCode], dims: dict[int, int], entri
     ``dims``; the grids are the launch's (serial iterations for about two waves of blocks on the
     model's GPU, as ``runtime/order.launch_shape`` sets them)."""
     dev = model.device
-    grids = []
-    for code in kernels:
-        L = code.launch
-        grids.append(L.grid(dims, L.iterations(dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], L.threads))))
+    grids = tuple(code.launch.grid(dims, code.launch.iterations(
+        dims, target_blocks(dev["sms"], dev["max_threads_per_sm"], code.launch.threads))) for code in kernels)
     bodies = sum(body_seconds(model, code, dims, entries, itemsize) for code in kernels)
-    nodes = phases = 0
-    k = 0
-    while k < len(kernels):
-        e = k
-        while e < len(kernels) and one_block(kernels[e], grids[e]):
-            e += 1
-        if e > k:                   # a run of one-block kernels: one node, a phase each
-            nodes, phases, k = nodes + 1, phases + e - k, e
-        else:
-            nodes, k = nodes + 1, k + 1
-    return StepPrice(bodies + nodes * terms.node + phases * terms.phase, bodies, nodes, phases, tuple(grids))
+    runs = spans([joins(g, code.launch.threads, code, itemsize) for g, code in zip(grids, kernels)])
+    phases = sum(e - a for a, e in runs)            # a run of one-block kernels: one node, a phase each
+    nodes = len(kernels) - phases + len(runs)
+    return StepPrice(bodies + nodes * terms.node + phases * terms.phase, bodies, nodes, phases, grids)
 
 
-__all__ = ["QueuedTerms", "H100", "StepPrice", "step_price", "body_seconds", "one_block"]
+__all__ = ["QueuedTerms", "H100", "StepPrice", "step_price", "body_seconds"]

@@ -215,11 +215,21 @@ def folded_fields(inst, p: int) -> dict:
     return fields
 
 
+def joins(grid: int, threads: int, code, itemsize: int) -> bool:
+    """Whether a kernel launched with ``grid`` blocks of ``threads`` may join a run (see the module
+    docstring; ``cost/queued.py`` prices a loop step by the same rule)."""
+    return (grid <= MAX_GRID and threads % 32 == 0 and threads <= 1024 and code.launch.cluster == 1
+            and code.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES)
+
+
 def runs(launches, codes, itemsize: int) -> list[tuple[int, int]]:
     """[start, end) of each run of consecutive kernels that may share one block (see the module
     docstring), of any length; ``build`` decides which are worth a launch."""
-    ok = [L.grid <= MAX_GRID and L.threads % 32 == 0 and L.threads <= 1024 and c.launch.cluster == 1
-          and c.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES for L, c in zip(launches, codes)]
+    return spans([joins(L.grid, L.threads, c, itemsize) for L, c in zip(launches, codes)])
+
+
+def spans(ok: list[bool]) -> list[tuple[int, int]]:
+    """[start, end) of each run of consecutive True entries of ``ok``."""
     out, k = [], 0
     while k < len(ok):
         if not ok[k]:
@@ -331,4 +341,4 @@ def build(inst, folded: dict | None) -> Merged | None:
     return Merged(segments, functions, shapes, structs, folds)
 
 
-__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "joins", "spans", "kernel_text", "runs", "args_struct"]
