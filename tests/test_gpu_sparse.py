@@ -50,6 +50,13 @@ def lengths(kind: str, m: int, rng) -> np.ndarray:
         return n
     if kind == "wide":
         return rng.integers(60, 300, m)
+    if kind == "mixed":                                # streamed rows (some empty, some over a chunk) around
+        n = rng.integers(8, 40, m)                     # long ones: the first, two adjacent, the last
+        n[::7] = 0
+        n[m // 2] = 200
+        for r in (0, m // 3, m // 3 + 1, m - 1):
+            n[r] = 5000 + r % 7
+        return n
     raise KeyError(kind)
 
 
@@ -89,7 +96,7 @@ def device_csr(indptr, indices, data, shape, dtype):
 @pytest.mark.parametrize("index", [np.int32, np.int64])
 @pytest.mark.parametrize("m, n, kind", [
     (1, 1, "ones"), (33, 40, "short"), (1000, 1000, "mid"), (2053, 1500, "short"),
-    (2053, 120_000, "long"), (4099, 3000, "wide"), (1000, 700, "ones"),
+    (2053, 120_000, "long"), (4099, 3000, "wide"), (1000, 700, "ones"), (2053, 3000, "mixed"), (33, 50, "mixed"),
 ])
 def test_spmv_against_float64(dtype, index, m, n, kind):
     import cupy as cp
@@ -105,7 +112,8 @@ def test_spmv_against_float64(dtype, index, m, n, kind):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("m, n, kind", [(2053, 2053, "short"), (2053, 120_000, "long"), (1000, 1000, "mid")])
+@pytest.mark.parametrize("m, n, kind", [(2053, 2053, "short"), (2053, 120_000, "long"), (1000, 1000, "mid"),
+                                     (2053, 2053, "mixed")])
 def test_fused_cg_step_against_float64(dtype, m, n, kind):
     import cupy as cp
     if kind == "long":
@@ -138,10 +146,14 @@ def test_long_rows_take_the_instance_path_and_short_rows_their_lanes():
     A = device_csr(indptr, indices, data, (2053, 120_000), "float64")
     bound = P.bind(A=A, x=cp.ones(120_000))
     lanes, long_row = bound.binding.csr_mapping["A"]
-    assert long_row > 0 and lanes <= 4
+    assert long_row > 0 and 1 <= lanes <= 4
     indptr, indices, data = make(1000, 1000, "wide", 4)
     bound = P.bind(A=device_csr(indptr, indices, data, (1000, 1000), "float64"), x=cp.ones(1000))
-    assert bound.binding.csr_mapping["A"] == [32, 0]
+    assert bound.binding.csr_mapping["A"] == [0, 0]          # streamed
+    indptr, indices, data = make(2053, 3000, "mixed", 5)
+    bound = P.bind(A=device_csr(indptr, indices, data, (2053, 3000), "float64"), x=cp.ones(3000))
+    lanes, long_row = bound.binding.csr_mapping["A"]
+    assert lanes == 0 and 200 < long_row < 5000              # streamed around the long rows
 
 
 def test_cupyx_and_torch_sparse_inputs():

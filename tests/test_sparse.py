@@ -119,20 +119,36 @@ def test_the_transfer_model_counts_a_csr_matrix_by_its_non_zeros():
 @pytest.mark.parametrize("rows, nnz, longest, lanes, long_row", [
     (1000, 1000, 1, 1, 0),           # one entry per row: a thread per row
     (1000, 4000, 9, 4, 0),
-    (1000, 16000, 40, 16, 0),
-    (1000, 64000, 100, 32, 0),       # long rows: a warp per row
+    (1000, 5600, 9, 4, 0),           # 5.6 a row: still groups of 4
+    (1000, 5700, 12, 0, 0),          # 5.7 a row, nearer 8: streamed
+    (1000, 16000, 40, 0, 0),
+    (1000, 64000, 100, 0, 0),
     (1000, 5000, 100_000, 4, 256),   # one very long row: the whole instance sums it
-    (100, 20000, 5000, 32, 1600),    # rows of 200 on average, one of 5000
+    (100, 20000, 5000, 0, 1600),     # rows of 200 on average, one of 5000
 ])
 def test_row_mapping_follows_the_row_statistics(rows, nnz, longest, lanes, long_row):
     assert csr_inputs.mapping(rows, nnz, longest) == (lanes, long_row)
 
 
 def test_a_few_long_rows_do_not_widen_every_row():
-    """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would give every row a
-    warp; the median keeps the short rows' groups narrow and sends the long one to the instance."""
+    """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would stream every row;
+    the median keeps the short rows in narrow groups and sends the long one to the instance."""
     assert csr_inputs.mapping(2053, 125_000, 120_000, median=2) == (2, 256)
-    assert csr_inputs.mapping(2053, 125_000, 120_000) == (32, 487)
+    assert csr_inputs.mapping(2053, 125_000, 120_000) == (0, 487)
+
+
+def test_spmv_kernels_are_compiled_for_a_full_multiprocessor():
+    """spmv's variant asks for 2048 resident threads: every kernel holding it is compiled for
+    2048 / its threads blocks a multiprocessor (its loads wait on loads: more warps in flight)."""
+    import re
+    for src in (FUSED, CG_STEP):
+        prog = compiled(src)
+        for k in prog.kernels:
+            names = {kc.call.function.name for kc in k.spec.calls}
+            head = re.search(rf"__launch_bounds__\((\d+)(?:, (\d+))?\)[^\n]*\n{k.spec.name}\(", prog.cuda_source)
+            assert head, k.spec.name
+            threads, blocks = int(head[1]), int(head[2] or 1)
+            assert (threads * blocks == 2048) == ("spmv" in names), (k.spec.name, head[0])
 
 
 class _FakeScipy:
@@ -165,9 +181,10 @@ def _spmv_fn(**changes) -> dict:
         ],
         "variant": [{
             "name": "rows", "source": ["sparse.cu", "fn.cu"], "threads": [128, 1],
-            "locals": [{"name": "part", "element": "tile", "shape": [32, 4]}],
+            "locals": [{"name": "part", "element": "tile", "shape": [32, 4]},
+                       {"name": "slab", "element": "tile", "shape": [4, 128]}],
             "routines": [
-                {"name": "compute", "fn": "spmv_rows", "args": ["&A", "&x", "out:w:any"]},
+                {"name": "compute", "fn": "spmv_rows", "args": ["&A", "&x", "slab:w:any", "out:w:any"]},
                 {"name": "store_out", "fn": "blas1_store", "args": ["out:r:lane", "&out"], "threads": [32, 1]},
             ],
         }],
@@ -193,8 +210,9 @@ def _sparse_library(root, fn):
 
 
 def test_a_library_of_its_own_may_declare_a_csr_function(tmp_path):
-    lib = kfuse.load_library(_sparse_library(tmp_path / "lib", _spmv_fn()))
+    lib = kfuse.load_library(_sparse_library(tmp_path / "lib", _spmv_fn(**{"variant.0.resident_threads": 512})))
     assert lib.overloads("myspmv")[0].params[1].size == ("A.cols",)
+    assert lib.overloads("myspmv")[0].variants[0].resident_threads == 512
 
 
 @pytest.mark.parametrize("changes, field, words", [
@@ -205,6 +223,9 @@ def test_a_library_of_its_own_may_declare_a_csr_function(tmp_path):
     ({"params.1.size": ["A.nnz"]}, "size", "\"A.cols\""),
     ({"params.1.reach": "element"}, "size", "only inputs read beyond their element"),
     ({"params.1.index": ["i"]}, "size", "index = []"),
+    ({"variant.0.resident_threads": 100}, "resident_threads", "a power of two from 64 to 2048"),
+    ({"variant.0.resident_threads": 4096}, "resident_threads", "a power of two from 64 to 2048"),
+    ({"variant.0.resident_threads": "all"}, "resident_threads", "expected int"),
 ])
 def test_bad_csr_metadata_is_refused_at_load(tmp_path, changes, field, words):
     err = load_error(_sparse_library(tmp_path / "lib", _spmv_fn(**changes)))

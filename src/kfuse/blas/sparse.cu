@@ -1,6 +1,12 @@
 // Sparse matrix-vector product over a CSR matrix (sparse.toml): out = A x.
 // An instance is the 32 rows ix.i * KF_SUB .. + 31, run by 128 threads (t = tx; warp t / 32).
-//   spmv_rows      groups of A.lanes threads (a power of two) take the rows in turn: group g of
+//   spmv_rows      A.lanes == 0 (streamed rows): warp w takes rows 8 w .. 8 w + 7, whose entries are
+//                  one contiguous range, in chunks of 32 KF_SPMV_CHUNK entries: lane l loads entries
+//                  l, l + 32, ... of the chunk (all in flight at once, coalesced), writes their
+//                  products to the warp's slab in shared memory, and the 4 lanes of each row then
+//                  add its part of the chunk from there (kf_spmv_stream).  No row's bounds wait for
+//                  another's, and a row of any length keeps every lane loading.
+//                  A.lanes > 0: groups of A.lanes threads (a power of two) take the rows in turn: group g of
 //                  G = 128 / lanes takes rows g, g + G, ...; its lanes read entries lane, lane +
 //                  lanes, ... of the row (consecutive lanes, consecutive entries: coalesced) and
 //                  sum them by shuffles.  Each warp's groups make the same number of passes, so
@@ -33,12 +39,74 @@ KF_DEVICE void kf_spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VO& 
     }
 }
 
-template <class VO>
-KF_DEVICE void spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VO& out) {
-    if (A.wide)
+// entries each lane of a streaming warp has in flight per chunk (the slab holds 32 of them a lane)
+#define KF_SPMV_CHUNK 4
+
+template <class I, class VS, class VO>
+KF_DEVICE void kf_spmv_stream(const KfIx& ix, const KfCsr& A, const KfVec& x, VS& slab, VO& out) {
+    const unsigned all = 0xffffffffu;
+    const int w = ix.tx / 32, lane = ix.tx % 32;
+    const int j = lane / 4, q = lane % 4;                 // the row lane adds up (of 8), and its part
+    const long long row0 = ix.i * KF_SUB + 8 * w;
+    // lane j <= 8 reads the start of row row0 + j (rows past the end start at nnz: empty); offsets
+    // from the warp's first entry are ints (8 rows of fewer than 2^31 entries)
+    long long bound = 0;
+    if (lane <= 8) bound = A.start<I>(row0 + lane < A.rows ? row0 + lane : A.rows);
+    const long long lo = __shfl_sync(all, bound, 0);
+    const int rel = (int)(bound - lo);
+    const int b = __shfl_sync(all, rel, j), e = __shfl_sync(all, rel, j + 1), hi = __shfl_sync(all, rel, 8);
+    const bool is_long = A.long_row > 0 && e - b > A.long_row;
+    const unsigned longs = __ballot_sync(all, is_long && q == 0);     // bit 4 j: row j is left to spmv_long
+    const I* idx = static_cast<const I*>(A.idx) + lo;
+    const real* val = A.val + lo;
+    real s = real(0);
+    for (int c0 = 0;;) {                                  // warp-uniform: c0, c1 are the same in every lane
+        for (unsigned m = longs; m; m &= m - 1) {         // a chunk starting in a long row starts past it
+            const int r = (__ffs(m) - 1) / 4;
+            const int lb = __shfl_sync(all, rel, r), le = __shfl_sync(all, rel, r + 1);
+            if (c0 >= lb && c0 < le) c0 = le;
+        }
+        if (c0 >= hi) break;
+        int c1 = c0 + 32 * KF_SPMV_CHUNK < hi ? c0 + 32 * KF_SPMV_CHUNK : hi;
+        for (unsigned m = longs; m; m &= m - 1) {         // ... and ends where the next long row starts
+            const int lb = __shfl_sync(all, rel, (__ffs(m) - 1) / 4);
+            if (lb > c0 && lb < c1) c1 = lb;
+        }
+        I c[KF_SPMV_CHUNK];
+        real v[KF_SPMV_CHUNK];
+#pragma unroll
+        for (int u = 0; u < KF_SPMV_CHUNK; ++u) {
+            const int k = c0 + lane + 32 * u;
+            c[u] = k < c1 ? idx[k] : I(-1);
+            v[u] = k < c1 ? val[k] : real(0);
+        }
+#pragma unroll
+        for (int u = 0; u < KF_SPMV_CHUNK; ++u) slab.at(w, lane + 32 * u) = v[u] * kf_gather(x, (long long)c[u]);
+        __syncwarp();
+        if (!is_long) {
+            const int ke = e < c1 ? e : c1;
+            for (int k = (b > c0 ? b : c0) + q; k < ke; k += 4) s += slab.at(w, k - c0);
+        }
+        __syncwarp();                                     // the slab is the next chunk's
+        c0 = c1;
+    }
+    s += __shfl_xor_sync(all, s, 1);
+    s += __shfl_xor_sync(all, s, 2);
+    if (q == 0 && !is_long) out.at(8 * w + j) = s;
+}
+
+template <class VS, class VO>
+KF_DEVICE void spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VS& slab, VO& out) {
+    if (A.lanes == 0) {
+        if (A.wide)
+            kf_spmv_stream<long long>(ix, A, x, slab, out);
+        else
+            kf_spmv_stream<int>(ix, A, x, slab, out);
+    } else if (A.wide) {
         kf_spmv_rows<long long>(ix, A, x, out);
-    else
+    } else {
         kf_spmv_rows<int>(ix, A, x, out);
+    }
 }
 
 // entries of a long row each thread has in flight at once: their columns and values are loaded

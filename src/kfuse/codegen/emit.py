@@ -164,7 +164,8 @@ class _Emitter:
             assert self.cluster == 1, "a kernel of clusters runs only as its own launch"
             self.out += sk.device_open(spec.name, self.params())
         else:
-            self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem, self.cluster)
+            resident = max(kc.variant.resident_threads for kc in spec.calls)
+            self.out += sk.kernel_open(spec.name, fr.threads, self.params(), fr.smem, self.cluster, resident)
         gridded = grids.grid_reads(self.lay.steps)
         plain = grids.plain_reads(self.lay.steps)
         for g in fr.args:       # an array read only through grid views needs no plain view

@@ -29,11 +29,14 @@ def array_params(name: str, typ: str) -> list[str]:
     return [f"real* __restrict__ {name}_p"] + [f"long long {name}_{n}" for n in _DIMS[typ]]
 
 
-def kernel_open(name: str, threads: int, params: list[str], smem: int, cluster: int = 1) -> list[str]:
+def kernel_open(name: str, threads: int, params: list[str], smem: int, cluster: int = 1,
+                resident: int = 0) -> list[str]:
     """The __global__ function's head up to its opening brace, and its shared-memory array
-    (``cluster``: blocks per thread-block cluster, compiled in)."""
+    (``cluster``: blocks per thread-block cluster, compiled in; ``resident``: threads a
+    multiprocessor should hold at once, 0: the compiler's choice)."""
     dims = f" __cluster_dims__({cluster}, 1, 1)" if cluster > 1 else ""
-    lines = [f'extern "C" __global__ void __launch_bounds__({threads}){dims}',
+    blocks = f", {resident // threads}" if resident >= 2 * threads else ""
+    lines = [f'extern "C" __global__ void __launch_bounds__({threads}{blocks}){dims}',
              f"{name}(" + ",\n    ".join(params) + ")", "{"]
     if smem:
         lines.append(f"    __shared__ real kf_smem[{smem}];")

@@ -5,9 +5,10 @@
 // A CSR (compressed sparse row) matrix, read through this view only: row pointers (rows + 1
 // entries), column indices and values (nnz entries each).  The index arrays are 32-bit or 64-bit
 // integers as the caller's arrays are (wide = 1: 64-bit); a routine branches on it once, uniformly,
-// and runs code specialised for the type (start<I>, col<I>).  lanes (threads per row, a power of two
-// up to 32) and long_row (rows longer than this are summed by a whole instance; 0: no such row) are
-// chosen per binding from the row lengths (runtime/csr.py).  The binding has checked the structure
+// and runs code specialised for the type (start<I>, col<I>).  lanes (0: each warp streams its 8
+// rows; else threads per row, a power of two up to 32) and long_row (rows longer than this are
+// summed by a whole instance; 0: no such row) are chosen per binding from the row lengths
+// (runtime/csr.py).  The binding has checked the structure
 // (runtime/csr.py: monotone row pointers, columns inside [0, cols)); gather() still reads a column
 // outside [0, n) as 0 rather than outside the vector.
 struct KfCsr {

@@ -274,10 +274,14 @@ def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
     return Param(name, ptype, direction, index, hoist, reduce, pad, partial, reach, size)
 
 
+RESIDENT_THREADS = (64, 128, 256, 512, 1024, 2048)    # a variant's resident_threads: 2048 is an sm_90 multiprocessor's most
+
+
 def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int) -> Variant:
     _table(ctx, v, where)
     ctx.unknown_keys(v, {"name", "source", "threads", "macros", "instances_per_block", "locals",
-                         "routines", "tile", "whole", "cluster", "fallback", "triangle"}, where)
+                         "routines", "tile", "whole", "cluster", "fallback", "triangle",
+                         "resident_threads"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     sources = _sources(ctx, v, where)
@@ -319,9 +323,14 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
             raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
     triangle = _triangle(ctx, v, where, nesting, tile, whole)
+    resident = ctx.get(v, "resident_threads", where, int, 0)
+    if resident and (resident not in RESIDENT_THREADS or isinstance(resident, bool)):
+        raise ctx.fail(f"{where}.resident_threads", f"expected a power of two from {RESIDENT_THREADS[0]} to "
+                       f"{RESIDENT_THREADS[-1]} (threads a multiprocessor holds at once), got {resident!r}")
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole,
                       cluster=cluster, sources=sources if len(sources) > 1 else (),
-                      fallback=ctx.get(v, "fallback", where, str, None), triangle=triangle)
+                      fallback=ctx.get(v, "fallback", where, str, None), triangle=triangle,
+                      resident_threads=resident)
     _check_routines(ctx, variant, params, where)
     return replace(variant, warp_wide=cusource.check_definitions(ctx, variant, where))
 

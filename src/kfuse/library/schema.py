@@ -135,6 +135,11 @@ class Variant:
     # tile leave its entries below the diagonal unread.  A kernel of such a variant holds its call
     # alone and walks the upper tiles one after another (codegen/emit.py); None: every tile.
     triangle: str | None = None
+    # threads a multiprocessor should hold at once (0: the compiler's choice): a kernel holding
+    # the variant is compiled for that many (``__launch_bounds__``' second argument, so at most
+    # 65536 / resident_threads registers a thread).  For routines whose loads wait on loads (a
+    # gather through a sparse matrix's indices): more threads in flight hide the latency.
+    resident_threads: int = 0
 
     @property
     def files(self) -> tuple[Path, ...]:

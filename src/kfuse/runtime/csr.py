@@ -23,11 +23,13 @@ place behind the same pointers are not checked again; the kernels still read a c
 inside ``[0, rows]``.  Column indices need not be sorted within a row.
 
 Row mapping (docs/design.md, "Sparse mat-vec"): the same reductions give the mean and the longest
-row length, and the median row length; ``lanes`` (threads per row) is the power of two nearest the
-typical row length, the smaller of the mean and the median (a few very long rows must not widen
-every row's group), between 1 and 32, and rows longer than ``long_row`` (the larger of 256 and 8
-times the typical length) are summed by a whole instance's 128 threads instead of one group -- set
-only where such a row exists (0: none).
+row length, and the median row length.  The typical row length is the smaller of the mean and the
+median (a few very long rows must not set it).  Where the power of two nearest it is at least
+``STREAM_LANES`` (rows of about 6 entries or more), ``lanes`` is 0: each warp streams its 8 rows'
+entries, all in flight at once, whatever their lengths.  Shorter rows take ``lanes`` (that power
+of two, 1 to 4) threads a row.  Rows longer than ``long_row`` (the larger of 256 and 8 times the
+typical length) are summed by a whole instance's 128 threads instead -- set only where such a row
+exists (0: none).
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 PARTS = ("indptr", "indices", "data")
 LONG_MIN = 256          # rows at most this long always stay with one group of lanes
 LONG_FACTOR = 8         # ... and rows at most this many times the mean
+STREAM_LANES = 8        # rows whose groups would be this wide or wider are streamed instead
 
 
 class CSR(NamedTuple):
@@ -184,11 +187,12 @@ def fast_key(x) -> tuple[tuple, list[int], bool] | None:
 
 
 def mapping(rows: int, nnz: int, longest: int, median: float | None = None) -> tuple[int, int]:
-    """(lanes, long_row) for a matrix of these row statistics (see the module docstring)."""
+    """(lanes, long_row) for a matrix of these row statistics (see the module docstring); lanes 0:
+    streamed rows."""
     typical = nnz / rows if median is None else min(nnz / rows, median)
-    lanes = min(32, max(1, 2 ** round(math.log2(max(typical, 1.0)))))
+    lanes = max(1, 2 ** round(math.log2(max(typical, 1.0))))
     threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
-    return lanes, (threshold if longest > threshold else 0)
+    return (0 if lanes >= STREAM_LANES else lanes), (threshold if longest > threshold else 0)
 
 
 def validate(name: str, c: CSR, device: int) -> tuple[int, int]:
