@@ -145,15 +145,36 @@ def test_long_rows_take_the_instance_path_and_short_rows_their_lanes():
     P = prog(SPMV, "float64")
     A = device_csr(indptr, indices, data, (2053, 120_000), "float64")
     bound = P.bind(A=A, x=cp.ones(120_000))
-    lanes, long_row = bound.binding.csr_mapping["A"]
+    lanes, long_row = bound.binding.csr_mapping["A"][:2]
     assert long_row > 0 and 1 <= lanes <= 4
+    assert [launch.name for launch in bound.launches] == ["kf_spmv_long_rows", P.kernels[0].spec.name]
+    assert bound.launches[0].grid == -(-100_000 // 4096)     # the long row in pieces of 4096 entries
     indptr, indices, data = make(1000, 1000, "wide", 4)
     bound = P.bind(A=device_csr(indptr, indices, data, (1000, 1000), "float64"), x=cp.ones(1000))
-    assert bound.binding.csr_mapping["A"] == [0, 0]          # streamed
+    assert bound.binding.csr_mapping["A"][:2] == [0, 0]      # streamed, no long rows: no pre-pass
+    assert [launch.name for launch in bound.launches] == [P.kernels[0].spec.name]
     indptr, indices, data = make(2053, 3000, "mixed", 5)
     bound = P.bind(A=device_csr(indptr, indices, data, (2053, 3000), "float64"), x=cp.ones(3000))
-    lanes, long_row = bound.binding.csr_mapping["A"]
+    lanes, long_row = bound.binding.csr_mapping["A"][:2]
     assert lanes == 0 and 200 < long_row < 5000              # streamed around the long rows
+    assert bound.launches[0].grid == 4 * 2                   # four rows of 5000-5006 entries, two pieces each
+
+
+def test_one_binding_switches_its_pre_pass_with_the_matrix():
+    """A binding called with a matrix with long rows, then one without, then the first again: the
+    pre-pass comes and goes with the matrix (graphs included: the third call replays), and every
+    result is right."""
+    import cupy as cp
+    P = prog(SPMV, "float64")
+    mats = [make(2053, 2053, kind, 40 + k) for k, kind in enumerate(("mixed", "mid"))]
+    x = np.random.default_rng(9).standard_normal(2053)
+    outs = []
+    for indptr, indices, data in mats + mats[:1] + mats[1:] + mats[:1]:
+        y = P(A=device_csr(indptr, indices, data, (2053, 2053), "float64"), x=cp.asarray(x),
+              out={"y": cp.full(2053, np.nan)})
+        ref, mag = reference(indptr, indices, data, x, 2053)
+        outs.append(rel(cp.asnumpy(y), ref, mag))
+    assert max(outs) < 1e-12, outs
 
 
 def test_cupyx_and_torch_sparse_inputs():
@@ -363,6 +384,30 @@ def test_the_sparse_cg_example_matches_scipy():
         ref = spla.spsolve(A.tocsc(), b)
         assert 0 < steps < 5000
         assert np.linalg.norm(cp.asnumpy(x) - ref) / np.linalg.norm(ref) < 1e-7
+    # rows of ~1200 entries (long: summed before each step's mat-vec); a direct solve of this size
+    # fills in, so the residual is checked instead
+    A = sparse_cg.skewed_matrix(20_000)
+    assert np.diff(A.indptr).max() > 256
+    b = np.random.default_rng(4).standard_normal(A.shape[0])
+    x, rr, steps = sparse_cg.sparse_cg(cps.csr_matrix(A), cp.asarray(b), tol=1e-10, max_iterations=5000)
+    assert 0 < steps < 5000
+    assert np.linalg.norm(b - A @ cp.asnumpy(x)) / np.linalg.norm(b) < 1e-9
+
+
+def test_a_loop_over_a_matrix_with_long_rows_sums_them_every_step():
+    """A fori loop of mat-vecs over a matrix with long rows (their pre-pass is a node of every
+    step's graph, reading that step's vector): the same as the steps made one by one."""
+    import cupy as cp
+    m = 2053
+    indptr, indices, data = make(m, m, "mixed", 12)
+    data = data / 60.0
+    A = device_csr(indptr, indices, data, (m, m), "float64")
+    x = np.random.default_rng(13).standard_normal(m)
+    s = kfuse.fori_loop(0, 6, lambda i, s: (s[0], s[0] @ s[1]), (A, cp.asarray(x)))
+    ref = x
+    for _ in range(6):
+        ref = reference(indptr, indices, data, ref, m)[0]
+    assert np.linalg.norm(cp.asnumpy(s[1]) - ref) / np.linalg.norm(ref) < 1e-12
 
 
 def test_a_malformed_csr_matrix_in_a_loop_is_refused_at_bind():

@@ -103,6 +103,18 @@ def test_the_producer_of_x_runs_in_an_earlier_kernel():
     assert ["scal"] in groups(prog) and ["spmv"] in groups(prog)
 
 
+def test_two_calls_reading_one_matrix_take_two_kernels_and_explain_says_why():
+    """Each kernel sums a matrix's long rows before it for one call's vector (runtime/csr.py):
+    A x and A z, which would share a kernel (horizontally), are refused with the reason, which A x
+    and B z are not given."""
+    src = "csr A;\nvector x, z, y, w;\ninput A, x, z;\ny = spmv(A, x);\nw = spmv(A, z);\nreturn y, w;\n"
+    prog = compiled(src)
+    assert groups(prog) == [["spmv"], ["spmv"]], groups(prog)
+    assert "both read csr matrix A: its long rows are summed before the kernel, for one call" in prog.search.explain()
+    two = compiled(src.replace("csr A;", "csr A, B;").replace("input A,", "input A, B,").replace("spmv(A, z)", "spmv(B, z)"))
+    assert "both read csr matrix" not in two.search.explain()
+
+
 def test_modules_without_csr_matrices_have_no_sparse_prelude():
     prog = compiled("vector x, y;\nscalar a;\ninput x, a;\ny = scal(a, x);\nreturn y;\n")
     assert "KfCsr" not in prog.cuda_source

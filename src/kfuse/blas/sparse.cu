@@ -10,12 +10,9 @@
 //                  G = 128 / lanes takes rows g, g + G, ...; its lanes read entries lane, lane +
 //                  lanes, ... of the row (consecutive lanes, consecutive entries: coalesced) and
 //                  sum them by shuffles.  Each warp's groups make the same number of passes, so
-//                  every lane of a warp takes part in every shuffle.  Rows longer than A.long_row
-//                  are left to the two routines below.
-//   spmv_long      all 128 threads read each long row of the instance (found by one ballot a warp;
-//                  entries t, t + 128, ..., KF_SPMV_BATCH of them in flight a thread): one partial
-//                  per warp, in part(r, warp)
-//   spmv_long_sum  thread r < 32 adds its long row's four partials
+//                  every lane of a warp takes part in every shuffle.
+// Rows longer than A.long_row were summed before the kernel (kf_spmv_long_rows, sparse.cuh): both
+// mappings skip their entries and take the row's value from A.lsum.
 // The index type is the caller's (int or long long, A.wide): each routine branches once.
 
 template <class I, class VO>
@@ -35,12 +32,14 @@ KF_DEVICE void kf_spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VO& 
             for (long long k = b + lane; k < e; k += lanes) s += A.value(k) * kf_gather(x, A.col<I>(k));
         }
         for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0 && !is_long) out.at(r) = s;
+        if (lane == 0) out.at(r) = is_long ? A.lsum[row] : s;
     }
 }
 
-// entries each lane of a streaming warp has in flight per chunk (the slab holds 32 of them a lane)
-#define KF_SPMV_CHUNK 4
+// entries each lane of a streaming warp has in flight per chunk: 16 bytes of values (4 floats, 2
+// doubles; more doubles spill at the 32 registers of a full multiprocessor and ran slower).  The
+// slab holds 4 a lane.
+#define KF_SPMV_CHUNK (16 / (int)sizeof(real))
 
 template <class I, class VS, class VO>
 KF_DEVICE void kf_spmv_stream(const KfIx& ix, const KfCsr& A, const KfVec& x, VS& slab, VO& out) {
@@ -56,7 +55,7 @@ KF_DEVICE void kf_spmv_stream(const KfIx& ix, const KfCsr& A, const KfVec& x, VS
     const int rel = (int)(bound - lo);
     const int b = __shfl_sync(all, rel, j), e = __shfl_sync(all, rel, j + 1), hi = __shfl_sync(all, rel, 8);
     const bool is_long = A.long_row > 0 && e - b > A.long_row;
-    const unsigned longs = __ballot_sync(all, is_long && q == 0);     // bit 4 j: row j is left to spmv_long
+    const unsigned longs = __ballot_sync(all, is_long && q == 0);     // bit 4 j: row j is in A.lsum
     const I* idx = static_cast<const I*>(A.idx) + lo;
     const real* val = A.val + lo;
     real s = real(0);
@@ -92,7 +91,7 @@ KF_DEVICE void kf_spmv_stream(const KfIx& ix, const KfCsr& A, const KfVec& x, VS
     }
     s += __shfl_xor_sync(all, s, 1);
     s += __shfl_xor_sync(all, s, 2);
-    if (q == 0 && !is_long) out.at(8 * w + j) = s;
+    if (q == 0) out.at(8 * w + j) = is_long ? A.lsum[row0 + j] : s;
 }
 
 template <class VS, class VO>
@@ -107,70 +106,4 @@ KF_DEVICE void spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VS& sla
     } else {
         kf_spmv_rows<int>(ix, A, x, out);
     }
-}
-
-// entries of a long row each thread has in flight at once: their columns and values are loaded
-// together, then their gathers (two round trips to memory a batch, not two an entry)
-#define KF_SPMV_BATCH 16
-
-template <class I, class VP>
-KF_DEVICE void kf_spmv_long(const KfIx& ix, const KfCsr& A, const KfVec& x, VP& part) {
-    const int t = ix.tx, lane = t % 32;
-    // the instance's long rows found at once: lane r of every warp reads row r's bounds, a ballot
-    // marks the long ones (a row at a time, 32 dependent loads an instance, cost more than the sums)
-    const long long first = ix.i * KF_SUB;
-    long long lb = 0, le = 0;
-    if (first + lane < A.rows) {
-        lb = A.start<I>(first + lane);
-        le = A.start<I>(first + lane + 1);
-    }
-    unsigned mask = __ballot_sync(0xffffffffu, le - lb > A.long_row);
-    while (mask) {
-        const int r = __ffs(mask) - 1;
-        mask &= mask - 1;
-        const long long b = __shfl_sync(0xffffffffu, lb, r), e = __shfl_sync(0xffffffffu, le, r);
-        real s = real(0);
-        long long k = b + t;
-        for (; k + (KF_SPMV_BATCH - 1) * 128 < e; k += KF_SPMV_BATCH * 128) {
-            I c[KF_SPMV_BATCH];
-            real v[KF_SPMV_BATCH];
-#pragma unroll
-            for (int u = 0; u < KF_SPMV_BATCH; ++u) {
-                c[u] = static_cast<const I*>(A.idx)[k + u * 128];
-                v[u] = A.value(k + u * 128);
-            }
-#pragma unroll
-            for (int u = 0; u < KF_SPMV_BATCH; ++u) s += v[u] * kf_gather(x, (long long)c[u]);
-        }
-        for (; k < e; k += 128) s += A.value(k) * kf_gather(x, A.col<I>(k));
-        s = kf_warp_sum(s);
-        if (lane == 0) part.at(r, t / 32) = s;
-    }
-}
-
-template <class VP>
-KF_DEVICE void spmv_long(const KfIx& ix, const KfCsr& A, const KfVec& x, VP& part) {
-    if (A.long_row <= 0) return;
-    if (A.wide)
-        kf_spmv_long<long long>(ix, A, x, part);
-    else
-        kf_spmv_long<int>(ix, A, x, part);
-}
-
-template <class I, class VP, class VO>
-KF_DEVICE void kf_spmv_long_sum(const KfIx& ix, const KfCsr& A, VP& part, VO& out) {
-    const int r = ix.tx;
-    const long long row = ix.i * KF_SUB + r;
-    if (r >= KF_SUB || row >= A.rows) return;
-    if (A.start<I>(row + 1) - A.start<I>(row) > A.long_row)
-        out.at(r) = part.at(r, 0) + part.at(r, 1) + part.at(r, 2) + part.at(r, 3);
-}
-
-template <class VP, class VO>
-KF_DEVICE void spmv_long_sum(const KfIx& ix, const KfCsr& A, VP& part, VO& out) {
-    if (A.long_row <= 0) return;
-    if (A.wide)
-        kf_spmv_long_sum<long long>(ix, A, part, out);
-    else
-        kf_spmv_long_sum<int>(ix, A, part, out);
 }

@@ -232,12 +232,12 @@ MAX_PARAM_BYTES = 4096      # a kernel's parameters (CUDA's classic limit)
 
 
 def check_param_space(name: str, args: tuple[GlobalArg, ...]) -> None:
-    """An array passes its pointer and a 64-bit size per dimension (a csr matrix its three arrays
+    """An array passes its pointer and a 64-bit size per dimension (a csr matrix its four arrays
     and five sizes), a grid its three extents; anything else at most 8 bytes.  Arguments that fit
-    at 64 bytes each (a csr matrix's, the most an argument takes) are not summed."""
-    if len(args) * 64 <= MAX_PARAM_BYTES:
+    at 72 bytes each (a csr matrix's, the most an argument takes) are not summed."""
+    if len(args) * 72 <= MAX_PARAM_BYTES:
         return
-    size = sum((8 * 8 if a.value.type == "csr" else 8 * (1 + len(a.value.dims))) if a.kind == "array" and
+    size = sum((9 * 8 if a.value.type == "csr" else 8 * (1 + len(a.value.dims))) if a.kind == "array" and
                a.value is not None else 24 if a.kind == "grid" else 8 for a in args)
     if size > MAX_PARAM_BYTES:
         raise FusionError(f"{name}: {len(args)} kernel arguments take {size} bytes, more than the "

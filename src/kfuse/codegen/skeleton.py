@@ -14,9 +14,9 @@ from __future__ import annotations
 from ..library.mappings import MAPPINGS
 
 _DIMS = {"vector": ("n",), "matrix": ("rows", "cols"), "scalar": (), "csr": ("rows", "cols", "nnz")}
-# a csr matrix's parameters after its values and sizes: index width and the row mapping chosen at
-# bind time (runtime/csr.py), in this order
-CSR_META = ("int {n}_wide", "int {n}_lanes", "long long {n}_long")
+# a csr matrix's parameters after its values and sizes: index width, the row mapping chosen at
+# bind time and the sums of its long rows made before the kernel (runtime/csr.py), in this order
+CSR_META = ("int {n}_wide", "int {n}_lanes", "long long {n}_long", "const real* __restrict__ {n}_lsum")
 
 
 def array_params(name: str, typ: str) -> list[str]:
@@ -64,7 +64,7 @@ def global_view(name: str, typ: str, notes: bool = True) -> str:
         return f"    const KfMat g_{name}{{{name}_p, {name}_rows, {name}_cols}};"
     if typ == "csr":
         return (f"    const KfCsr g_{name}{{{name}_ptr, {name}_idx, {name}_p, {name}_rows, {name}_cols, {name}_nnz, "
-                f"{name}_wide, {name}_lanes, {name}_long}};")
+                f"{name}_wide, {name}_lanes, {name}_long, {name}_lsum}};")
     if typ == "vector":
         return f"    const KfVec g_{name}{{{name}_p, {name}_n}};"
     return f"    const KfVec g_{name}{{{name}_p, 1}};" + ("   // scalar result" if notes else "")

@@ -12,7 +12,7 @@ from ..ir.kernel import REGISTERS_PER_SM
 from ..ir.program import Call, Program, ScalarArg, Value
 from .reasons import (Cycle, Dependent, GatherBarrier, IndexBarrier, Misfit, NarrowerStrip, NestingDiffers,
                       NothingShared, OnTriangle, OtherInstances, PartialsOfMap, Reason, ReductionBarrier, Refusal,
-                      ScalarBarrier, SmallerCluster,
+                      ScalarBarrier, SharedMatrix, SmallerCluster,
                       Spills, Uncovered, UnlinkedRows)
 
 
@@ -337,8 +337,21 @@ def _read_index(program: Program, graph: DependencyGraph, c: int) -> dict[int, f
     return got
 
 
-RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, saves_traffic)
-HORIZONTAL_RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside)
+def one_call_per_matrix(program: Program, graph: DependencyGraph, fusion: frozenset[int]) -> SharedMatrix | None:
+    """A csr matrix is read by one call of a kernel: the rows too long for one instance are summed
+    before the kernel, for that call (runtime/csr.py), into one buffer per matrix."""
+    seen: dict[int, Call] = {}
+    for c in _calls(program, fusion):
+        for x in c.args:
+            if isinstance(x, Value) and x.type == "csr":
+                if x.id in seen and seen[x.id] is not c:
+                    return SharedMatrix(seen[x.id], c, x)
+                seen[x.id] = c
+    return None
+
+
+RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, saves_traffic, one_call_per_matrix)
+HORIZONTAL_RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, one_call_per_matrix)
 
 
 def _rule(rule, program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool

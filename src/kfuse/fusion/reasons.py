@@ -167,8 +167,20 @@ class NothingShared:
         return f"{self.call.text()} shares no data with the rest of the fusion: nothing saved"
 
 
+@dataclass(frozen=True)
+class SharedMatrix:
+    """one_call_per_matrix: ``first`` and ``second`` both read csr matrix ``matrix``."""
+    first: Call
+    second: Call
+    matrix: Value
+
+    def __str__(self) -> str:
+        return (f"{self.first.text()} and {self.second.text()} both read csr matrix {self.matrix.name}: "
+                "its long rows are summed before the kernel, for one call")
+
+
 Reason = Union[NestingDiffers, UnlinkedRows, OtherInstances, OnTriangle, ScalarBarrier, IndexBarrier, ReductionBarrier,
-               PartialsOfMap, Cycle, NothingShared]
+               PartialsOfMap, Cycle, NothingShared, SharedMatrix]
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ FILL_THREADS, FILL_BLOCKS = 256, 1024       # kf_fill: grid-stride loop over the
 ALIGN = 256
 
 # where a patched pointer or scalar comes from (LANES, LONG: a csr input's row mapping, chosen from
-# its row lengths: ``Binding.check_csr``)
-IN, OUT, OWN, TMP, SCALAR, LANES, LONG = range(7)
+# its row lengths: ``Binding.check_csr``; LSUM .. COUNT: the buffers of its long rows' pre-pass)
+IN, OUT, OWN, TMP, SCALAR, LANES, LONG, LSUM, PIECES, PART, COUNT = range(11)
+PREPASS = "kf_spmv_long_rows"      # sums a csr matrix's long rows before a kernel that reads it
 CSR_PARTS = ("", "#indices", "#data")      # pointer slots of a csr input A: A, A#indices, A#data
 
 
@@ -179,11 +180,13 @@ class Binding:
                              for part in (CSR_PARTS if v.type == "csr" else ("",))]
         self.scalar_inputs = [v.name for v in prog.inputs if v.type == "scalar" and not v.on_device]
         self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values if v.type != "csr"}
-        # csr inputs: name -> [lanes, long_row] of the matrix now bound, and the index pointers
-        # (row pointers, column indices) it was checked at (``check_csr``)
+        # csr inputs: name -> [lanes, long_row, then the pointers of the long rows' lsum, pieces,
+        # part and count] of the matrix now bound, its long rows' buffers (csr.LongRows or None),
+        # and the index pointers (row pointers, column indices) it was checked at (``check_csr``)
         self.csr = [v.name for v in prog.inputs if v.type == "csr"]
         self.csr_mapping: dict[str, list[int]] = {}
-        self.csr_checked: dict[str, dict[tuple[int, int], tuple[int, int]]] = {n: {} for n in self.csr}
+        self.csr_checked: dict[str, dict[tuple[int, int], csr_inputs.Checked]] = {n: {} for n in self.csr}
+        self.csr_long: dict[str, Any] = {n: None for n in self.csr}
         self.csr_at: dict[str, tuple[int, int]] = {}
         self.csr_wide: dict[str, bool] = {}
         for v in prog.inputs:
@@ -192,7 +195,7 @@ class Binding:
                 isz = csr_inputs.index_itemsize(inputs[v.name])
                 self.nbytes.update({v.name: (rows + 1) * isz, v.name + "#indices": nnz * isz,
                                     v.name + "#data": nnz * dtype.itemsize})
-                self.csr_mapping[v.name] = [1, 0]
+                self.csr_mapping[v.name] = [1, 0, 0, 0, 0, 0]
                 self.csr_wide[v.name] = isz == 8
         self.in_nbytes = [self.nbytes[n] for n in self.array_inputs]
         self.out_nbytes = [self.nbytes[n] for n in self.out_names]
@@ -265,7 +268,10 @@ class Binding:
                 code.launch.clears for code in artifact.kernels)) else None
             shape = launch_shape(artifact, dims, device)
         driver.require()
-        self.launches: list[tuple[KernelLaunch, list]] = []
+        long_fn = (modules.module(artifact, device, orders).get_function(PREPASS)
+                   if self.csr and any(self._long_reads(code) for code in artifact.kernels) else None)
+        # per kernel: its fills, its csr matrices' pre-passes (csr name, args, patches) and itself
+        self._parts: list[tuple[list, list, KernelLaunch, list]] = []
         self.fills_before: list[list[str]] = []      # per kernel: names of what its fills clear
         pre = []        # (source, bytes, value) of each fill
         if self.own_cleared:
@@ -285,7 +291,6 @@ class Binding:
             # a fill after a fill launches early (PDL): it finishes after the one before it
             fills = [self._fill(fill_fn, blocks, value, dependent=pdl and n > 0)
                      for n, (blocks, value) in enumerate(groups)]
-            self.launches.extend(fills)
             self.fills_before.append([f[0].name for f in fills])
             if L.cluster > 1:
                 iters = self._cluster_iterations(L, function, iters)
@@ -299,16 +304,56 @@ class Binding:
             # after the kernel before it where it reads what that one wrote (it waits before)
             dependent = bool(pdl and (fills or (k > 0 and L.waits)))
             launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
-            self.launches.append((launch, [(packed.values[i], src, a) for i, src, a in patches]))
-        self.patches = [p for _, ps in self.launches for p in ps]
-        # every kernel's kf_flip (its last argument); ``flip`` is what they hold now
-        self.flips = [launch.args.values[-1] for launch, _ in self.launches if launch.name != "kf_fill"]
+            pre = [(name, *self._prepass_args(A, x)) for name, A, x in self._long_reads(code)]
+            self._parts.append((fills, [(long_fn, *p) for p in pre], launch,
+                                [(packed.values[i], src, a) for i, src, a in patches]))
         self.flip = 0
         # calls alternate between the chosen orders and their mirror where the kernels were built
         # for it (runtime/order.py, bit 3)
         self.alternate = int(any(o & ALTERNATE for o in orders))
         self.parity = 1
-        self.kernel_launches = [launch for launch, _ in self.launches if launch.name != "kf_fill"]
+        self._compose()
+
+    def _compose(self) -> None:
+        """The launches of a call, for the matrices now bound: each kernel after its fills and
+        after a pre-pass summing the long rows (``kf_spmv_long_rows``, a block per piece) of each
+        csr matrix it reads that has them; such a kernel waits for it (it is not launched early)."""
+        self.launches: list[tuple[KernelLaunch, list]] = []
+        for fills, pre, launch, patches in self._parts:
+            self.launches.extend(fills)
+            long = [(fn, packed, ps, self.csr_long[name]) for fn, name, packed, ps in pre if self.csr_long[name]]
+            for fn, packed, ps, buffers in long:
+                self.launches.append((KernelLaunch(fn, buffers.grid, 256, packed, PREPASS), ps))
+            self.launches.append((launch.independent() if long and launch.dependent else launch, patches))
+        self.patches = [p for _, ps in self.launches for p in ps]
+        # every kernel's kf_flip (its last argument)
+        self.flips = [launch.args.values[-1] for launch, _ in self.launches if launch.name not in ("kf_fill", PREPASS)]
+        for v in self.flips:
+            v.value = self.flip
+        self.kernel_launches = [launch for launch, _ in self.launches if launch.name not in ("kf_fill", PREPASS)]
+
+    @staticmethod
+    def _long_reads(code) -> list[tuple[str, Any, Any]]:
+        """(name, matrix, vector) of each csr input a kernel reads through ``spmv_rows``, whose
+        long rows are summed before the kernel."""
+        out = []
+        for kc in code.spec.calls:
+            for r in kc.variant.computes:
+                if r.fn == "spmv_rows":
+                    A, x = (kc.call.bindings()[a.name] for a in r.args if a.kind == "global")
+                    out.append((A.name, A, x))
+        return out
+
+    def _prepass_args(self, A, x) -> tuple[PackedArgs, list]:
+        """The argument block of the pre-pass of matrix ``A`` read with vector ``x``, and its patches
+        (kf_spmv_long_rows: indices, values, wide, x, entries of x, pieces, part, count, lsum)."""
+        src, slot = self._source(A)
+        c = self.csr.index(A.name)
+        args = [0, 0, np.int32(self.csr_wide[A.name]), 0, np.int64(self.dims[x.dims[0]]), 0, 0, 0, 0]
+        patches = [(0, src, slot + 1), (1, src, slot + 2), (3, *self._source(x)),
+                   (5, PIECES, c), (6, PART, c), (7, COUNT, c), (8, LSUM, c)]
+        packed = PackedArgs(tuple(args))
+        return packed, [(packed.values[i], s, a) for i, s, a in patches]
 
     def _cluster_iterations(self, L, function, iters: int) -> int:
         """Serial iterations of a kernel of clusters: at least enough that its grid is clusters
@@ -338,6 +383,8 @@ class Binding:
                 args.append(np.int32(1))
                 patches.append((len(args), LONG, self.csr.index(g.value.name)))
                 args.append(np.int64(0))
+                patches.append((len(args), LSUM, self.csr.index(g.value.name)))
+                args.append(0)
             elif g.kind == "array":
                 patches.append((len(args), *self._source(g.value)))
                 args.append(0)
@@ -400,12 +447,17 @@ class Binding:
             got = known.get(at)
             if got is None:
                 c = csr_inputs.adapt_csr(inputs[name], name)
-                got = csr_inputs.validate(name, c, self.device)
+                got = csr_inputs.validate(name, c, self.device, self.dtype)
                 if len(known) >= 16:
                     known.clear()
                 known[at] = got
-            self.csr_mapping[name][:] = got
+            long, before = got.long, self.csr_long[name]
+            self.csr_mapping[name][:] = [got.lanes, got.long_row] + (
+                [facts(a)[4] for a in (long.lsum, long.pieces, long.part, long.count)] if long else [0, 0, 0, 0])
+            self.csr_long[name] = long
             self.csr_at[name] = at
+            if long is not before:
+                self._compose()
 
     def set_flip(self, flip: int) -> None:
         """Mirror (1) or keep (0) every kernel's block order in the launches from now on: the

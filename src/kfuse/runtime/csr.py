@@ -28,8 +28,10 @@ median (a few very long rows must not set it).  Where the power of two nearest i
 ``STREAM_LANES`` (rows of about 6 entries or more), ``lanes`` is 0: each warp streams its 8 rows'
 entries, all in flight at once, whatever their lengths.  Shorter rows take ``lanes`` (that power
 of two, 1 to 4) threads a row.  Rows longer than ``long_row`` (the larger of 256 and 8 times the
-typical length) are summed by a whole instance's 128 threads instead -- set only where such a row
-exists (0: none).
+typical length; set only where such a row exists, 0: none) are summed before each kernel that
+reads A x, by a pre-pass of a block per 4096 entries (``kf_spmv_long_rows``, sparse.cuh) into a
+buffer the kernel reads (``LongRows``), so that a row of a million entries is spread over the GPU
+instead of left to one instance.  Their pieces are found when the matrix is checked.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ PARTS = ("indptr", "indices", "data")
 LONG_MIN = 256          # rows at most this long always stay with one group of lanes
 LONG_FACTOR = 8         # ... and rows at most this many times the mean
 STREAM_LANES = 8        # rows whose groups would be this wide or wider are streamed instead
+LONG_PIECE = 4096       # entries of a long row one block of its pre-pass sums
 
 
 class CSR(NamedTuple):
@@ -195,9 +198,49 @@ def mapping(rows: int, nnz: int, longest: int, median: float | None = None) -> t
     return (0 if lanes >= STREAM_LANES else lanes), (threshold if longest > threshold else 0)
 
 
-def validate(name: str, c: CSR, device: int) -> tuple[int, int]:
+class Checked(NamedTuple):
+    """A checked matrix's row mapping and, where it has long rows, the buffers of their sums
+    (``LongRows``)."""
+    lanes: int
+    long_row: int
+    long: "LongRows | None"
+
+
+class LongRows(NamedTuple):
+    """The pieces of a matrix's long rows, as ``kf_spmv_long_rows`` (sparse.cuh) reads them (5 int64
+    a piece: row, first entry, end entry, the row's first piece, its pieces), and what it writes: a
+    sum per piece, a count per row (at its first piece, zero between calls) and the rows' sums
+    (lsum, one entry per row of the matrix, only the long ones written)."""
+    pieces: Any
+    part: Any
+    count: Any
+    lsum: Any
+
+    @property
+    def grid(self) -> int:
+        return int(self.pieces.shape[0])
+
+
+def long_rows(ip, d, long_row: int, dtype) -> LongRows:
+    """The pieces of the rows longer than ``long_row`` (``ip``: int64 row pointers, ``d``: row
+    lengths, CuPy arrays on the current device) and the buffers their pre-pass writes."""
+    cp = cupy()
+    rows = cp.nonzero(d > long_row)[0]
+    got = cp.stack([rows, ip[rows], ip[rows + 1]]).get().astype(np.int64)
+    r, b, e = got
+    n = -(-(e - b) // LONG_PIECE)
+    first = np.repeat(np.cumsum(n) - n, n)
+    k = np.arange(int(n.sum())) - first                       # piece within its row
+    start = np.repeat(b, n) + k * LONG_PIECE
+    table = np.stack([np.repeat(r, n), start, np.minimum(start + LONG_PIECE, np.repeat(e, n)), first, np.repeat(n, n)], 1)
+    return LongRows(cp.asarray(np.ascontiguousarray(table, np.int64)), cp.empty(len(table), dtype),
+                    cp.zeros(len(table), cp.uint32), cp.empty(int(d.shape[0]), dtype))
+
+
+def validate(name: str, c: CSR, device: int, dtype) -> Checked:
     """Check the structure of an adapted csr input on the GPU (one synchronisation) and return its
-    row mapping (``mapping``).  Raises a LaunchError naming what is wrong."""
+    row mapping (``mapping``) and its long rows' pieces and buffers.  Raises a LaunchError naming
+    what is wrong."""
     cp = cupy()
     rows, cols = c.shape
     with cp.cuda.Device(device):
@@ -217,4 +260,8 @@ def validate(name: str, c: CSR, device: int) -> tuple[int, int]:
     if lo < 0 or hi >= cols:
         bad = lo if lo < 0 else hi
         raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
-    return mapping(rows, nnz, longest, median)
+    lanes, long_row = mapping(rows, nnz, longest, median)
+    if not long_row:
+        return Checked(lanes, 0, None)
+    with cp.cuda.Device(device):
+        return Checked(lanes, long_row, long_rows(ip, d, long_row, dtype))
