@@ -31,27 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "solvers"))
 
 
-def timed(fn, reps: int, warm: int = 3) -> float:
-    """Median microseconds of ``fn()`` over ``reps`` CUDA-event timings."""
+def timed(fn, reps: int, warm: int = 3, calls: int = 1) -> float:
+    """Median microseconds per call of ``calls`` calls of ``fn`` in a row between two CUDA events,
+    over ``reps`` timings."""
     import cupy as cp
     for _ in range(warm):
-        fn()
-    cp.cuda.Device().synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
-    return statistics.median(out)
-
-
-def timed_row(fn, reps: int, calls: int = 20) -> float:
-    """Median microseconds per call of ``calls`` calls of ``fn`` in a row between two events."""
-    import cupy as cp
-    for _ in range(3):
         fn()
     cp.cuda.Device().synchronize()
     out = []
@@ -130,7 +114,7 @@ def spmv_rows(name, indptr, indices, dtype, reps, bw, lines):
         try:
             fn, out = make()
             us = timed(fn, reps)
-            row = timed_row(fn, max(3, reps // 5))
+            row = timed(fn, max(3, reps // 5), calls=20)
             err = check(out(), ref, mag)
             cells[label] = f"{us:.1f} / {row:.1f}" + ("" if err < tol else f" (err {err:.1e}!)")
         except Exception as e:  # noqa: BLE001 - a peer that cannot run: its reason in the table
