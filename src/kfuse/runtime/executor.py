@@ -385,7 +385,8 @@ class BoundCall:
 
     @property
     def launches(self) -> list:
-        """The launches of one call (fills and kernels), each with ``name`` and ``dependent``."""
+        """The launches of one call (fills, the pre-passes of csr matrices with long rows, kernels),
+        each with ``name`` and ``dependent``."""
         return [launch for launch, _ in self.binding.launches]
 
     @property
