@@ -450,6 +450,8 @@ class Binding:
                 got = csr_inputs.validate(name, c, self.device, self.dtype)
                 if len(known) >= 16:
                     known.clear()
+                    if self.graphs is not None:    # captured graphs may read the long-row buffers dropped
+                        self.graphs.execs.clear()
                 known[at] = got
             long, before = got.long, self.csr_long[name]
             self.csr_mapping[name][:] = [got.lanes, got.long_row] + (
