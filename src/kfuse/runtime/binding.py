@@ -304,8 +304,8 @@ class Binding:
             # after the kernel before it where it reads what that one wrote (it waits before)
             dependent = bool(pdl and (fills or (k > 0 and L.waits)))
             launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
-            pre = [(name, *self._prepass_args(A, x)) for name, A, x in self._long_reads(code)]
-            self._parts.append((fills, [(long_fn, *p) for p in pre], launch,
+            passes = [(long_fn, name, *self._prepass_args(A, x)) for name, A, x in self._long_reads(code)]
+            self._parts.append((fills, passes, launch,
                                 [(packed.values[i], src, a) for i, src, a in patches]))
         self.flip = 0
         # calls alternate between the chosen orders and their mirror where the kernels were built
@@ -319,9 +319,9 @@ class Binding:
         after a pre-pass summing the long rows (``kf_spmv_long_rows``, a block per piece) of each
         csr matrix it reads that has them; such a kernel waits for it (it is not launched early)."""
         self.launches: list[tuple[KernelLaunch, list]] = []
-        for fills, pre, launch, patches in self._parts:
+        for fills, passes, launch, patches in self._parts:
             self.launches.extend(fills)
-            long = [(fn, packed, ps, self.csr_long[name]) for fn, name, packed, ps in pre if self.csr_long[name]]
+            long = [(fn, packed, ps, self.csr_long[name]) for fn, name, packed, ps in passes if self.csr_long[name]]
             for fn, packed, ps, buffers in long:
                 self.launches.append((KernelLaunch(fn, buffers.grid, 256, packed, PREPASS), ps))
             self.launches.append((launch.independent() if long and launch.dependent else launch, patches))
