@@ -324,7 +324,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
     triangle = _triangle(ctx, v, where, nesting, tile, whole)
     resident = ctx.get(v, "resident_threads", where, int, 0)
-    if resident and (resident not in RESIDENT_THREADS or isinstance(resident, bool)):
+    if resident and resident not in RESIDENT_THREADS:         # (ctx.get refuses a bool)
         raise ctx.fail(f"{where}.resident_threads", f"expected a power of two from {RESIDENT_THREADS[0]} to "
                        f"{RESIDENT_THREADS[-1]} (threads a multiprocessor holds at once), got {resident!r}")
     variant = Variant(name, source, threads, macros, ipb, tuple(locals_), routines, tile, whole=whole,
