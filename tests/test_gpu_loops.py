@@ -140,46 +140,38 @@ def test_while_loop_solvers_converge_and_stop_where_a_host_loop_stops(solver, dt
     assert _rel(x, cp.asnumpy(state[0]).astype(np.float64)) < 100 * TOL[dtype]
 
 
-def _mode(param: str, monkeypatch):
-    """Set a loop's way of running (see the fixtures below); a function checking afterwards that
-    the way asked for was taken."""
-    from kfuse.runtime import merged, persistent
-    monkeypatch.setattr(persistent, "MODE", "on" if param == "persistent" else "off")
-    monkeypatch.setattr(merged, "MODE", "on" if param in ("merged", "headed") else "off")
-    # merged: kernels of a few blocks join runs too (run in turn), no heads; headed: the defaults
-    monkeypatch.setattr(merged, "MAX_GRID", 8 if param == "merged" else 1)
-    monkeypatch.setattr(merged, "HEAD", param == "headed")
-    before, merges, heads = persistent.Persistent.launches, merged.Merged.launches, merged.Merged.headed
-
-    def check():
-        if param == "persistent":
-            assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
-        if param in ("merged", "headed"):
-            assert merged.Merged.launches > merges, "the loops ran without merged kernels"
-        if param == "headed":
-            assert merged.Merged.headed > heads, "the loops ran without headed merged kernels"
-    return check
-
-
-@pytest.fixture(params=["chunks", "graph", "merged", "headed", "persistent"])
+@pytest.fixture(params=["chunks", "graph", "merged", "persistent"])
 def while_mode(request, monkeypatch):
     """The ways a while loop runs: chunks launched from the host, one conditional WHILE node
-    (every kernel a node of its own, or runs of small kernels merged, or merged and headed by the
-    kernel of many blocks before them: checked to have run), one persistent kernel (checked)."""
-    from kfuse.runtime import loop
-    monkeypatch.setattr(loop, "WHILE_GRAPH", request.param in ("graph", "merged", "headed"))
-    check = _mode(request.param, monkeypatch)
+    (every kernel a node of its own, or runs of small kernels merged: checked to have run),
+    one persistent kernel (checked to have run)."""
+    from kfuse.runtime import loop, merged, persistent
+    monkeypatch.setattr(loop, "WHILE_GRAPH", request.param in ("graph", "merged"))
+    monkeypatch.setattr(persistent, "MODE", "on" if request.param == "persistent" else "off")
+    monkeypatch.setattr(merged, "MODE", "on" if request.param == "merged" else "off")
+    monkeypatch.setattr(merged, "MAX_GRID", 8)      # kernels of a few blocks join runs too (run in turn)
+    before, merges = persistent.Persistent.launches, merged.Merged.launches
     yield request.param
-    check()
+    if request.param == "persistent":
+        assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
+    if request.param == "merged":
+        assert merged.Merged.launches > merges, "the loops ran without merged kernels"
 
 
-@pytest.fixture(params=["graphs", "merged", "headed", "persistent"])
+@pytest.fixture(params=["graphs", "merged", "persistent"])
 def fori_mode(request, monkeypatch):
     """The ways a fori loop runs: graphs of many steps (every kernel a node, or runs of one-block
-    kernels merged, or merged and headed: checked to have run), one persistent kernel."""
-    check = _mode(request.param, monkeypatch)
+    kernels merged: checked to have run), one persistent kernel."""
+    from kfuse.runtime import merged, persistent
+    monkeypatch.setattr(persistent, "MODE", "on" if request.param == "persistent" else "off")
+    monkeypatch.setattr(merged, "MODE", "on" if request.param == "merged" else "off")
+    monkeypatch.setattr(merged, "MAX_GRID", 8)      # kernels of a few blocks join runs too (run in turn)
+    before, merges = persistent.Persistent.launches, merged.Merged.launches
     yield request.param
-    check()
+    if request.param == "persistent":
+        assert persistent.Persistent.launches > before, "the loops ran without the persistent kernel"
+    if request.param == "merged":
+        assert merged.Merged.launches > merges, "the loops ran without merged kernels"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

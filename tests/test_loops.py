@@ -225,14 +225,7 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
     text2 = merged.kernel_text(ends, np.dtype(dtype), "kf_merged2")
     assert "kf_loop_next" in text2 and "s.ctl[2 - s.odd] = go;" in text2 and "cst[0]" in text2
-    # headed: the step's first kernel (the gemv) on every block of 64, the last block runs the rest
-    first = next(k for k in _kernels_of(r, dtype) if k.name == r.kernels[0].launch.kernel)
-    headed = merged.Shape((first,) + kernels, (64,) + (1,) * len(kernels), clears=1, indexed=True, head=True)
-    text3 = merged.kernel_text(headed, np.dtype(dtype), "kf_merged0")
-    assert f"{first.name}_dev(s.k0, blockIdx.x, 64, kf_smem);" in text3 and "unsigned* done;" in text3
-    assert text3.index("if (!kf_last) return;") < text3.index("phase 1:") and "k1, 0, 1, kf_smem" in text3
-    assert merged.args_struct(headed, np.dtype(dtype), "h")._fields_[len(kernels) + 1][0] == "done"
-    src = r.persistent_source(text + "\n" + text2 + "\n" + text3)
+    src = r.persistent_source(text + "\n" + text2)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
     nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
 
@@ -253,9 +246,6 @@ def test_merged_runs_are_consecutive_one_block_kernels():
     C = [code(), code(), code(), code(), code(), code(), code(), code(cluster=2)]
     assert merged.runs(L, C, 4) == [(1, 4), (5, 6)]
     assert merged.runs([launch(1)] * 2, [code(), code(smem=1 << 20)], 8) == [(0, 1)]
-    # a kernel of many blocks may head the run after it; one of a few blocks (MAX_GRID) joins it
-    assert merged.heads(40, 256, code(), 4) and not merged.heads(1, 256, code(), 4)
-    assert not merged.heads(40, 48, code(), 4) and not merged.heads(40, 256, code(cluster=2), 4)
     k = (merged.Kernel("a", 64, 0, ()), merged.Kernel("b", 256, 0, ()))
     assert merged.Shape(k, (1, 1)).threads == 256 and merged.Shape(k, (1, 1), block=512).threads == 512
     assert merged.Shape(k, (1, 1), groups=(4, 1)).side_by_side(0) == 4 and merged.Shape(k, (1, 1)).side_by_side(0) == 1
@@ -296,16 +286,13 @@ def test_clears_are_placed_between_their_uses():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_a_loop_step_is_priced_by_graph_nodes_and_merged_phases(dtype, monkeypatch):
+def test_a_loop_step_is_priced_by_graph_nodes_and_merged_phases(dtype):
     """cost/queued.py: CG's step at n = 1024 is a gemv over many blocks and three one-block vector
-    kernels (one merged run headed by the gemv: 1 node, 3 phases; unheaded 2 nodes); at 4096 its
-    last kernel takes several blocks (2 nodes, 2 phases; unheaded 3).  The price is the bodies
-    plus the terms, and far below the host launches'."""
+    kernels (one merged run: 2 nodes, 3 phases); at 4096 its last kernel takes several blocks (3
+    nodes, 2 phases).  The price is the bodies plus the terms, and far below the host launches'."""
     import cg
     from kfuse.cost.queued import H100, step_price
-    from kfuse.runtime import merged
-    for n, nodes, phases, head in ((1024, 1, 3, True), (4096, 2, 2, True), (1024, 2, 3, False), (4096, 3, 2, False)):
-        monkeypatch.setattr(merged, "HEAD", head)
+    for n, nodes, phases in ((1024, 2, 3), (4096, 3, 2)):
         A, v, s = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
         c0 = kfuse.jit(cg.cg_update).compile(A, v, v, v, s)
         c = c0.for_sizes({d.id: n for d in c0.program.dims})

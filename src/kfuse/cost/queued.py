@@ -1,17 +1,13 @@
 """A plan priced as one step of a device loop (``kfuse.fori_loop``, ``kfuse.while_loop``).
 
 In a device loop a step's kernels are nodes of a CUDA graph that the GPU runs back to back, and
-runs of consecutive one-block kernels are merged into one kernel, one phase per kernel, run by
-one block: the last block of the kernel before them where it heads them (``runtime/merged.py``).
-A kernel_time's launch and clear terms (a launch timed alone from Python, a memset before the
-kernel) do not apply there.  A step costs:
+runs of consecutive one-block kernels are merged into one kernel of one block, one phase per
+kernel (``runtime/merged.py``).  A kernel_time's launch and clear terms (a launch timed alone
+from Python, a memset before the kernel) do not apply there.  A step costs:
 
     sum of its kernels' bodies (transfer, compute, barriers, atomics: kernel_time without the
     launch and the clear) + ``node`` for each graph node (a kernel, or a merged run)
     + ``phase`` for each kernel that runs as a phase of a merged run
-
-A run headed by the kernel of many blocks before it (``runtime/merged.py``) is that kernel's
-node: the step has one node fewer.
 
 The two terms are H100 values fitted on measured device-loop steps of five iterative methods
 (docs/experiments.md, "A loop step's time from graph-node and merged-phase terms").  No
@@ -26,7 +22,7 @@ from typing import Sequence
 from ..codegen.kernel import KernelCode
 from ..errors import KfuseError
 from ..ir.kernel import target_blocks
-from ..runtime.merged import heads, joins, spans     # the runtime's rules for merged runs
+from ..runtime.merged import joins, spans     # the runtime's rule for merged runs
 from .transfer import DEFAULT_MACHINE
 
 
@@ -76,10 +72,7 @@ def step_price(model, kernels: Sequence[KernelCode], dims: dict[int, int], entri
     bodies = sum(body_seconds(model, code, dims, entries, itemsize) for code in kernels)
     runs = spans([joins(g, code.launch.threads, code, itemsize) for g, code in zip(grids, kernels)])
     phases = sum(e - a for a, e in runs)            # a run of one-block kernels: one node, a phase each
-    # a run headed by the kernel before it shares that kernel's node
-    headed = sum(a > 0 and heads(grids[a - 1], kernels[a - 1].launch.threads, kernels[a - 1], itemsize)
-                 for a, _ in runs)
-    nodes = len(kernels) - phases + len(runs) - headed
+    nodes = len(kernels) - phases + len(runs)
     return StepPrice(bodies + nodes * terms.node + phases * terms.phase, bodies, nodes, phases, grids)
 
 

@@ -22,31 +22,15 @@ The kernel (its text made here, the program's kernels rendered as device functio
 
 Which kernels: ones launched with at most ``MAX_GRID`` blocks (more would serialise blocks that
 ran side by side), of whole warps, no clusters, their shared memory within one block's; a run is
-two or more such kernels in a row, or one at the end of a step whose small work it takes in.
-
-A headed run (``HEAD``): the kernel of many blocks before a run (a CG step's gemv before its
-one-block dots and updates) joins it as its first phase, run by every block of its grid; the
-last block to finish it (a count each block adds to once its writes are done: release, and the
-last one's acquire sees them all) runs the run's phases, the others return.  The step loses a
-graph node: a launch and a drain of the GPU between the gemv and the kernels that read its
-result.  The head runs under the merged kernel's registers, which may hold fewer of its blocks a
-multiprocessor (``cost/queued.py`` prices a headed run as one node)::
-
-    kf_merged<r>  (grid: the head's blocks)
-        head_dev(s.k0, blockIdx.x, blocks, ...)
-        count the block; all but the last return
-        [the run's phases and the step's small work, as above]"""
+two or more such kernels in a row, or one at the end of a step whose small work it takes in."""
 from __future__ import annotations
 
 import ctypes
 import os
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import CompileError, LaunchError
 from .args import facts
-from .gpu import cupy
 from .control import _values, c_expr, c_shared, counts
 from .launch import KernelLaunch
 from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, kernel_args, struct_members, work_fields
@@ -56,7 +40,6 @@ MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
 MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
 BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
 SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side
-HEAD = os.environ.get("KFUSE_LOOP_HEAD", "on") == "on"   # a run takes in the kernel before it
 FOLD_PER_THREAD = 64    # copies, clears and saves of more entries than this a thread of the merged
                         # block stay launches of their own (grid-wide)
 
@@ -81,8 +64,6 @@ class Shape:
     saved: int = 0
     groups: tuple[int, ...] = ()      # per kernel: its blocks run side by side (groups of threads)
     block: int = 0                    # the block's threads (0: the widest kernel's)
-    head: bool = False                # kernels[0] runs on every block of its grid (grids[0]); the
-                                      # last block to finish it runs the rest
 
     @property
     def threads(self) -> int:
@@ -95,7 +76,6 @@ class Shape:
 def args_struct(shape: Shape, dtype, name: str) -> type[ctypes.Structure]:
     """The host's argument struct of a merged kernel, laid out as the kernel's."""
     fields: list = [(f"k{k}", kernel_args(k, kern)) for k, kern in enumerate(shape.kernels)]
-    fields += [("done", ctypes.c_void_p)] if shape.head else []
     fields += work_fields(dtype, shape.clears, shape.copies, len(shape.tails), shape.tail_reads, shape.indexed)
     if shape.pred is not None:
         fields += [("ctl", ctypes.c_void_p), ("odd", ctypes.c_int), ("cst", ctypes.c_void_p)]
@@ -122,9 +102,6 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
               "    const long long t = threadIdx.x, all = blockDim.x;",
               "    (void)t; (void)all;"]
     for k, (kern, g) in enumerate(zip(shape.kernels, shape.grids)):
-        if shape.head and k == 0:
-            lines += head_text(kern, g, T)
-            continue
         G = shape.side_by_side(k)
         fewer = kern.threads * G < T
         lines.append(f"    // phase {k}: {kern.name}" + (f", {G} of its blocks side by side" if G > 1 else "")
@@ -190,27 +167,6 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
     return "\n".join(lines)
 
 
-def head_text(kern: Kernel, grid: int, T: int) -> list[str]:
-    """A headed run's first phase (see the module docstring): ``kern`` on each of the ``grid``
-    blocks, then the count that lets only the last block to finish go on."""
-    guard = f"if (threadIdx.x < {kern.threads}) " if kern.threads < T else ""
-    return [f"    // phase 0: {kern.name} on every block ({grid}); the last block to finish runs the phases after it",
-            f"    {guard}{kern.name}_dev(s.k0, blockIdx.x, {grid}, kf_smem);",
-            "    {   // each block arrives once its writes are done (release); the last to arrive sees them all",
-            "        // (acquire), re-arms the count for the next launch and goes on; the others end here",
-            "        __shared__ int kf_last;",
-            "        __syncthreads();",
-            "        if (threadIdx.x == 0) {",
-            "            unsigned old;",
-            '            asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(s.done) : "memory");',
-            "            kf_last = old == gridDim.x - 1;",
-            "            if (kf_last) *s.done = 0u;",
-            "        }",
-            "        __syncthreads();",
-            "        if (!kf_last) return;",
-            "    }"]
-
-
 def foldable(tails, pred=None) -> bool:
     """Scalar arithmetic and a while loop's condition the merged kernel can compute: they read
     pointers (the condition also the numbers array), no number passed by value."""
@@ -266,13 +222,6 @@ def joins(grid: int, threads: int, code, itemsize: int) -> bool:
             and code.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES)
 
 
-def heads(grid: int, threads: int, code, itemsize: int) -> bool:
-    """Whether a kernel launched with ``grid`` blocks of ``threads`` may head the run after it
-    (see the module docstring; ``cost/queued.py`` prices a loop step by the same rule)."""
-    return (HEAD and grid > MAX_GRID and threads % 32 == 0 and threads <= 1024 and code.launch.cluster == 1
-            and code.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES)
-
-
 def runs(launches, codes, itemsize: int) -> list[tuple[int, int]]:
     """[start, end) of each run of consecutive kernels that may share one block (see the module
     docstring), of any length; ``build`` decides which are worth a launch."""
@@ -300,13 +249,10 @@ class Merged:
     function of a stream that launches a run with its kernels' current argument values."""
 
     launches = 0        # merged launches in this process (tests check that a loop used them)
-    headed = 0          # of which headed runs
 
-    def __init__(self, segments: list, functions: dict, shapes: dict, structs: dict, folds: bool, counts=None):
+    def __init__(self, segments: list, functions: dict, shapes: dict, structs: dict, folds: bool):
         self.segments, self._functions, self.shapes, self._structs = segments, functions, shapes, structs
         self.folds = folds              # the last run takes in the step's small work
-        self._counts = counts           # the headed runs' arrival counts (uint32 each, zeroed), or None
-        self._count = {run: facts(counts)[4] + 4 * i for i, run in enumerate(r for r in shapes if shapes[r].head)}
 
     def launcher(self, run: tuple[int, int], kernels: list, extras: dict):
         """A function of a stream launching ``run`` with the values its kernels' argument blocks
@@ -316,14 +262,10 @@ class Merged:
         # launched early (PDL) where the run's first kernel was: its code waits for the launch
         # before it (kf_wait_prior) before it touches memory, and the later phases come after
         dependent = kernels[run[0]].dependent
-        grid = shape.grids[0] if shape.head else 1
 
         def launch(stream: int) -> None:
             Merged.launches += 1
-            Merged.headed += shape.head
             st = struct()
-            if shape.head:
-                st.done = self._count[run]
             for k, L in enumerate(kernels[run[0]:run[1]]):
                 sub = getattr(st, f"k{k}")
                 for i, v in enumerate(L.args.values):
@@ -334,7 +276,7 @@ class Merged:
                     setattr(sub, f"a{last}", -(-getattr(sub, f"a{last}") // G))
             for field, v in extras.items():
                 setattr(st, field, v)
-            KernelLaunch(function, grid, shape.threads, _Args([st]), f"kf_merged{run[0]}", dependent).launch(stream)
+            KernelLaunch(function, 1, shape.threads, _Args([st]), f"kf_merged{run[0]}", dependent).launch(stream)
         return launch
 
 
@@ -360,9 +302,6 @@ def build(inst, folded: dict | None) -> Merged | None:
             folded = None
     work = folded is not None and any(folded.values())
     folds = work and any(e == last for _, e in found)
-    # a run with the kernel of many blocks before it as its head (see the module docstring)
-    found = [(a - 1, e) if a > 0 and heads(launches[a - 1].grid, launches[a - 1].threads, codes[a - 1], item)
-             else (a, e) for a, e in found]
     found = [(a, e) for a, e in found if e - a >= 2 or (folds and e == last)]
     if not found:
         return None
@@ -372,12 +311,11 @@ def build(inst, folded: dict | None) -> Merged | None:
                         for L, c in zip(launches[a:e], codes[a:e]))
         extra = folded if (folds and folded is not None and e == last) else {}
         T = max([k.threads for k in kernels] + [BLOCK])
-        head = launches[a].grid > MAX_GRID
         # a kernel of one block, no shared memory and one instance per thread group runs as
         # several blocks side by side where the merged block is wider than it
         groups = tuple(T // L.threads if SIDE_BY_SIDE and L.grid == 1 and c.launch.smem_bytes_per_real == 0
                        and c.spec.nesting == 1 else 1 for L, c in zip(launches[a:e], codes[a:e]))
-        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, head=head, **extra)
+        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, **extra)
         name = f"kf_merged{a}"
         struct = args_struct(shape, inst.dtype, f"{name}_args")
         if ctypes.sizeof(struct) + 32 > PARAM_BYTES:
@@ -390,8 +328,6 @@ def build(inst, folded: dict | None) -> Merged | None:
         functions = {run: module.get_function(f"kf_merged{run[0]}") for run in found}
     except (CompileError, LaunchError):
         return None
-    headed = sum(shape.head for shape in shapes.values())
-    counts = cupy().zeros(headed, np.uint32) if headed else None
     segments: list = []
     k = 0
     starts = {a: (a, e) for a, e in found}
@@ -402,7 +338,7 @@ def build(inst, folded: dict | None) -> Merged | None:
         else:
             segments.append(k)
             k += 1
-    return Merged(segments, functions, shapes, structs, folds, counts)
+    return Merged(segments, functions, shapes, structs, folds)
 
 
-__all__ = ["MODE", "MAX_GRID", "HEAD", "heads", "head_text", "Shape", "Merged", "build", "folded", "folded_fields", "joins", "spans", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "joins", "spans", "kernel_text", "runs", "args_struct"]

@@ -135,14 +135,14 @@ _C_TYPES = {ctypes.c_void_p: "real*", ctypes.c_longlong: "long long", ctypes.c_i
 def struct_members(struct: type[ctypes.Structure], kernels) -> list[str]:
     """The C members of a host struct of kernel argument blocks (fields k0, k1, ...: the struct
     of ``kernels[k]``'s parameters) and pointers, sizes and numbers (``ctl``: the loop's int
-    control words; ``done``: a headed merged run's arrival count)."""
+    control words)."""
     out = []
     for field in struct._fields_:
         name, t = field[0], field[1]
         if name.startswith("k") and name[1:].isdigit():
             out.append(f"    {kernels[int(name[1:])].name}_args {name};")
         else:
-            out.append(f"    {'int*' if name == 'ctl' else 'unsigned*' if name == 'done' else _C_TYPES[t]} {name};")
+            out.append(f"    {'int*' if name == 'ctl' else _C_TYPES[t]} {name};")
     return out
 
 
