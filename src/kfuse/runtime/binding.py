@@ -268,8 +268,9 @@ class Binding:
                 code.launch.clears for code in artifact.kernels)) else None
             shape = launch_shape(artifact, dims, device)
         driver.require()
-        long_fn = (modules.module(artifact, device, orders).get_function(PREPASS)
-                   if self.csr and any(self._long_reads(code) for code in artifact.kernels) else None)
+        # per kernel: the csr matrices it reads whose long rows a pre-pass may sum
+        long_reads = [self._long_reads(code) if self.csr else [] for code in artifact.kernels]
+        long_fn = modules.module(artifact, device, orders).get_function(PREPASS) if any(long_reads) else None
         # per kernel: its fills, its csr matrices' pre-passes (csr name, args, patches) and itself
         self._parts: list[tuple[list, list, KernelLaunch, list]] = []
         self.fills_before: list[list[str]] = []      # per kernel: names of what its fills clear
@@ -304,7 +305,7 @@ class Binding:
             # after the kernel before it where it reads what that one wrote (it waits before)
             dependent = bool(pdl and (fills or (k > 0 and L.waits)))
             launch = KernelLaunch(function, grid, L.threads, packed, L.kernel, dependent)
-            passes = [(long_fn, name, *self._prepass_args(A, x)) for name, A, x in self._long_reads(code)]
+            passes = [(long_fn, name, *self._prepass_args(A, x)) for name, A, x in long_reads[k]]
             self._parts.append((fills, passes, launch,
                                 [(packed.values[i], src, a) for i, src, a in patches]))
         self.flip = 0
@@ -326,11 +327,10 @@ class Binding:
                 self.launches.append((KernelLaunch(fn, buffers.grid, 256, packed, PREPASS), ps))
             self.launches.append((launch.independent() if long and launch.dependent else launch, patches))
         self.patches = [p for _, ps in self.launches for p in ps]
-        # every kernel's kf_flip (its last argument)
-        self.flips = [launch.args.values[-1] for launch, _ in self.launches if launch.name not in ("kf_fill", PREPASS)]
-        for v in self.flips:
-            v.value = self.flip
         self.kernel_launches = [launch for launch, _ in self.launches if launch.name not in ("kf_fill", PREPASS)]
+        # every kernel's kf_flip (its last argument; a launch made again shares its argument block,
+        # which holds the flip already)
+        self.flips = [launch.args.values[-1] for launch in self.kernel_launches]
 
     @staticmethod
     def _long_reads(code) -> list[tuple[str, Any, Any]]:
