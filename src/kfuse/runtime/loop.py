@@ -74,7 +74,7 @@ class Instance:
         kept = tuple(_kept_key(leaves[j], j) for j, s in enumerate(body.sources)
                      if s == ("keep",) and (hasattr(leaves[j], "shape") or csr_inputs.is_csr(leaves[j])))
         return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE,
-                persistent.MIN_BLOCKS, merged.MODE, merged.MAX_GRID, merged.BLOCK, merged.SIDE_BY_SIDE, merged.SHARED_SUMS)
+                persistent.MIN_BLOCKS, merged.MODE, merged.MAX_GRID, merged.BLOCK, merged.SIDE_BY_SIDE)
 
     def __init__(self, body, leaves: list, pred):
         cp = cupy()

@@ -40,7 +40,6 @@ MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
 MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
 BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
 SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side
-SHARED_SUMS = os.environ.get("KFUSE_LOOP_SHARED_SUMS", "on") == "on"   # a run's scalar sums in shared memory
 FOLD_PER_THREAD = 64    # copies, clears and saves of more entries than this a thread of the merged
                         # block stay launches of their own (grid-wide)
 
@@ -65,11 +64,6 @@ class Shape:
     saved: int = 0
     groups: tuple[int, ...] = ()      # per kernel: its blocks run side by side (groups of threads)
     block: int = 0                    # the block's threads (0: the widest kernel's)
-    # the run's reduced scalars, added up in shared memory (``reductions``): each one's identity,
-    # its producer (kernel, pointer member) and every member of a kernel pointing at it
-    reduced: tuple[str, ...] = ()
-    producers: tuple[tuple[int, str], ...] = ()
-    redirects: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def threads(self) -> int:
@@ -107,38 +101,23 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
               f"    __shared__ __align__(16) real kf_smem[{smem}];",
               "    const long long t = threadIdx.x, all = blockDim.x;",
               "    (void)t; (void)all;"]
-    if shape.reduced:
-        lines += [f"    __shared__ real kf_red[{len(shape.reduced)}];   // the run's reduced scalars, added up here",
-                  "    if (t == 0) {"]
-        lines += [f"        kf_red[{i}] = (real)({x});" for i, x in enumerate(shape.reduced)]
-        lines += ["    }", "    __syncthreads();"]
     for k, (kern, g) in enumerate(zip(shape.kernels, shape.grids)):
         G = shape.side_by_side(k)
         fewer = kern.threads * G < T
         lines.append(f"    // phase {k}: {kern.name}" + (f", {G} of its blocks side by side" if G > 1 else "")
                      + (f", {kern.threads * G} of the block's threads" if fewer else ""))
-        args = f"s.k{k}"
-        moved = [(member, i) for p, member, i in shape.redirects if p == k]
-        if moved:
-            args = f"kf_a{k}"
-            lines.append(f"    {kern.name}_args {args} = s.k{k};   // its reduced scalars in shared memory")
-            lines += [f"    {args}.{member} = kf_red + {i};" for member, i in moved]
         guard = f"if (threadIdx.x < {kern.threads * G}) " if fewer else ""
         if G > 1:
-            lines.append(f"    {guard}{kern.name}_dev({args}, threadIdx.x / {kern.threads}, {G}, kf_smem);")
+            lines.append(f"    {guard}{kern.name}_dev(s.k{k}, threadIdx.x / {kern.threads}, {G}, kf_smem);")
         elif g == 1:
-            lines.append(f"    {guard}{kern.name}_dev({args}, 0, 1, kf_smem);")
+            lines.append(f"    {guard}{kern.name}_dev(s.k{k}, 0, 1, kf_smem);")
         else:
             lines.append(f"    {guard}for (long long b = 0; b < {g}; ++b) {{")
-            lines.append(f"        {kern.name}_dev({args}, b, {g}, kf_smem);")
+            lines.append(f"        {kern.name}_dev(s.k{k}, b, {g}, kf_smem);")
             if kern.smem:
                 lines.append(f"        kf_bar_sync({kern.threads});   // the shared memory is the next block's")
             lines.append("    }")
         lines.append("    __syncthreads();   // what this phase wrote is seen by the next")
-    if shape.reduced:
-        lines.append("    if (t == 0) {   // the reduced scalars to memory, for what reads them after the run")
-        lines += [f"        *s.k{k}.{member} = kf_red[{i}];" for i, (k, member) in enumerate(shape.producers)]
-        lines += ["    }", "    __syncthreads();"]
     if shape.copies or shape.tails:
         lines.append("    // the step's tail: state entries passed on, returned scalar arithmetic")
         lines += [f"    for (long long e = t; e < s.cpn{i}; e += all) ((real*)s.cpd{i})[e] = ((const real*)s.cps{i})[e];"
@@ -186,29 +165,6 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
                   "    }"]
     lines += ["}", ""]
     return "\n".join(lines)
-
-
-def reductions(codes) -> dict:
-    """The scalars a run's kernels (``codes``, in phase order) add up (their cleared scalar
-    outputs), as ``Shape``'s fields: each one's identity and producer (phase, the pointer member of
-    its argument struct), and each member of a phase pointing at one (the producer's output, a
-    later phase's read by address).
-
-    Why: in one block a phase's sum need not go through global memory.  Added up in shared
-    memory, a later phase reads it there, without a round trip to L2 for the atomics and another
-    for the read after the barrier; one thread writes each to memory after the last phase."""
-    slots: dict[int, int] = {}
-    reduced, producers = [], []
-    for k, code in enumerate(codes):
-        for v, identity in code.launch.clears:
-            if v.type == "scalar" and v.id not in slots:
-                slots[v.id] = len(reduced)
-                reduced.append(str(identity))
-                producers.append((k, f"{v.label}_p"))
-    redirects = [(k, f"{g.name}_p" if g.kind == "array" else f"s_{g.name}_p", slots[g.value.id])
-                 for k, code in enumerate(codes) for g in code.launch.args
-                 if g.kind in ("array", "dscalar") and g.value is not None and g.value.id in slots]
-    return {"reduced": tuple(reduced), "producers": tuple(producers), "redirects": tuple(redirects)}
 
 
 def foldable(tails, pred=None) -> bool:
@@ -359,8 +315,7 @@ def build(inst, folded: dict | None) -> Merged | None:
         # several blocks side by side where the merged block is wider than it
         groups = tuple(T // L.threads if SIDE_BY_SIDE and L.grid == 1 and c.launch.smem_bytes_per_real == 0
                        and c.spec.nesting == 1 else 1 for L, c in zip(launches[a:e], codes[a:e]))
-        sums = reductions(codes[a:e]) if SHARED_SUMS else {}
-        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, **sums, **extra)
+        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, **extra)
         name = f"kf_merged{a}"
         struct = args_struct(shape, inst.dtype, f"{name}_args")
         if ctypes.sizeof(struct) + 32 > PARAM_BYTES:
@@ -386,4 +341,4 @@ def build(inst, folded: dict | None) -> Merged | None:
     return Merged(segments, functions, shapes, structs, folds)
 
 
-__all__ = ["MODE", "MAX_GRID", "SHARED_SUMS", "reductions", "Shape", "Merged", "build", "folded", "folded_fields", "joins", "spans", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "joins", "spans", "kernel_text", "runs", "args_struct"]
