@@ -301,3 +301,25 @@ def test_a_loop_step_is_priced_by_graph_nodes_and_merged_phases(dtype):
         assert (step.nodes, step.phases) == (nodes, phases), step
         assert step.seconds == pytest.approx(step.bodies + nodes * H100.node + phases * H100.phase)
         assert 0 < step.bodies < step.seconds < c.plan.predicted
+
+
+def test_state_checks_are_remembered_for_numbers_and_dense_arrays():
+    """loops._specs answers a state of numbers and dense arrays seen before (same types, shapes and
+    dtypes) without checking it again; anything else, and a state it refused, is checked each time."""
+    from kfuse import loops as KL
+    KL._SPECS.clear()
+    a, b = np.zeros(5, np.float32), np.zeros((5, 5), np.float32)
+    first = KL._specs([a, b, 1.0], "fori_loop")
+    assert len(KL._SPECS) == 1
+    again = KL._specs([np.ones(5, np.float32), np.ones((5, 5), np.float32), 2.0], "fori_loop")
+    assert again == first and len(KL._SPECS) == 1
+    assert KL._specs([np.zeros(6, np.float32), b, 1.0], "fori_loop")[0][0].shape == (6,)
+    for _ in range(2):          # refused each time, never remembered
+        with pytest.raises(kfuse.TraceError, match="mixed dtypes"):
+            KL._specs([a, b.astype(np.float64)], "fori_loop")
+        with pytest.raises(kfuse.TraceError, match="bool"):
+            KL._specs([a, True], "while_loop")
+    assert len(KL._SPECS) == 2
+    # a CSR matrix (its non-zeros are part of its spec) and other objects: not remembered
+    assert KL._entry_key((np.zeros(3), np.zeros(2), np.zeros(2), (2, 2))) is None
+    assert KL._entry_key(np.float32(1)) is None and KL._entry_key(True) is None

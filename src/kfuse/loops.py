@@ -88,8 +88,40 @@ def _site(fn) -> Site:
     return definition_site(fn) if hasattr(fn, "__code__") else user_site()
 
 
+_SPECS: dict = {}       # _specs' answers by the entries' types, shapes and dtypes (dense arrays and numbers)
+
+
+def _entry_key(x):
+    """What ``_specs`` reads of a state entry that is a number or a dense CuPy, NumPy or torch
+    array (its type, shape, dtype and layout), or None for anything else (checked every time)."""
+    t = type(x)
+    if t is int or t is float:
+        return t
+    if t.__name__ not in ("ndarray", "Tensor") or not t.__module__.startswith(("cupy", "numpy", "torch")):
+        return None
+    layout = getattr(x, "layout", None)
+    if layout is not None and str(layout) != "torch.strided":
+        return None
+    return (t, tuple(x.shape), x.dtype)
+
+
 def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
-    """What tracing knows of each state entry, and the element type (errors at the user's line)."""
+    """What tracing knows of each state entry, and the element type (errors at the user's line).
+    A state of numbers and dense arrays seen before takes the answer then (a loop is called again
+    and again with new arrays of the same shapes: the checks cost as much as several launches)."""
+    keys = tuple(_entry_key(x) for x in leaves)
+    key = (what, keys) if None not in keys else None
+    got = _SPECS.get(key) if key is not None else None
+    if got is None:
+        got = _check_specs(leaves, what)
+        if key is not None:
+            if len(_SPECS) >= 256:
+                _SPECS.clear()
+            _SPECS[key] = got
+    return list(got[0]), got[1]
+
+
+def _check_specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
     if not leaves:
         raise TraceError(f"{what}: the state is empty; a loop carries at least one array", user_site())
     specs, dtypes = [], {}

@@ -205,6 +205,7 @@ class Instance:
         if kept and kept[0].dependent:
             kept[0] = kept[0].independent()
         self.kernels, self.clears = kept, clears
+        self._starts: dict = {}         # start's launches, made at its first call (their pointers are fixed)
 
     def _ranges(self, p: int) -> list:
         """(pointer, entries, value) of the clears of step p's reduced outputs."""
@@ -335,10 +336,16 @@ class Instance:
                 x = self._leaf(leaves[j], j)
                 cp.cuda.runtime.memcpyAsync(self.ptr[0][j], facts(x)[4], self.nbytes[j], D2D, self.stream)
                 self._held.append(x)         # a number's 0-d array outlives the copy
+            # the launches are made once (a launch's preparation costs as much as several copies)
             if self.body.indexed:
-                self._launch("kf_loop_set", facts(self.index)[4], self.dtype.type(index)).launch(self.stream)
+                if "set" not in self._starts:
+                    self._starts["set"] = self._launch("kf_loop_set", facts(self.index)[4], self.dtype.type(0))
+                self._starts["set"].args.values[1].value = index        # the counter's first value
+                self._starts["set"].launch(self.stream)
             if self.clears:
-                self._clear(0).launch(self.stream)
+                if "clear" not in self._starts:
+                    self._starts["clear"] = self._clear(0)
+                self._starts["clear"].launch(self.stream)
 
     def _graph(self, key, make):
         g = self.graphs.get(key)
