@@ -1,6 +1,7 @@
 """Device loops on the CPU: what is refused while tracing a body or a condition (each error at the
 user's line, never a traceback), how a body's state maps onto its program, and the loop control
 module built by nvcc (relocatable, as NVRTC builds it)."""
+import ctypes
 import subprocess
 import sys
 
@@ -215,11 +216,15 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     half = ("*", ("leaf", 0), ("leaf", 1))
     shape = merged.Shape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
                          tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True,
-                         groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads)
+                         groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads,
+                         sizes=tuple(tuple((i, n if t is ctypes.c_longlong else 1) for i, t in enumerate(k.args[:-1])
+                                           if t in (ctypes.c_longlong, ctypes.c_int)) for k in kernels))
     text = merged.kernel_text(shape, np.dtype(dtype), "kf_merged1")
     assert text.count("__syncthreads();") == len(kernels) + 1 and "const real t0 = " in text
     assert "for (long long b = 0; b < 2; ++b)" in text and "kf_loop_next" not in text
-    assert f"{kernels[0].name}_dev(s.k0, threadIdx.x / {kernels[0].threads}, 4, kf_smem);" in text
+    # the sizes compiled in: each phase runs on a copy of its arguments with them set
+    assert f"{kernels[0].name}_dev(kf_k0, threadIdx.x / {kernels[0].threads}, 4, kf_smem);" in text
+    assert f") = {n}LL;" in text and text.count("compiled in") == len(kernels)
     # a while loop's step end taken in: its condition over two pointers and a number, two saves
     pred = (">", ("leaf", 1), ("*", ("const", 0), ("leaf", 0)))
     ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
@@ -228,6 +233,19 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     src = r.persistent_source(text + "\n" + text2)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
     nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
+
+
+def test_merged_phases_compile_in_every_integer_argument_but_the_flip():
+    """What a merged run compiles in (``merged.fixed``): sizes and counts as they are, the serial
+    iterations shared out among the blocks side by side (rounded up), never a pointer, a number
+    or kf_flip (set per call)."""
+    from types import SimpleNamespace
+    from kfuse.runtime import merged
+    values = [ctypes.c_void_p(0), ctypes.c_longlong(1000), ctypes.c_float(2.5), ctypes.c_longlong(37),
+              ctypes.c_int(10), ctypes.c_int(1)]
+    launch = SimpleNamespace(args=SimpleNamespace(values=values))
+    assert merged.fixed(launch) == ((1, 1000), (3, 37), (4, 10))
+    assert merged.fixed(launch, 4) == ((1, 1000), (3, 37), (4, 3))
 
 
 def test_merged_runs_are_consecutive_one_block_kernels():

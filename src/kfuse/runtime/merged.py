@@ -20,6 +20,9 @@ The kernel (its text made here, the program's kernels rendered as device functio
             __syncthreads()
         [copies, scalar arithmetic; __syncthreads(); the fori counter, the next step's clears]
 
+Each phase's sizes, counts and serial iterations are fixed for the loop instance and compiled in
+(``fixed``): its loop bounds, unrolled copies and bounds checks fold away.
+
 Which kernels: ones launched with at most ``MAX_GRID`` blocks (more would serialise blocks that
 ran side by side), of whole warps, no clusters, their shared memory within one block's; a run is
 two or more such kernels in a row, or one at the end of a step whose small work it takes in."""
@@ -40,6 +43,7 @@ MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
 MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
 BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
 SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side
+SIZES = True            # a phase's sizes and counts compiled in (fixed for the loop instance)
 FOLD_PER_THREAD = 64    # copies, clears and saves of more entries than this a thread of the merged
                         # block stay launches of their own (grid-wide)
 
@@ -64,6 +68,7 @@ class Shape:
     saved: int = 0
     groups: tuple[int, ...] = ()      # per kernel: its blocks run side by side (groups of threads)
     block: int = 0                    # the block's threads (0: the widest kernel's)
+    sizes: tuple = ()                 # per kernel: ((argument, value), ...) compiled in (``sizes``)
 
     @property
     def threads(self) -> int:
@@ -107,15 +112,26 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
         lines.append(f"    // phase {k}: {kern.name}" + (f", {G} of its blocks side by side" if G > 1 else "")
                      + (f", {kern.threads * G} of the block's threads" if fewer else ""))
         guard = f"if (threadIdx.x < {kern.threads * G}) " if fewer else ""
+        arg = f"s.k{k}"
+        if shape.sizes and shape.sizes[k]:
+            S = kernel_args(k, kern)
+            lines.append("    {   // its sizes and counts, fixed for the loop, compiled in")
+            lines.append(f"    {kern.name}_args kf_k{k} = s.k{k};")
+            for i, v in shape.sizes[k]:
+                c = "long long" if kern.args[i] is ctypes.c_longlong else "int"
+                lines.append(f"    *({c}*)((char*)&kf_k{k} + {getattr(S, f'a{i}').offset}) = {int(v)}{'LL' if c == 'long long' else ''};")
+            arg = f"kf_k{k}"
         if G > 1:
-            lines.append(f"    {guard}{kern.name}_dev(s.k{k}, threadIdx.x / {kern.threads}, {G}, kf_smem);")
+            lines.append(f"    {guard}{kern.name}_dev({arg}, threadIdx.x / {kern.threads}, {G}, kf_smem);")
         elif g == 1:
-            lines.append(f"    {guard}{kern.name}_dev(s.k{k}, 0, 1, kf_smem);")
+            lines.append(f"    {guard}{kern.name}_dev({arg}, 0, 1, kf_smem);")
         else:
             lines.append(f"    {guard}for (long long b = 0; b < {g}; ++b) {{")
-            lines.append(f"        {kern.name}_dev(s.k{k}, b, {g}, kf_smem);")
+            lines.append(f"        {kern.name}_dev({arg}, b, {g}, kf_smem);")
             if kern.smem:
                 lines.append(f"        kf_bar_sync({kern.threads});   // the shared memory is the next block's")
+            lines.append("    }")
+        if arg != f"s.k{k}":
             lines.append("    }")
         lines.append("    __syncthreads();   // what this phase wrote is seen by the next")
     if shape.copies or shape.tails:
@@ -213,6 +229,18 @@ def folded_fields(inst, p: int) -> dict:
             fields.update({f"svd{i}": facts(inst.saved[j])[4], f"svs{i}": inst.ptr[1 - p][j],
                            f"svn{i}": inst.nbytes[j] // inst.dtype.itemsize})
     return fields
+
+
+def fixed(launch, side_by_side: int = 1) -> tuple[tuple[int, int], ...]:
+    """(argument, value) of each integer argument of a loop step's kernel but its last (kf_flip,
+    set per call): sizes, counts and its serial iterations (shared out among ``side_by_side``
+    blocks).  A call patches only pointers and numbers (``Binding.patch``), so these hold for
+    the loop instance, and a merged run compiles them in: a phase's loop bounds, unrolled copies
+    and bounds checks then fold away.  One block runs a phase alone, so its time is mostly its
+    instructions' latencies one after another: fewer instructions, a shorter step."""
+    last = len(launch.args.values) - 2                  # iters
+    return tuple((i, -(-v.value // (side_by_side if i == last else 1)))
+                 for i, v in enumerate(launch.args.values[:-1]) if type(v) in (ctypes.c_longlong, ctypes.c_int))
 
 
 def joins(grid: int, threads: int, code, itemsize: int) -> bool:
@@ -315,7 +343,8 @@ def build(inst, folded: dict | None) -> Merged | None:
         # several blocks side by side where the merged block is wider than it
         groups = tuple(T // L.threads if SIDE_BY_SIDE and L.grid == 1 and c.launch.smem_bytes_per_real == 0
                        and c.spec.nesting == 1 else 1 for L, c in zip(launches[a:e], codes[a:e]))
-        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, **extra)
+        sizes = tuple(fixed(L, G) for L, G in zip(launches[a:e], groups)) if SIZES else ()
+        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, sizes=sizes, **extra)
         name = f"kf_merged{a}"
         struct = args_struct(shape, inst.dtype, f"{name}_args")
         if ctypes.sizeof(struct) + 32 > PARAM_BYTES:
@@ -341,4 +370,4 @@ def build(inst, folded: dict | None) -> Merged | None:
     return Merged(segments, functions, shapes, structs, folds)
 
 
-__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "joins", "spans", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "fixed", "joins", "spans", "kernel_text", "runs", "args_struct"]
