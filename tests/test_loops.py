@@ -145,9 +145,9 @@ def test_bad_states_and_bounds():
 def test_control_module_builds_with_nvcc(dtype, nvcc, tmp_path):
     pred = ("and", (">", ("leaf", 5), ("*", ("const", 0), ("leaf", 1))), ("not", ("<", ("leaf", 5), ("const", 1))))
     tails = [("+", ("/", ("leaf", 0), ("num", 2.0)), ("sqrt", ("abs", ("leaf", 1))))]
-    for k, (src, rdc) in enumerate([(control_source(dtype, tails, pred), True),
+    for k, (src, rdc) in enumerate([(control_source(dtype, tails, pred, clears=2, saved=3, carried=3), True),
                                     (control_source(dtype, tails, pred, conditional=False), False),
-                                    (control_source(dtype, tails), False)]):
+                                    (control_source(dtype, tails, clears=1, carried=2), False)]):
         cu = tmp_path / f"control{k}.cu"
         cu.write_text(src)
         cmd = [nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / f"control{k}.cubin"), str(cu)]
@@ -157,6 +157,12 @@ def test_control_module_builds_with_nvcc(dtype, nvcc, tmp_path):
         assert done.returncode == 0, done.stderr
         assert ("cudaGraphSetConditional" in src) == rdc
     assert "kf_loop_first" in control_source(dtype, (), pred) and "kf_scalars" not in control_source(dtype, (), pred)
+    # a run's ends, one launch each: the predicate's two numbers set by the start, each carried
+    # entry an argument triple of both, the start's clears
+    src = control_source(dtype, tails, pred, clears=2, carried=3)
+    start = src.split("kf_loop_start(", 1)[1].split("\n}\n", 1)[0]
+    assert "cst[1] = c1;" in start and "cst[2]" not in start and "q1[e] = v1;" in start and "a2[e] = b2[e];" in start
+    assert "a2[e] = b2[e];" in src.split("kf_loop_copies(", 1)[1] and "kf_loop_start" not in control_source(dtype, tails, pred)
 
 
 def test_long_expressions_need_no_recursion():

@@ -216,12 +216,15 @@ def counts(exprs) -> tuple[int, int]:
 
 
 def control_source(dtype: str, scalars=(), predicate: tuple | None = None, conditional: bool = True,
-                   clears: int = 0, saved: int = 0) -> str:
+                   clears: int = 0, saved: int = 0, carried: int = 0) -> str:
     """The CUDA module for one element type: ``kf_scalars`` computing ``scalars`` (output k is
     ``o{k}``); ``kf_loop_clear`` of ``clears`` ranges; and, with a ``predicate``, the while
     loop's kernels over it, ``kf_loop_next`` also clearing the ``clears`` ranges and saving
     ``saved`` state entries (see the module docstring).  ``conditional=False``: they set no graph
-    handle (chunks launched from the host; the module then needs no device runtime)."""
+    handle (chunks launched from the host; the module then needs no device runtime).  With
+    ``carried`` state entries, a run's start and end in one launch each: ``kf_loop_start`` (the
+    initial state copied in, the counter, the while loop's control words and numbers, the first
+    step's clears) and ``kf_loop_copies`` (the result copied out)."""
     real = {"float32": "float", "float64": "double"}[np.dtype(dtype).name]
 
     def reads(exprs) -> str:
@@ -306,6 +309,8 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
             "}",
             "",
         ]
+    if carried:
+        lines += start_source(carried, clears, counts((predicate,))[1] if predicate is not None else 0)
     lines += [
         "// a scalar set before a run (a fori loop's counter)",
         'extern "C" __global__ void kf_loop_set(real* o, real v) {',
@@ -324,6 +329,38 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def start_source(carried: int, clears: int, numbers: int) -> list[str]:
+    """``kf_loop_start`` and ``kf_loop_copies`` (``control_source``): a run's start and end made by
+    one launch each instead of a copy per state entry and a launch per small task; each copy a
+    ``(destination, source, entries)`` argument triple, patched per call."""
+    copies = "".join(f", real* __restrict__ a{k}, const real* __restrict__ b{k}, long long l{k}" for k in range(carried))
+    ranges = "".join(f", real* __restrict__ q{k}, long long n{k}, real v{k}" for k in range(clears))
+    nums = "".join(f", real c{k}" for k in range(numbers))
+    grid = "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x, all = (long long)gridDim.x * blockDim.x;"
+    return [
+        "// a run's start: the counter's first value (idx: null in a loop without one), a while loop's",
+        "// control words (ctl: null in a fori loop) and numbers, the first step's reduced outputs",
+        "// cleared, the initial state copied into buffer set 0",
+        f'extern "C" __global__ void kf_loop_start(real* idx, real iv, int* ctl, int most, real* cst{nums}{ranges}{copies}) {{',
+        grid,
+        "    if (t == 0) {",
+        "        if (idx) *idx = iv;",
+        "        if (ctl) { ctl[0] = 0; ctl[1] = 1; ctl[2] = 1; ctl[3] = most; ctl[4] = 1; }",
+        *[f"        cst[{k}] = c{k};" for k in range(numbers)],
+        "    }",
+        *[f"    for (long long e = t; e < n{k}; e += all) q{k}[e] = v{k};" for k in range(clears)],
+        *[f"    for (long long e = t; e < l{k}; e += all) a{k}[e] = b{k}[e];" for k in range(carried)],
+        "}",
+        "",
+        "// a run's end: the state entries copied into the result arrays",
+        f'extern "C" __global__ void kf_loop_copies(int unused{copies}) {{',
+        grid,
+        *[f"    for (long long e = t; e < l{k}; e += all) a{k}[e] = b{k}[e];" for k in range(carried)],
+        "}",
+        "",
+    ]
 
 
 def control_module(source: str, relocatable: bool):

@@ -28,14 +28,14 @@ import numpy as np
 
 from ..errors import CompileError, LaunchError
 from . import csr as csr_inputs
-from . import driver, loopgraph, merged, persistent
+from . import driver, loopends, loopgraph, merged, persistent
 from .args import adapt, facts, torch_tensor_type
 from .binding import OUT, TMP
 from .control import control_module, control_source, counts
 from .gpu import cupy
 from .launch import KernelLaunch, PackedArgs
 
-D2D, H2D, D2H = 3, 1, 2  # cudaMemcpyKind
+D2H = 2  # cudaMemcpyKind
 WHILE_CHUNK = 8           # steps of a while loop per graph (the host looks at the count between them)
 # a while loop is one graph with a conditional WHILE node where the driver has them (chunks
 # launched from the host ran 1.4-1.6x slower: a chunk runs ahead and the host polls); chunks with
@@ -143,7 +143,7 @@ class Instance:
 
         def source(conditional: bool) -> str:
             return control_source(self.dtype.name, body.tails, pred, conditional, clears=len(self.clears),
-                                  saved=len(self.saved))
+                                  saved=len(self.saved), carried=len(self.carried))
         try:
             module = control_module(source(self.conditional), relocatable=self.conditional)
         except CompileError:
@@ -154,6 +154,7 @@ class Instance:
         self.fn = {name: module.get_function(name) for name in
                    (["kf_scalars"] if body.tails else []) + (["kf_loop_clear"] if self.clears else [])
                    + ["kf_loop_set", "kf_loop_index", "kf_loop_copy"]
+                   + (["kf_loop_start", "kf_loop_copies"] if self.carried else [])
                    + (["kf_loop_first", "kf_loop_next"] if pred is not None else [])
                    + (["kf_loop_again"] if self.conditional else [])}
         # state entries the predicate reads, in the order of its p{k} pointers (leaf k is entry k:
@@ -205,7 +206,7 @@ class Instance:
         if kept and kept[0].dependent:
             kept[0] = kept[0].independent()
         self.kernels, self.clears = kept, clears
-        self._starts: dict = {}         # start's launches, made at its first call (their pointers are fixed)
+        self.ends = None                # a run's start and end launches, made at its first start
 
     def _ranges(self, p: int) -> list:
         """(pointer, entries, value) of the clears of step p's reduced outputs."""
@@ -224,7 +225,7 @@ class Instance:
         """kf_loop_clear of step p's reduced outputs."""
         ranges = self._ranges(p)
         args = [a for ptr, n, value in ranges for a in (ptr, np.int64(n), self.dtype.type(value))]
-        return KernelLaunch(self.fn["kf_loop_clear"], _blocks(max(n for _, n, _ in ranges)), 256,
+        return KernelLaunch(self.fn["kf_loop_clear"], loopends.blocks(max(n for _, n, _ in ranges)), 256,
                             PackedArgs((np.int32(0), *args)), "kf_loop_clear")
 
     def _source(self, src: tuple, p: int):
@@ -266,7 +267,7 @@ class Instance:
         extra: list = []
         copies, outs_t, reads = self.tail_pointers(p)
         for dst, src, n in copies:
-            extra.append(KernelLaunch(self.fn["kf_loop_copy"], _blocks(n), 256, PackedArgs(
+            extra.append(KernelLaunch(self.fn["kf_loop_copy"], loopends.blocks(n), 256, PackedArgs(
                 (dst, src, np.int64(n))), "kf_loop_copy"))
         if body.tails:
             extra.append(self._launch("kf_scalars", *outs_t, *reads))
@@ -313,39 +314,22 @@ class Instance:
         sizes = [self.nbytes[j] // self.dtype.itemsize for j in self.saved]
         args += [a for j, n in zip(self.saved, sizes) for a in (facts(self.saved[j])[4], self.ptr[1 - p][j], np.int64(n))]
         most = max([n for _, n, _ in ranges] + sizes + [1])
-        return KernelLaunch(self.fn["kf_loop_next"], _blocks(most), 256, PackedArgs(tuple(args)), "kf_loop_next")
+        return KernelLaunch(self.fn["kf_loop_next"], loopends.blocks(most), 256, PackedArgs(tuple(args)), "kf_loop_next")
 
     # -- runs --------------------------------------------------------------------------------------
     def start(self, leaves: list, index: float = 0.0, consts=(), most: int = 0) -> None:
         """Set the bound, numbers and counter, copy the initial state into set 0 and clear the
-        first step's reduced outputs, on the caller's stream."""
+        first step's reduced outputs, on the caller's stream (``runtime/loopends.py``)."""
         cp = cupy()
         self.stream = _caller_stream(self.torch_in, self.device)
         self.most = most
         self._held: list = []
         with cp.cuda.Device(self.device):
-            if self.pred is not None:
-                # from pageable memory: staged before the call returns (no wait for the stream)
-                self._host = (np.array([0, 1, 1, most, 1], np.int32), np.array(list(consts) or [0.0], self.dtype))
-                for dev, host in zip((self.ctl, self.cst), self._host):     # numbers past those read: not copied
-                    cp.cuda.runtime.memcpyAsync(facts(dev)[4], host.ctypes.data, min(host.nbytes, dev.nbytes), H2D,
-                                                self.stream)
-            for j, s in enumerate(self.body.sources):
-                if s == ("keep",):
-                    continue
-                x = self._leaf(leaves[j], j)
-                cp.cuda.runtime.memcpyAsync(self.ptr[0][j], facts(x)[4], self.nbytes[j], D2D, self.stream)
-                self._held.append(x)         # a number's 0-d array outlives the copy
-            # the launches are made once (a launch's preparation costs as much as several copies)
-            if self.body.indexed:
-                if "set" not in self._starts:
-                    self._starts["set"] = self._launch("kf_loop_set", facts(self.index)[4], self.dtype.type(0))
-                self._starts["set"].args.values[1].value = index        # the counter's first value
-                self._starts["set"].launch(self.stream)
-            if self.clears:
-                if "clear" not in self._starts:
-                    self._starts["clear"] = self._clear(0)
-                self._starts["clear"].launch(self.stream)
+            for j in self.carried:
+                self._held.append(self._leaf(leaves[j], j))      # a number's 0-d array outlives the copy
+            if self.ends is None:
+                self.ends = loopends.Ends(self)
+            self.ends.start([facts(x)[4] for x in self._held], index, consts, most, self.stream)
 
     def _graph(self, key, make):
         g = self.graphs.get(key)
@@ -460,16 +444,12 @@ class Instance:
 
     def finish(self, p, leaves: list) -> list:
         """New arrays holding set ``p`` (0 or 1), the saved state of a while loop ("saved") or
-        the initial state ("initial"), copied on the caller's stream; entries read in place are
-        the caller's own arrays."""
-        cp = cupy()
-        out = []
-        with cp.cuda.Device(self.device):
-            for j, s in enumerate(self.body.sources):
-                if s == ("keep",):
-                    out.append(leaves[j])
-                    continue
-                a = self._empty(self.shapes[j])
+        the initial state ("initial"), copied on the caller's stream (``runtime/loopends.py``);
+        entries read in place are the caller's own arrays."""
+        out, pairs = list(leaves), []
+        with cupy().cuda.Device(self.device):
+            for j in self.carried:
+                out[j] = self._empty(self.shapes[j])
                 if p == "saved":
                     src = facts(self.saved[j])[4]
                 elif p == "initial":
@@ -478,8 +458,8 @@ class Instance:
                     src = facts(x)[4]
                 else:
                     src = self.ptr[p][j]
-                cp.cuda.runtime.memcpyAsync(facts(a)[4], src, self.nbytes[j], D2D, self.stream)
-                out.append(a)
+                pairs.append((facts(out[j])[4], src))
+            self.ends.finish(pairs, self.stream)
         return out
 
 
@@ -492,7 +472,4 @@ def _kept_key(x, j: int) -> tuple:
     return (facts(adapt(x, f"state entry {j}"))[4],)
 
 
-def _blocks(n: int) -> int:
-    """Blocks of 256 threads for a grid-stride loop over n entries (at most 1024)."""
-    return max(1, min(1024, -(-n // 256)))
 
