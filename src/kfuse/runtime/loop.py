@@ -206,7 +206,7 @@ class Instance:
         if kept and kept[0].dependent:
             kept[0] = kept[0].independent()
         self.kernels, self.clears = kept, clears
-        self.ends = None                # a run's start and end launches, made at its first start
+        self.ends: loopends.Ends | None = None     # a run's start and end launches (``_ends``)
 
     def _ranges(self, p: int) -> list:
         """(pointer, entries, value) of the clears of step p's reduced outputs."""
@@ -327,9 +327,13 @@ class Instance:
         with cp.cuda.Device(self.device):
             for j in self.carried:
                 self._held.append(self._leaf(leaves[j], j))      # a number's 0-d array outlives the copy
-            if self.ends is None:
-                self.ends = loopends.Ends(self)
-            self.ends.start([facts(x)[4] for x in self._held], index, consts, most, self.stream)
+            self._ends().start([facts(x)[4] for x in self._held], index, consts, most, self.stream)
+
+    def _ends(self) -> loopends.Ends:
+        """The run ends' launches, made at the first run after the clears were set."""
+        if self.ends is None:
+            self.ends = loopends.Ends(self)
+        return self.ends
 
     def _graph(self, key, make):
         g = self.graphs.get(key)
@@ -459,7 +463,7 @@ class Instance:
                 else:
                     src = self.ptr[p][j]
                 pairs.append((facts(out[j])[4], src))
-            self.ends.finish(pairs, self.stream)
+            self._ends().finish(pairs, self.stream)
         return out
 
 
