@@ -236,7 +236,15 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
     text2 = merged.kernel_text(ends, np.dtype(dtype), "kf_merged2")
     assert "kf_loop_next" in text2 and "s.ctl[2 - s.odd] = go;" in text2 and "cst[0]" in text2
-    src = r.persistent_source(text + "\n" + text2)
+    # the step's first kernel (the gemv) as a wrapper launched early: it waits before anything else,
+    # its sizes compiled in; the run ending the step lets it launch
+    first = next(k for k in _kernels_of(r, dtype) if k.name == r.kernels[0].launch.kernel)
+    head = merged.head_text(first, ((1, n), (len(first.args) - 2, 1)), "kf_head")
+    body = head.split("{", 1)[1]
+    assert body.index("kf_wait_prior();") < body.index(f"{first.name}_dev(kf_k, blockIdx.x, gridDim.x, kf_smem);")
+    allowed = merged.kernel_text(merged.Shape(kernels, (1,) * len(kernels), allow=True), np.dtype(dtype), "kf_merged3")
+    assert allowed.index("kf_allow_next();") < allowed.index("// phase 0")
+    src = r.persistent_source(text + "\n" + text2 + "\n" + head + "\n" + allowed)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
     nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
 

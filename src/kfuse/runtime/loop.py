@@ -281,6 +281,8 @@ class Instance:
         if m is not None:
             calls = [m.launcher(s, kernels, merged.folded_fields(self, p) if m.folds and s[1] == len(kernels) else {})
                      if isinstance(s, tuple) else kernels[s].launch for s in m.segments]
+            if m.head is not None:
+                calls[0] = m.head_launcher(kernels[0], any(L.dependent for L in kernels))
             if m.folds:
                 extra = []          # taken in by the last run (kf_loop_next's work too)
         if then_next and not (m is not None and m.folds):

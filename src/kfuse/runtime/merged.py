@@ -23,6 +23,11 @@ The kernel (its text made here, the program's kernels rendered as device functio
 Each phase's sizes, counts and serial iterations are fixed for the loop instance and compiled in
 (``fixed``): its loop bounds, unrolled copies and bounds checks fold away.
 
+Where a run ends the step, the step's first kernel (the gemv, of many blocks) is launched early
+(PDL) through a wrapper of its own in the same module (``head_text``): it waits for the launch before
+it first, then runs the kernel's body with its sizes compiled in; the run lets it launch at its
+start (``kf_allow_next``), so the next step's blocks are placed while the run's one block works.
+
 Which kernels: ones launched with at most ``MAX_GRID`` blocks (more would serialise blocks that
 ran side by side), of whole warps, no clusters, their shared memory within one block's; a run is
 two or more such kernels in a row, or one at the end of a step whose small work it takes in."""
@@ -44,6 +49,7 @@ MAX_GRID = 1            # the most blocks a kernel may have been launched with t
 BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
 SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side
 SIZES = True            # a phase's sizes and counts compiled in (fixed for the loop instance)
+HEAD = True             # the step's first kernel launched early (PDL) through a wrapper that waits first
 FOLD_PER_THREAD = 64    # copies, clears and saves of more entries than this a thread of the merged
                         # block stay launches of their own (grid-wide)
 
@@ -69,6 +75,7 @@ class Shape:
     groups: tuple[int, ...] = ()      # per kernel: its blocks run side by side (groups of threads)
     block: int = 0                    # the block's threads (0: the widest kernel's)
     sizes: tuple = ()                 # per kernel: ((argument, value), ...) compiled in (``sizes``)
+    allow: bool = False               # the next launch may start at once (the next step's head waits)
 
     @property
     def threads(self) -> int:
@@ -106,6 +113,8 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
               f"    __shared__ __align__(16) real kf_smem[{smem}];",
               "    const long long t = threadIdx.x, all = blockDim.x;",
               "    (void)t; (void)all;"]
+    if shape.allow:
+        lines.append("    kf_allow_next();   // the next step's first kernel may launch now: it waits for this one")
     for k, (kern, g) in enumerate(zip(shape.kernels, shape.grids)):
         G = shape.side_by_side(k)
         fewer = kern.threads * G < T
@@ -114,12 +123,8 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
         guard = f"if (threadIdx.x < {kern.threads * G}) " if fewer else ""
         arg = f"s.k{k}"
         if shape.sizes and shape.sizes[k]:
-            S = kernel_args(k, kern)
             lines.append("    {   // its sizes and counts, fixed for the loop, compiled in")
-            lines.append(f"    {kern.name}_args kf_k{k} = s.k{k};")
-            for i, v in shape.sizes[k]:
-                c = "long long" if kern.args[i] is ctypes.c_longlong else "int"
-                lines.append(f"    *({c}*)((char*)&kf_k{k} + {getattr(S, f'a{i}').offset}) = {int(v)}{'LL' if c == 'long long' else ''};")
+            lines += _fixed_copy(kern, shape.sizes[k], f"s.k{k}", f"kf_k{k}")
             arg = f"kf_k{k}"
         if G > 1:
             lines.append(f"    {guard}{kern.name}_dev({arg}, threadIdx.x / {kern.threads}, {G}, kf_smem);")
@@ -180,6 +185,37 @@ def kernel_text(shape: Shape, dtype, name: str) -> str:
                   "        }",
                   "    }"]
     lines += ["}", ""]
+    return "\n".join(lines)
+
+
+def _fixed_copy(kern: Kernel, sizes, src: str, name: str) -> list[str]:
+    """C lines declaring ``name``, a copy of the argument struct ``src`` with ``sizes`` (``fixed``)
+    set by offset (the host's struct: ``kernel_args``)."""
+    S = kernel_args(0, kern)
+    lines = [f"    {kern.name}_args {name} = {src};"]
+    for i, v in sizes:
+        c = "long long" if kern.args[i] is ctypes.c_longlong else "int"
+        lines.append(f"    *({c}*)((char*)&{name} + {getattr(S, f'a{i}').offset}) = {int(v)}{'LL' if c == 'long long' else ''};")
+    return lines
+
+
+def head_text(kern: Kernel, sizes, name: str) -> str:
+    """The kernel ``name``: a loop step's first kernel (``kern``, rendered as a device function)
+    with its sizes compiled in, which waits for the launch before it before anything else.
+
+    Why: the step's first kernel reads what the step before wrote, and the program's code reads
+    its inputs before any wait (in a call they are written before its first kernel).  Waiting at
+    the start, it can be launched early (PDL) after the step before, its blocks placed on the GPU
+    while that step's last kernel still runs, instead of after it has drained."""
+    S = kernel_args(0, kern)
+    lines = [f"// ---- {kern.name}, a loop step's first kernel, launched early (runtime/merged.py)",
+             f'static_assert(sizeof({kern.name}_args) == {ctypes.sizeof(S)}, "{kern.name}_args: laid out as the host\'s");',
+             f'extern "C" __global__ void __launch_bounds__({kern.threads}) {name}(const __grid_constant__ {kern.name}_args s)',
+             "{",
+             f"    __shared__ __align__(16) real kf_smem[{max(kern.smem, 1)}];",
+             "    kf_wait_prior();   // the step before has finished, its writes visible"]
+    lines += _fixed_copy(kern, sizes, "s", "kf_k")
+    lines += [f"    {kern.name}_dev(kf_k, blockIdx.x, gridDim.x, kf_smem);", "}", ""]
     return "\n".join(lines)
 
 
@@ -278,9 +314,23 @@ class Merged:
 
     launches = 0        # merged launches in this process (tests check that a loop used them)
 
-    def __init__(self, segments: list, functions: dict, shapes: dict, structs: dict, folds: bool):
+    def __init__(self, segments: list, functions: dict, shapes: dict, structs: dict, folds: bool, head=None):
         self.segments, self._functions, self.shapes, self._structs = segments, functions, shapes, structs
         self.folds = folds              # the last run takes in the step's small work
+        self.head = head                # (function, struct) of the step's first kernel launched early, or None
+
+    def head_launcher(self, first, dependent: bool):
+        """A function of a stream launching the step's first kernel (``first``, its launch) early
+        through ``head_text``'s wrapper (``dependent``: where the binding launches kernels so),
+        with its argument block's current values."""
+        function, struct = self.head
+
+        def launch(stream: int) -> None:
+            st = struct()
+            for i, v in enumerate(first.args.values):
+                setattr(st, f"a{i}", v.value)
+            KernelLaunch(function, first.grid, first.threads, _Args([st]), "kf_head", dependent).launch(stream)
+        return launch
 
     def launcher(self, run: tuple[int, int], kernels: list, extras: dict):
         """A function of a stream launching ``run`` with the values its kernels' argument blocks
@@ -333,6 +383,12 @@ def build(inst, folded: dict | None) -> Merged | None:
     found = [(a, e) for a, e in found if e - a >= 2 or (folds and e == last)]
     if not found:
         return None
+    # the step's first kernel launched early where it is no run's and the last run ends the step
+    # (PDL in use: the binding launches some kernel dependent)
+    first, code0 = launches[0], codes[0]
+    head = (HEAD and not any(a == 0 for a, _ in found) and any(e == last for _, e in found)
+            and any(L.dependent for L in launches) and first.threads % 32 == 0 and code0.launch.cluster == 1
+            and code0.launch.smem_bytes_per_real * item <= SHARED_BYTES)
     shapes, structs, texts = {}, {}, []
     for a, e in found:
         kernels = tuple(Kernel(L.name, L.threads, c.launch.smem_bytes_per_real, tuple(type(v) for v in L.args.values))
@@ -344,17 +400,22 @@ def build(inst, folded: dict | None) -> Merged | None:
         groups = tuple(T // L.threads if SIDE_BY_SIDE and L.grid == 1 and c.launch.smem_bytes_per_real == 0
                        and c.spec.nesting == 1 else 1 for L, c in zip(launches[a:e], codes[a:e]))
         sizes = tuple(fixed(L, G) for L, G in zip(launches[a:e], groups)) if SIZES else ()
-        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, sizes=sizes, **extra)
+        shape = Shape(kernels, tuple(L.grid for L in launches[a:e]), groups=groups, block=T, sizes=sizes,
+                      allow=head and e == last, **extra)
         name = f"kf_merged{a}"
         struct = args_struct(shape, inst.dtype, f"{name}_args")
         if ctypes.sizeof(struct) + 32 > PARAM_BYTES:
             return None
         shapes[(a, e)], structs[(a, e)] = shape, struct
         texts.append(kernel_text(shape, inst.dtype, name))
+    if head:
+        kern0 = Kernel(first.name, first.threads, code0.launch.smem_bytes_per_real, tuple(type(v) for v in first.args.values))
+        texts.append(head_text(kern0, fixed(first), "kf_head"))
     from .compiler import load_module
     try:
         module = load_module(inst.binding.artifact.persistent_source("\n".join(texts)))
         functions = {run: module.get_function(f"kf_merged{run[0]}") for run in found}
+        heads = (module.get_function("kf_head"), kernel_args(0, kern0)) if head else None
     except (CompileError, LaunchError):
         return None
     segments: list = []
@@ -367,7 +428,7 @@ def build(inst, folded: dict | None) -> Merged | None:
         else:
             segments.append(k)
             k += 1
-    return Merged(segments, functions, shapes, structs, folds)
+    return Merged(segments, functions, shapes, structs, folds, heads)
 
 
-__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "fixed", "joins", "spans", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "fixed", "head_text", "joins", "spans", "kernel_text", "runs", "args_struct"]
