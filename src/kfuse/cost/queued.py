@@ -10,7 +10,8 @@ from Python, a memset before the kernel) do not apply there.  A step costs:
     + ``phase`` for each kernel that runs as a phase of a merged run
 
 The two terms are H100 values fitted on measured device-loop steps of five iterative methods
-(docs/experiments.md, "A loop step's time from graph-node and merged-phase terms").  No
+(docs/experiments.md, "A loop step's terms refitted"), with the runtime that compiles a merged
+phase's sizes in and launches a step's first kernel early.  No
 calibration measures them yet, and the planner does not rank loop bodies by this price:
 ``kfuse plan --loop`` shows it.
 """
@@ -28,8 +29,8 @@ from .transfer import DEFAULT_MACHINE
 
 @dataclass(frozen=True)
 class QueuedTerms:
-    node: float = 1.39e-6       # s per graph node of a step (a kernel, or a merged run)
-    phase: float = 1.16e-6      # s per kernel run as a phase of a merged run
+    node: float = 1.52e-6       # s per graph node of a step (a kernel, or a merged run)
+    phase: float = 0.60e-6      # s per kernel run as a phase of a merged run
 
 
 H100 = QueuedTerms()
