@@ -476,6 +476,3 @@ def _kept_key(x, j: int) -> tuple:
         c = csr_inputs.adapt_csr(x, f"state entry {j}")
         return (*csr_inputs.pointers(c), c.shape, csr_inputs.index_itemsize(c))
     return (facts(adapt(x, f"state entry {j}"))[4],)
-
-
-

@@ -279,11 +279,23 @@ def fixed(launch, side_by_side: int = 1) -> tuple[tuple[int, int], ...]:
                  for i, v in enumerate(launch.args.values[:-1]) if type(v) in (ctypes.c_longlong, ctypes.c_int))
 
 
+def fits_block(threads: int, code, itemsize: int) -> bool:
+    """Whether a kernel of ``threads`` can run as a device function in a block of this module (a
+    merged run's phase, the step's first kernel's wrapper): whole warps, no clusters, its shared
+    memory within one block's."""
+    return (threads % 32 == 0 and threads <= 1024 and code.launch.cluster == 1
+            and code.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES)
+
+
 def joins(grid: int, threads: int, code, itemsize: int) -> bool:
     """Whether a kernel launched with ``grid`` blocks of ``threads`` may join a run (see the module
     docstring; ``cost/queued.py`` prices a loop step by the same rule)."""
-    return (grid <= MAX_GRID and threads % 32 == 0 and threads <= 1024 and code.launch.cluster == 1
-            and code.launch.smem_bytes_per_real * itemsize <= SHARED_BYTES)
+    return grid <= MAX_GRID and fits_block(threads, code, itemsize)
+
+
+def _kernel(launch, code) -> Kernel:
+    """A step's kernel as a merged module renders it: name, threads, shared entries, argument types."""
+    return Kernel(launch.name, launch.threads, code.launch.smem_bytes_per_real, tuple(type(v) for v in launch.args.values))
 
 
 def runs(launches, codes, itemsize: int) -> list[tuple[int, int]]:
@@ -387,12 +399,10 @@ def build(inst, folded: dict | None) -> Merged | None:
     # (PDL in use: the binding launches some kernel dependent)
     first, code0 = launches[0], codes[0]
     head = (HEAD and not any(a == 0 for a, _ in found) and any(e == last for _, e in found)
-            and any(L.dependent for L in launches) and first.threads % 32 == 0 and code0.launch.cluster == 1
-            and code0.launch.smem_bytes_per_real * item <= SHARED_BYTES)
+            and any(L.dependent for L in launches) and fits_block(first.threads, code0, item))
     shapes, structs, texts = {}, {}, []
     for a, e in found:
-        kernels = tuple(Kernel(L.name, L.threads, c.launch.smem_bytes_per_real, tuple(type(v) for v in L.args.values))
-                        for L, c in zip(launches[a:e], codes[a:e]))
+        kernels = tuple(_kernel(L, c) for L, c in zip(launches[a:e], codes[a:e]))
         extra = folded if (folds and folded is not None and e == last) else {}
         T = max([k.threads for k in kernels] + [BLOCK])
         # a kernel of one block, no shared memory and one instance per thread group runs as
@@ -409,7 +419,7 @@ def build(inst, folded: dict | None) -> Merged | None:
         shapes[(a, e)], structs[(a, e)] = shape, struct
         texts.append(kernel_text(shape, inst.dtype, name))
     if head:
-        kern0 = Kernel(first.name, first.threads, code0.launch.smem_bytes_per_real, tuple(type(v) for v in first.args.values))
+        kern0 = _kernel(first, code0)
         texts.append(head_text(kern0, fixed(first), "kf_head"))
     from .compiler import load_module
     try:
@@ -431,4 +441,4 @@ def build(inst, folded: dict | None) -> Merged | None:
     return Merged(segments, functions, shapes, structs, folds, heads)
 
 
-__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "fixed", "head_text", "joins", "spans", "kernel_text", "runs", "args_struct"]
+__all__ = ["MODE", "MAX_GRID", "Shape", "Merged", "build", "folded", "folded_fields", "fits_block", "fixed", "head_text", "joins", "spans", "kernel_text", "runs", "args_struct"]
