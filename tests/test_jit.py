@@ -531,3 +531,44 @@ def test_loop_bodies_closing_over_different_values_are_different_bodies():
     b2, _ = loops._body(body((3.0,)), True, (x, x), "fori_loop")
     b3, _ = loops._body(body((2.0,)), True, (x, x), "fori_loop")
     assert b1 is not b2 and b1 is b3
+
+
+_GLOBAL_BODY = None
+
+
+def test_bodies_read_through_a_rebound_global_are_different_bodies():
+    """A loop body written ``lambda i, s: body(*s)`` with ``body`` a module global rebound between
+    loops (a script trying several step functions) is traced again: the key holds the globals the
+    code names, not only its closure (the first body's program was once run for every later one,
+    a wrong answer in silence).  Likewise a jitted function calling a rebound global helper."""
+    from kfuse import loops
+    global _GLOBAL_BODY
+    x = np.zeros(37, np.float32)
+    scripts = []
+    for c in (2.0, 3.0, 2.0):
+        def made(x, y, c=c):
+            return x * c + y, y
+        _GLOBAL_BODY = made
+        b, _ = loops._body(lambda i, s: _GLOBAL_BODY(*s), True, (x, x), "fori_loop")
+        scripts.append(b.lowered.script)
+    assert "2.0" in scripts[0] and "3.0" in scripts[1] and "3.0" not in scripts[0]
+    assert scripts[2] == scripts[0]
+    _GLOBAL_BODY = lambda x, y: (x + y, y)          # noqa: E731
+    f1 = kfuse.jit(lambda x, y: _GLOBAL_BODY(x, y)[0])
+    k1, p1 = f1.cache_key(x, x), f1.compile(x, x)
+    _GLOBAL_BODY = lambda x, y: (x - y, y)          # noqa: E731
+    f2 = kfuse.jit(lambda x, y: _GLOBAL_BODY(x, y)[0])
+    assert f2.cache_key(x, x) != k1
+    assert f2.compile(x, x) is not p1 and "-1.0" in f2.script
+
+
+def test_a_recursive_global_function_has_a_key():
+    """A function that names itself (recursion through a module global) is keyed by identity
+    where its key would contain itself: the key is made, and is the same twice."""
+    from kfuse.decorator import _code_key
+
+    assert _code_key(_countdown) == _code_key(_countdown)
+
+
+def _countdown(n):
+    return _countdown(n - 1) if n else 0

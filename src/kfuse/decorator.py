@@ -352,34 +352,63 @@ def _code_digest(code) -> str:
     return hashlib.sha256(marshal.dumps(code)).hexdigest()[:16]
 
 
-def _code_key(fn, depth: int = 0) -> tuple:
-    """The function's bytecode and constants (nested functions included) and what it closes over:
-    numbers (constants of the compiled program), the keys of the functions it calls (a wrapper
-    ``lambda i, s: body(s)`` is a new program for each ``body``), tuples, lists and dicts by their
-    contents, anything else by identity (``_value_key``).  Two closures of one function over
-    different values are different programs."""
-    return (_code_digest(fn.__code__), tuple(_value_key(_cell(c), depth) for c in fn.__closure__ or ()))
+def _code_key(fn, depth: int = 0, memo: dict | None = None) -> tuple:
+    """The function's bytecode and constants (nested functions included) and what it reads from
+    outside -- its closure, its parameters' defaults and the module globals its code names: numbers (constants of the
+    compiled program), the keys of the functions it calls (a wrapper ``lambda i, s: body(s)`` is a
+    new program for each ``body``, whether ``body`` is a closure's or the module's), tuples, lists
+    and dicts by their contents, modules by name, anything else by identity (``_value_key``).  Two
+    closures of one function over different values are different programs, and so are two calls
+    of one function whose globals were rebound between them.  ``memo``: each function reached is
+    keyed once (functions of a module that call each other, a recursive one)."""
+    memo = {} if memo is None else memo
+    code = fn.__code__
+    if id(fn) in memo:
+        if memo[id(fn)] is None:        # reached again while its own key is being made: by identity
+            _KEPT[id(fn)] = fn
+            return ("function", _code_digest(code), id(fn))
+        return memo[id(fn)]
+    memo[id(fn)] = None
+    glob = getattr(fn, "__globals__", None) or {}
+    key = (_code_digest(code), tuple(_value_key(_cell(c), depth, memo) for c in fn.__closure__ or ()),
+           tuple((name, _value_key(glob[name], depth, memo)) for name in _global_names(code) if name in glob),
+           _value_key(getattr(fn, "__defaults__", None), depth, memo),
+           _value_key(getattr(fn, "__kwdefaults__", None), depth, memo))
+    memo[id(fn)] = key
+    return key
+
+
+@functools.lru_cache(maxsize=256)
+def _global_names(code) -> tuple[str, ...]:
+    """The names a code object and the functions nested in it look up (globals, and attribute names
+    too: those that are no global are not found in the module and drop out)."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names.update(_global_names(c))
+    return tuple(sorted(names))
 
 
 _KEPT: dict[int, object] = {}       # objects keyed by identity, kept alive so that no other takes their id
 
 
-def _value_key(v, depth: int):
-    """A hashable key of a value a traced function closes over, equal only for values that trace
-    alike."""
+def _value_key(v, depth: int, memo: dict):
+    """A hashable key of a value a traced function closes over or reads as a global, equal only for
+    values that trace alike."""
     if v is None or isinstance(v, (bool, int, float, complex, str)):
         return (type(v).__name__, v)
     if isinstance(v, np.generic):
         return (type(v).__name__, v.item())
     if depth < 8:
         if isinstance(v, JitFunction):
-            return _code_key(v.fn, depth + 1)
+            return _code_key(v.fn, depth + 1, memo)
         if callable(v) and hasattr(v, "__code__"):
-            return _code_key(v, depth + 1)
+            return _code_key(v, depth + 1, memo)
         if isinstance(v, (tuple, list)):
-            return (type(v).__name__, tuple(_value_key(x, depth + 1) for x in v))
+            return (type(v).__name__, tuple(_value_key(x, depth + 1, memo) for x in v))
         if isinstance(v, dict):
-            return ("dict", tuple((_value_key(k, depth + 1), _value_key(x, depth + 1)) for k, x in v.items()))
+            return ("dict", tuple((_value_key(k, depth + 1, memo), _value_key(x, depth + 1, memo))
+                                  for k, x in v.items()))
     if isinstance(v, types.ModuleType):
         return ("module", v.__name__)
     _KEPT[id(v)] = v
