@@ -331,7 +331,10 @@ def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=Tru
     numbers or 0-d device arrays) to run it as one fused kfuse program.  ``library``: user
     library folder(s) beside the shipped BLAS (``kfuse.lib.<name>(...)`` calls their functions);
     ``fuse``, ``tuned``, ``calibration``, ``vector_on_strips`` as for ``kfuse.compile``.  Use as
-    ``@kfuse.jit`` or ``@kfuse.jit(library=...)``."""
+    ``@kfuse.jit`` or ``@kfuse.jit(library=...)``.  A signature's program is traced at its first
+    call and kept (as JAX's jit keeps it): numbers and functions the function reads from its
+    closure, defaults or module are constants of it, so after rebinding one, decorate anew
+    (programs are shared by what the function reads, ``_code_key``)."""
     def wrap(f):
         if not callable(f) or not hasattr(f, "__code__"):
             raise KfuseError(f"@kfuse.jit decorates a Python function, got {type(f).__name__} {f!r:.60}")
