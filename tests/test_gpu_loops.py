@@ -107,6 +107,46 @@ def test_fori_loop_counter_passed_on_and_computed_entries(dtype, fori_mode):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("unroll", [2, 3])
+def test_fori_loop_unrolled_equals_one_step_at_a_time(unroll, dtype):
+    """``unroll``: steps traced as one program (loopsteps.py), the steps left over one at a time:
+    CG over 7 and 8 steps, a body of vector updates that fuse across the step boundary, and one
+    that reads the counter, each against the loop of one step at a time and float64 NumPy."""
+    import cupy as cp
+    import cg
+    rng = np.random.default_rng(40 + unroll)
+    n = 419
+    A, b = _spd(n, rng), rng.standard_normal(n)
+    Ad, bd = cp.asarray(A, dtype=dtype), cp.asarray(b, dtype=dtype)
+    x0 = cp.zeros(n, dtype)
+    r, rr, _ = cg.cg_start(Ad, bd, x0)
+
+    def body(i, s):
+        A, x, r, p, rr = s
+        return (A,) + cg.cg_update(A, x, r, p, rr)
+    for steps in (7, 8):
+        one = kfuse.fori_loop(0, steps, body, (Ad, x0, r, r, rr))
+        out = kfuse.fori_loop(0, steps, body, (Ad, x0, r, r, rr), unroll=unroll)
+        assert out[0] is Ad
+        for got, want in zip(out[1:], one[1:]):
+            assert _rel(cp.asnumpy(got), cp.asnumpy(want).astype(np.float64)) < TOL[dtype]
+        x_ref, _ = _cg_numpy(A.astype(dtype).astype(np.float64), b.astype(dtype).astype(np.float64), steps)
+        assert _rel(cp.asnumpy(out[1]), x_ref) < 10 * TOL[dtype]
+    x, v = rng.standard_normal(n), rng.standard_normal(n)
+
+    def relax(i, s):
+        x, v, c = s
+        return x + 0.1 * v, 0.9 * v - 0.01 * x + i * 1e-3 * x, c + i
+    xd, vd = cp.asarray(x, dtype=dtype), cp.asarray(v, dtype=dtype)
+    out = kfuse.fori_loop(2, 13, relax, (xd, vd, 0.5), unroll=unroll)
+    hx, hv, hc = x.astype(dtype).astype(np.float64), v.astype(dtype).astype(np.float64), 0.5
+    for i in range(2, 13):
+        hx, hv, hc = hx + 0.1 * hv, 0.9 * hv - 0.01 * hx + i * 1e-3 * hx, hc + i
+    for got, want in zip(out, (hx, hv, hc)):
+        assert _rel(cp.asnumpy(got), np.asarray(want)) < 10 * TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("solver", ["cg", "bicg", "bicgstab"])
 def test_while_loop_solvers_converge_and_stop_where_a_host_loop_stops(solver, dtype, while_mode):
     import cupy as cp

@@ -355,3 +355,39 @@ def test_state_checks_are_remembered_for_numbers_and_dense_arrays():
     # a CSR matrix (its non-zeros are part of its spec) and other objects: not remembered
     assert KL._entry_key((np.zeros(3), np.zeros(2), np.zeros(2), (2, 2))) is None
     assert KL._entry_key(np.float32(1)) is None and KL._entry_key(True) is None
+
+
+def test_explain_loop_shows_the_step_boundary_and_its_reasons():
+    """Two CG steps as one program (loopsteps.py): the p update and the next A @ p are in
+    different kernels for a reason the rules give (the gemv reads p along its columns, which
+    other blocks make: a global barrier), and the plan of two steps costs twice one step's; a
+    body of vector updates fuses across the boundary into one kernel for both steps."""
+    import cg
+
+    def body(i, s):
+        A, x, r, p, rr = s
+        return (A,) + cg.cg_update(A, x, r, p, rr)
+    text = kfuse.explain_loop(body, (A, V, V, V, Z))
+    assert text.startswith("one step: 4 kernel(s)") and "2 steps as one program: 8 kernel(s)" in text
+    gemv = next(line for line in text.splitlines() if "-> c6 v8 = gemv(" in line)
+    assert "not fused: same_nesting" in gemv and "with vector_on_strips:" in gemv and "along j" in gemv
+    assert "global barrier" in gemv
+    assert "v8 = gemv(state0, v7)" in text and "plan for body_x2" in text
+    relax = kfuse.explain_loop(lambda i, s: (s[0] + 0.1 * s[1], 0.9 * s[1] - 0.01 * s[0]), (V, V))
+    assert "2 steps as one program: 1 kernel(s)" in relax and "0.50x one step's" in relax
+    assert "not fused" not in relax and relax.count("fused (kernel 0)") == 4
+    with pytest.raises(kfuse.KfuseError, match="at least 2"):
+        kfuse.explain_loop(body, (A, V, V, V, Z), unroll=1)
+
+
+def test_unrolled_bodies_count_their_steps_and_check_unroll():
+    """``fori_loop(..., unroll=U)``'s body is the user's applied U times, step lower + U j + u
+    reading its own counter value; a bad ``unroll`` is refused before anything runs."""
+    from kfuse.loopsteps import unrolled
+    b, _ = loops._body(unrolled(lambda i, s: s + i * s, 2, 5), True, V, "fori_loop")
+    script = b.lowered.script
+    assert script.count("axpy(") + script.count("axpby(") + script.count("scal(") == 2, script
+    assert "(2.0 * i) + 5.0" in script and "(2.0 * i) + 6.0" in script, script
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(kfuse.KfuseError, match="unroll must be an int of at least 1"):
+            kfuse.fori_loop(0, 4, lambda i, s: s, (V,), unroll=bad)

@@ -6,10 +6,11 @@ from .frontend.trace import lib, outer, sqrt
 from .decorator import JitFunction, jit
 from .library.loader import load_library
 from .loops import LoopState, LoopWarning, fori_loop, while_loop
+from .loopsteps import explain_loop
 from .runtime.csr import CSR
 
 __version__ = "0.1.0"
 __all__ = ["compile", "CompiledScript", "jit", "JitFunction", "lib", "outer", "sqrt", "load_library",
-           "fori_loop", "while_loop", "LoopState", "LoopWarning", "CSR",
+           "fori_loop", "while_loop", "explain_loop", "LoopState", "LoopWarning", "CSR",
            "KfuseError", "ScriptError", "TraceError", "LibraryError", "FusionError", "CompileError", "LaunchError",
            "__version__"]

@@ -52,6 +52,7 @@ from .decorator import JitFunction, _code_key, _csr_spec, _sparse, array_facts, 
 from .errors import KfuseError, TraceError
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from .library.loader import shipped_library
+from .loopsteps import check_unroll, unrolled
 from .runtime.control import expression
 
 INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
@@ -400,12 +401,21 @@ def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:
 
 
 # -- running ------------------------------------------------------------------------------------------
-def fori_loop(lower: int, upper: int, body_fun, init_val):
+def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
     """Run ``state = body_fun(i, state)`` for ``i`` from ``lower`` to ``upper - 1`` on the GPU, as
-    graphs of many steps; returns the final state (nothing waits for the GPU)."""
+    graphs of many steps; returns the final state (nothing waits for the GPU).  ``unroll``: steps
+    traced as one program, so that the planner may fuse one step's tail with the next one's head
+    (``loopsteps.py``; ``kfuse.explain_loop`` shows whether it does); the steps left over run one
+    at a time."""
     for name, v in (("lower", lower), ("upper", upper)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TraceError(f"fori_loop: {name} must be an int, got {type(v).__name__}", user_site())
+    if check_unroll(unroll) > 1 and int(upper) - int(lower) >= unroll:
+        whole = (int(upper) - int(lower)) // unroll
+        init_val = fori_loop(0, whole, unrolled(body_fun, unroll, int(lower)), init_val)
+        lower = int(lower) + whole * unroll
+        if lower == int(upper):
+            return init_val
     body, leaves = _body(body_fun, True, init_val, "fori_loop")
     inst = _instance(body, leaves, None)
     steps = int(upper) - int(lower)
