@@ -85,7 +85,9 @@ def _rebuild(kind, leaves: list):
 
 
 def _site(fn) -> Site:
-    """Where errors about ``fn`` as a whole point: its definition, or the caller's line."""
+    """Where errors about ``fn`` as a whole point: its definition (the user's body where ``fn``
+    composes it: ``loopsteps.unrolled``), or the caller's line."""
+    fn = getattr(fn, "__wrapped__", fn)
     return definition_site(fn) if hasattr(fn, "__code__") else user_site()
 
 
@@ -183,7 +185,7 @@ class _Body:
             return tuple(leaves)
         step.__name__ = getattr(fn, "__name__", "body")
         all_specs = ([ArgSpec("i", "dscalar")] if indexed else []) + list(specs)
-        tr = trace(step, all_specs, library, site_of=fn)
+        tr = trace(step, all_specs, library, site_of=getattr(fn, "__wrapped__", fn))
         for j, (res, spec) in enumerate(zip(tr.results, specs)):
             # a 3-D state entry is a vector laid out as a grid (frontend/trace.py _arg_node)
             traced = spec.shape[:2] if spec.kind == "csr" else \

@@ -30,6 +30,7 @@ def unrolled(body_fun, unroll: int, lower: int):
         return state
     name = getattr(body_fun, "__name__", "")
     steps.__name__ = f"{name if name.isidentifier() else 'body'}_x{unroll}"
+    steps.__wrapped__ = body_fun.fn if isinstance(body_fun, JitFunction) else body_fun   # type: ignore[attr-defined]
     if isinstance(body_fun, JitFunction):
         fuse, tuned, calibration, strips = body_fun._options
         return JitFunction(steps, library=body_fun._folders or None, fuse=fuse, tuned=tuned,
