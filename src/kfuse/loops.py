@@ -412,7 +412,8 @@ def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
     for name, v in (("lower", lower), ("upper", upper)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TraceError(f"fori_loop: {name} must be an int, got {type(v).__name__}", user_site())
-    if check_unroll(unroll) > 1 and int(upper) - int(lower) >= unroll:
+    unroll = check_unroll(unroll)
+    if unroll > 1 and int(upper) - int(lower) >= unroll:
         whole = (int(upper) - int(lower)) // unroll
         init_val = fori_loop(0, whole, unrolled(body_fun, unroll, int(lower)), init_val)
         lower = int(lower) + whole * unroll

@@ -16,6 +16,8 @@ relaxation step) does fuse across it.  ``fori_loop``'s ``unroll`` is therefore t
 ask for (default 1), like JAX's."""
 from __future__ import annotations
 
+import numpy as np
+
 from .decorator import JitFunction
 from .errors import KfuseError
 
@@ -39,9 +41,10 @@ def unrolled(body_fun, unroll: int, lower: int):
 
 
 def check_unroll(unroll) -> int:
-    if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+    """``unroll`` as an int, or a ``KfuseError`` for anything but an int of at least 1."""
+    if isinstance(unroll, bool) or not isinstance(unroll, (int, np.integer)) or unroll < 1:
         raise KfuseError(f"fori_loop: unroll must be an int of at least 1, got {unroll!r}")
-    return unroll
+    return int(unroll)
 
 
 def _planned(body, leaves: list):
