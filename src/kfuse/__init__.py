@@ -6,7 +6,7 @@ from .frontend.trace import lib, outer, sqrt
 from .decorator import JitFunction, jit
 from .library.loader import load_library
 from .loops import LoopState, LoopWarning, fori_loop, while_loop
-from .loopsteps import explain_loop
+from .loopexplain import explain_loop
 from .runtime.csr import CSR
 
 __version__ = "0.1.0"
