@@ -87,8 +87,14 @@ def _rebuild(kind, leaves: list):
 def _site(fn) -> Site:
     """Where errors about ``fn`` as a whole point: its definition (the user's body where ``fn``
     composes it: ``loopsteps.unrolled``), or the caller's line."""
-    fn = getattr(fn, "__wrapped__", fn)
+    fn = _shown(fn)
     return definition_site(fn) if hasattr(fn, "__code__") else user_site()
+
+
+def _shown(fn):
+    """The function a traced body names: the one ``fn`` wraps where that is a Python function."""
+    inner = getattr(fn, "__wrapped__", None)
+    return inner if hasattr(inner, "__code__") else fn
 
 
 _SPECS: dict = {}       # _specs' answers by the entries' types, shapes and dtypes (dense arrays and numbers)
@@ -185,7 +191,7 @@ class _Body:
             return tuple(leaves)
         step.__name__ = getattr(fn, "__name__", "body")
         all_specs = ([ArgSpec("i", "dscalar")] if indexed else []) + list(specs)
-        tr = trace(step, all_specs, library, site_of=getattr(fn, "__wrapped__", fn))
+        tr = trace(step, all_specs, library, site_of=_shown(fn))
         for j, (res, spec) in enumerate(zip(tr.results, specs)):
             # a 3-D state entry is a vector laid out as a grid (frontend/trace.py _arg_node)
             traced = spec.shape[:2] if spec.kind == "csr" else \
