@@ -357,10 +357,11 @@ def _code_digest(code) -> str:
 
 def _code_key(fn, depth: int = 0, memo: dict | None = None) -> tuple:
     """The function's bytecode and constants (nested functions included) and what it reads from
-    outside -- its closure, its parameters' defaults and the module globals its code names: numbers (constants of the
-    compiled program), the keys of the functions it calls (a wrapper ``lambda i, s: body(s)`` is a
-    new program for each ``body``, whether ``body`` is a closure's or the module's), tuples, lists
-    and dicts by their contents, modules by name, anything else by identity (``_value_key``).  Two
+    outside -- its closure, its parameters' defaults and the module globals its code names:
+    numbers (constants of the compiled program), the keys of the functions it calls (a wrapper
+    ``lambda i, s: body(s)`` is a new program for each ``body``, whether ``body`` is a closure's
+    or the module's), tuples, lists and dicts by their contents, modules by name, anything else by
+    identity (``_value_key``).  Two
     closures of one function over different values are different programs, and so are two calls
     of one function whose globals were rebound between them.  ``memo``: each function reached is
     keyed once (functions of a module that call each other, a recursive one)."""

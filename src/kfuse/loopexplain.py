@@ -4,7 +4,7 @@ rule's reason -- and both plans priced as device-loop steps (``cost/queued.py``)
 from __future__ import annotations
 
 from .errors import KfuseError
-from .loops import _body, _specs
+from .loops import _body, _specs, traced_shape
 from .loopsteps import check_unroll, unrolled
 
 
@@ -18,10 +18,8 @@ def _planned(body, leaves: list):
         spec = specs[src[1]] if src[0] == "leaf" else None
         if spec is None or spec.kind == "dscalar":
             scalars.add(name)
-        elif spec.kind == "csr":
-            shapes[name] = spec.shape[:2]
-        else:           # a 3-D state entry is a vector laid out as a grid (loops._Body)
-            shapes[name] = (spec.shape[0] * spec.shape[1] * spec.shape[2],) if len(spec.shape) == 3 else spec.shape
+        else:
+            shapes[name] = traced_shape(spec)
     prog = body.compiled.program
     return body.compiled.resolve(frozenset(scalars), bind_sizes(prog, shapes))
 
@@ -63,7 +61,8 @@ def explain_loop(body_fun, init_val, unroll: int = 2) -> str:
                     lines.append(head + f"fused (kernel {kernel_of[a]})")
                 else:
                     reason = why_not(prog, graph, frozenset({a, b}))
-                    strips = why_not(prog, graph, frozenset({a, b}), True) if isinstance(getattr(reason, "reason", None), NestingDiffers) else None
+                    nesting = isinstance(getattr(reason, "reason", None), NestingDiffers)
+                    strips = why_not(prog, graph, frozenset({a, b}), True) if nesting else None
                     lines.append(head + (f"not fused: {reason}" if reason is not None
                                          else "legal, not chosen (the plan priced better without it)")
                                  + (f"; with vector_on_strips: {strips}" if strips is not None else ""))

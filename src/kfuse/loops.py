@@ -164,6 +164,14 @@ def _check_specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
     return specs, next(iter(dtypes.values()))
 
 
+def traced_shape(spec: ArgSpec) -> tuple:
+    """The shape a state entry has in the traced program: a CSR matrix's (rows, columns), a 3-D
+    entry's as the vector it is laid out as (a grid: frontend/trace.py ``_arg_node``)."""
+    if spec.kind == "csr":
+        return spec.shape[:2]
+    return (spec.shape[0] * spec.shape[1] * spec.shape[2],) if len(spec.shape) == 3 else spec.shape
+
+
 # -- the traced body ------------------------------------------------------------------------------------
 class _Body:
     """A loop body traced and compiled for one state signature, and how each state entry of the
@@ -193,9 +201,7 @@ class _Body:
         all_specs = ([ArgSpec("i", "dscalar")] if indexed else []) + list(specs)
         tr = trace(step, all_specs, library, site_of=_shown(fn))
         for j, (res, spec) in enumerate(zip(tr.results, specs)):
-            # a 3-D state entry is a vector laid out as a grid (frontend/trace.py _arg_node)
-            traced = spec.shape[:2] if spec.kind == "csr" else \
-                (spec.shape[0] * spec.shape[1] * spec.shape[2],) if len(spec.shape) == 3 else spec.shape
+            traced = traced_shape(spec)
             rank = 3 if spec.kind == "csr" else len(traced)
             if res.rank != rank or (rank and res.shape and any(a and a != b for a, b in zip(res.shape, traced))):
                 got = f"a {RANK_WORDS[res.rank]}" + (f" of shape {res.shape}" if res.rank else "")
