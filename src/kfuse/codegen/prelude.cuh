@@ -207,6 +207,77 @@ struct KfGrid2 {
     }
 };
 
+// ---- elementwise math of synthesized functions (library/synth.py) ------------------------
+// One name for float and double (real is either), NumPy's semantics: maximum and minimum
+// propagate NaN (np.maximum), division by zero and log of a negative number give inf and NaN.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+KF_DEVICE float kf_exp(float x) { return expf(x); }
+KF_DEVICE double kf_exp(double x) { return exp(x); }
+KF_DEVICE float kf_log(float x) { return logf(x); }
+KF_DEVICE double kf_log(double x) { return log(x); }
+KF_DEVICE float kf_sqrt(float x) { return sqrtf(x); }
+KF_DEVICE double kf_sqrt(double x) { return sqrt(x); }
+KF_DEVICE float kf_tanh(float x) { return tanhf(x); }
+KF_DEVICE double kf_tanh(double x) { return tanh(x); }
+KF_DEVICE float kf_sin(float x) { return sinf(x); }
+KF_DEVICE double kf_sin(double x) { return sin(x); }
+KF_DEVICE float kf_cos(float x) { return cosf(x); }
+KF_DEVICE double kf_cos(double x) { return cos(x); }
+KF_DEVICE float kf_abs(float x) { return fabsf(x); }
+KF_DEVICE double kf_abs(double x) { return fabs(x); }
+KF_DEVICE float kf_pow(float x, float y) { return powf(x, y); }
+KF_DEVICE double kf_pow(double x, double y) { return pow(x, y); }
+KF_DEVICE float kf_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+KF_DEVICE double kf_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+template <class T> KF_DEVICE T kf_maximum(T a, T b) { return (a != a || a > b) ? a : b; }
+template <class T> KF_DEVICE T kf_minimum(T a, T b) { return (a != a || a < b) ? a : b; }
+template <class T> KF_DEVICE T kf_where(bool c, T a, T b) { return c ? a : b; }
+
+// *p = max(*p, v) / min(*p, v) atomically, NaN propagating: a compare-and-swap loop on the bits
+// (no hardware float max); the output is cleared to -inf / +inf first (schema.REDUCE_OPS).
+KF_DEVICE void kf_atomic_max(float* p, float v) {
+    int* a = reinterpret_cast<int*>(p);
+    int old = *a, seen;
+    do {
+        seen = old;
+        const float now = kf_maximum(__int_as_float(seen), v);
+        if (__float_as_int(now) == seen) return;
+        old = atomicCAS(a, seen, __float_as_int(now));
+    } while (old != seen);
+}
+KF_DEVICE void kf_atomic_max(double* p, double v) {
+    unsigned long long* a = reinterpret_cast<unsigned long long*>(p);
+    unsigned long long old = *a, seen;
+    do {
+        seen = old;
+        const double now = kf_maximum(__longlong_as_double((long long)seen), v);
+        if ((unsigned long long)__double_as_longlong(now) == seen) return;
+        old = atomicCAS(a, seen, (unsigned long long)__double_as_longlong(now));
+    } while (old != seen);
+}
+KF_DEVICE void kf_atomic_min(float* p, float v) {
+    int* a = reinterpret_cast<int*>(p);
+    int old = *a, seen;
+    do {
+        seen = old;
+        const float now = kf_minimum(__int_as_float(seen), v);
+        if (__float_as_int(now) == seen) return;
+        old = atomicCAS(a, seen, __float_as_int(now));
+    } while (old != seen);
+}
+KF_DEVICE void kf_atomic_min(double* p, double v) {
+    unsigned long long* a = reinterpret_cast<unsigned long long*>(p);
+    unsigned long long old = *a, seen;
+    do {
+        seen = old;
+        const double now = kf_minimum(__longlong_as_double((long long)seen), v);
+        if ((unsigned long long)__double_as_longlong(now) == seen) return;
+        old = atomicCAS(a, seen, (unsigned long long)__double_as_longlong(now));
+    } while (old != seen);
+}
+
 template <int N>
 struct KfReg {
     static constexpr int slots = N;   // entries this thread holds
@@ -218,6 +289,19 @@ struct KfReg {
 KF_DEVICE real kf_warp_sum(real v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Maximum / minimum over the 32 lanes of a warp, NaN propagating (every lane gets it).  All 32
+// lanes must call them.  For the max / min reductions of synthesized functions (library/synth.py).
+KF_DEVICE real kf_warp_max(real v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = kf_maximum(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+KF_DEVICE real kf_warp_min(real v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = kf_minimum(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 

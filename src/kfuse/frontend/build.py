@@ -18,8 +18,10 @@ import re
 from typing import Protocol
 
 from ..errors import KfuseError
-from ..library.schema import AXES, Library
+from ..library.schema import AXES, Function, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
+
+from .ewbuild import ElementwiseStatements
 
 RANKS = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}   # csr: rows, cols, non-zeros
 
@@ -37,7 +39,7 @@ def program_name(name: str) -> str:
     return re.sub(r"\W", "_", name) or "script"
 
 
-class ProgramBuilder:
+class ProgramBuilder(ElementwiseStatements):
     """Statements in, a :class:`Program` out (see the module docstring).  Subclasses say where an
     error is (:meth:`error`).  One method per kind of statement or check the front ends hand it
     (declarations, inputs, calls, scalar arithmetic, returns), hence their number."""
@@ -235,10 +237,11 @@ class ProgramBuilder:
         self.current.pop(target.text, None)
 
     # -- calls ----------------------------------------------------------------------------
-    def call(self, targets: list, fn_tok, args: list[tuple]) -> None:
+    def call(self, targets: list, fn_tok, args: list[tuple], function: Function | None = None) -> None:
         """``targets = fn_tok(args)``: a call of a library function by name or alias (the first
-        overload that takes as many arguments); ``fn_tok.line`` is the call's line."""
-        overloads = self.lib.overloads(fn_tok.text)
+        overload that takes as many arguments), or of ``function`` (a synthesized one:
+        ``frontend/ewbuild.py``); ``fn_tok.line`` is the call's line."""
+        overloads = (function,) if function is not None else self.lib.overloads(fn_tok.text)
         if not overloads:
             names = sorted({n for f in self.lib.functions for n in (f.name, *f.aliases)})
             close = difflib.get_close_matches(fn_tok.text, names, 1)

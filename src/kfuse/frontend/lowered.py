@@ -62,8 +62,12 @@ def text(node: tuple) -> str:
         return node[1].text
     if kind == "neg":
         return "-" + _wrapped(node[2])
-    if kind == "sqrt":
-        return f"sqrt({text(node[2])})"
+    if kind in ("sqrt", "call", "libcall"):
+        return f"{node[1].text if kind != 'sqrt' else 'sqrt'}({', '.join(text(a) for a in node[2:])})"
+    if kind in ("row", "col"):
+        return f"{_wrapped(node[2])}[{':, None' if kind == 'row' else 'None, :'}]"
+    if kind == "pow":
+        return f"{_wrapped(node[2])} ** {_wrapped(node[3])}"
     return f"{_wrapped(node[2])} {kind} {_wrapped(node[3])}"
 
 
@@ -109,7 +113,7 @@ def program_of(library: Library, name: str, head: str, decls: dict[str, list[str
     for k, s in enumerate(body):
         b.site = s.site
         if s.function is None:
-            b.scalar_assignment(Tok("ident", s.targets[0], first + k, 0), s.args[0])
+            b.assign([Tok("ident", s.targets[0], first + k, 0)], s.args[0])
         else:
             b.call([Tok("ident", t, first + k, 0) for t in s.targets], Tok("ident", s.function, first + k, 0),
                    list(s.args))

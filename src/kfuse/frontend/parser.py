@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from ..errors import ScriptError
+from ..library import ewexpr, synth
 from ..library.schema import Library
 from ..ir.program import Program
 from .build import RANKS, ProgramBuilder, program_name
@@ -158,32 +159,26 @@ class _Parser(ProgramBuilder):
     def assignment(self) -> None:
         targets = self.names("a name to assign")
         self.expect("=")
-        first = self.peek()
-        if (len(targets) == 1 and targets[0].text in self.decls and self.decls[targets[0].text][0] == "scalar"
-                and not (first.kind == "ident" and first.text != "sqrt" and self.toks[self.pos + 1].text == "(")):
-            node = self.expression("a scalar expression")
-            self.expect(";")
-            self.scalar_assignment(targets[0], node)
-            return
-        fn_tok = self.expect(kind="ident", what="a function name")
-        self.expect("(")
-        args: list[tuple] = []          # expression nodes (see ``atom``)
-        if self.peek().text != ")":
-            while True:
-                args.append(self.expression("an argument"))
-                if self.peek().text != ",":
-                    break
-                self.next()
-        self.expect(")")
+        node = self.expression("an expression")
         self.expect(";")
-        self.call(targets, fn_tok, args)
+        self.assign(targets, node)
 
-    # -- scalar expressions ------------------------------------------------------------------
-    # A node is ("num", tok), ("name", tok), ("neg", tok, node), ("sqrt", tok, node) or
-    # (op, tok, left, right) with op one of + - * /; tok is where the node starts.  Sums and
-    # products are parsed in loops and turned into arguments by an explicit stack (the
-    # builder's ``scalar``); only parentheses and sqrt recurse, at most MAX_NESTING deep.
+    # -- expressions -------------------------------------------------------------------------
+    # A node is ("num", tok), ("name", tok), ("neg", tok, node), ("sqrt", tok, node),
+    # (op, tok, left, right) with op one of + - * / ** (as "pow") or a comparison, ("call", tok,
+    # *args) (an elementwise function or a reduction: frontend/ewbuild.py), ("libcall", tok, *args)
+    # (a library function), ("row", tok, v) / ("col", tok, v) (v[:, None], v[None, :]); tok is
+    # where the node starts.  Sums and products are parsed in loops and turned into arguments by
+    # an explicit stack (the builder's ``scalar``); only parentheses and calls recurse, at most
+    # MAX_NESTING deep.
     def expression(self, what: str, depth: int = 0) -> tuple:
+        node = self.additive(what, depth)
+        if self.peek().text in ("<", "<=", ">", ">=", "==", "!="):
+            op = self.next().text
+            node = (op, node[1], node, self.additive(what, depth))
+        return node
+
+    def additive(self, what: str, depth: int) -> tuple:
         node = self.term(what, depth)
         while self.peek().text in ("+", "-"):
             op = self.next().text
@@ -202,14 +197,20 @@ class _Parser(ProgramBuilder):
         while self.peek().text == "-":
             signs.append(self.next())
         node = self.atom(what, depth)
+        if self.peek().text == "**":         # -x ** 2 is -(x ** 2), as in Python
+            tok = self.next()
+            if depth >= MAX_NESTING:
+                raise self.error(f"expressions nested too deeply (more than {MAX_NESTING} levels)", tok)
+            node = ("pow", node[1], node, self.unary(what, depth + 1))
         for tok in reversed(signs):
             node = ("neg", tok, node)
         return node
 
     def atom(self, what: str, depth: int) -> tuple:
         tok = self.next()
-        opens = tok.text == "(" or (tok.text == "sqrt" and self.peek().text == "(" and "sqrt" not in self.decls)
-        if opens and depth >= MAX_NESTING:
+        calls = tok.kind == "ident" and tok.text not in KEYWORDS and self.peek().text == "(" \
+            and tok.text not in self.decls
+        if (tok.text == "(" or calls) and depth >= MAX_NESTING:
             raise self.error(f"parentheses nested too deeply (more than {MAX_NESTING} levels)", tok)
         if tok.text == "(":
             node = self.expression(what, depth + 1)
@@ -219,12 +220,39 @@ class _Parser(ProgramBuilder):
             return ("num", tok)
         if tok.kind != "ident" or tok.text in KEYWORDS:
             raise self.error(f"expected {what}, found {tok.text!r}", tok)
-        if opens:
+        if calls:
             self.next()
-            node = self.expression(what, depth + 1)
+            args: list[tuple] = []
+            if self.peek().text != ")":
+                while True:
+                    args.append(self.expression("an argument", depth + 1))
+                    if self.peek().text != ",":
+                        break
+                    self.next()
             self.expect(")")
-            return ("sqrt", tok, node)
+            if self.lib.overloads(tok.text):
+                return ("libcall", tok, *args)
+            if tok.text == "sqrt" and len(args) == 1:
+                return ("sqrt", tok, args[0])
+            if tok.text in ewexpr.FUNCTIONS or tok.text in synth.REDUCTIONS:
+                return ("call", tok, *args)
+            return ("libcall", tok, *args)      # unknown: the builder's error names close matches
+        if self.peek().text == "[" and tok.text in self.decls:
+            return self.broadcast(tok)
         return ("name", tok)
+
+    def broadcast(self, tok: Tok) -> tuple:
+        """``v[:, None]`` (a vector along a matrix's rows: entry i in row i) or ``v[None, :]``."""
+        self.next()
+        first = self.next()
+        self.expect(",")
+        second = self.next()
+        self.expect("]")
+        if (first.text, second.text) == (":", "None"):
+            return ("row", tok, ("name", tok))
+        if (first.text, second.text) == ("None", ":"):
+            return ("col", tok, ("name", tok))
+        raise self.error("a vector is indexed only to broadcast it: v[:, None] or v[None, :]", first)
 
 
 def parse_script(source: str, library: Library, file: str = "<script>", name: str | None = None) -> Program:

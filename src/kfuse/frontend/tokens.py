@@ -11,7 +11,7 @@ TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\f\v]+) | (?P<nl>\n) | (?P<comment>\#[^\n]*)
   | (?P<num>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<punct>[;,=()\[\]\-+*/])
+  | (?P<punct>\*\*|<=|>=|==|!=|[;,=()\[\]\-+*/<>:])
   | (?P<bad>.)
 """, re.VERBOSE)
 KEYWORDS = {"input", "return"}

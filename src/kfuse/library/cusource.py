@@ -23,7 +23,7 @@ BARRIERS = re.compile(r"\b(?:__syncthreads\w*|__barrier_sync|kf_cluster_sync|bar
                       r"|cluster_group|barrier_(?:arrive|wait|sync)\w*)\b|##")
 # lane exchanges: the *_sync intrinsics (shuffles, votes, match, reduce), __syncwarp, and the
 # prelude's helpers built on them (codegen/prelude.cuh; tests/test_trust.py keeps this list whole)
-PRELUDE_WARP_WIDE = ("kf_warp_sum", "kf_lanes_sum")
+PRELUDE_WARP_WIDE = ("kf_warp_sum", "kf_warp_max", "kf_warp_min", "kf_lanes_sum")
 # prelude functions that exchange values only between the lanes present (__activemask), so any
 # subset of a warp may call them: the float64 paired stores and the vector view's put4 that uses them
 PRELUDE_LANE_SAFE = ("kf_store16_paired", "put4")

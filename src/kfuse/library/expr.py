@@ -47,7 +47,16 @@ def _triu(m, k: int = 0):
 
 
 _NP_CALLS: dict[str, Callable[..., Any]] = {"dot": np.dot, "outer": np.outer, "sum": np.sum, "abs": np.abs,
-                                            "triu": _triu}
+                                            "triu": _triu,
+                                            # the elementwise functions and reductions of synthesized
+                                            # functions' references (library/synth.py)
+                                            "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
+                                            "sin": np.sin, "cos": np.cos, "maximum": np.maximum,
+                                            "minimum": np.minimum, "where": np.where, "max": np.max,
+                                            "min": np.min, "atleast_2d": np.atleast_2d}
+_NARGS = {"dot": 2, "outer": 2, "maximum": 2, "minimum": 2, "where": 3}
+_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 
 
 
@@ -191,7 +200,7 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
             f = node.func
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "np" \
                     and f.attr in _NP_CALLS and "np" not in names:
-                nargs = 2 if f.attr in ("dot", "outer") else 1
+                nargs = _NARGS.get(f.attr, 1)
                 allowed_kw = {"axis"} if f.attr == "sum" else set()
                 if f.attr == "triu" and len(node.args) == 2:
                     k = node.args[1]
@@ -206,7 +215,9 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                 nargs, allowed_kw = (1 if len(node.args) == 1 else 2), set()
             else:
                 raise ExprError(f"call {_describe(f)} is not allowed (only np.dot, np.outer, np.sum, "
-                                "np.abs, np.triu, abs" + (", cross, box)" if rules.get("grid") else "; a stencil's "
+                                "np.abs, np.triu, abs, the elementwise np.exp, np.log, np.sqrt, np.tanh, np.sin, "
+                                "np.cos, np.maximum, np.minimum, np.where, np.atleast_2d and np.max, np.min"
+                                + (", cross, box)" if rules.get("grid") else "; a stencil's "
                                                           "reference also cross and box)"))
             if len(node.args) != nargs or any(isinstance(a, ast.Starred) for a in node.args):
                 raise ExprError(f"{_describe(node)} takes {nargs} argument(s)")
@@ -219,6 +230,12 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                     raise ExprError(f"{_describe(node)}: axis is 0 or 1 (or -1, -2)")
             for a in node.args:
                 visit(a, depth + 1)
+            return
+        if isinstance(node, ast.Compare) and kind != "flops":
+            if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
+                raise ExprError(f"{_describe(node)}: one comparison < <= > >= == != at a time")
+            visit(node.left, depth + 1)
+            visit(node.comparators[0], depth + 1)
             return
         if isinstance(node, ast.Attribute):
             raise ExprError(f"attribute .{node.attr} in {_describe(node)} is not allowed"
@@ -267,6 +284,8 @@ def _eval(node: ast.expr, scope: dict):
         return _UNARY[type(node.op)](_eval(node.operand, scope))
     if isinstance(node, ast.Tuple):
         return tuple(_eval(e, scope) for e in node.elts)
+    if isinstance(node, ast.Compare):
+        return _COMPARE[type(node.ops[0])](_eval(node.left, scope), _eval(node.comparators[0], scope))
     if isinstance(node, ast.Attribute):      # .T, the only attribute check() lets through
         return _eval(node.value, scope).T
     if isinstance(node, ast.Call):

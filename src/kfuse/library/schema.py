@@ -13,7 +13,8 @@ SCRIPT_TYPES = ("scalar", "vector", "matrix", "csr")
 # a csr (compressed sparse row) matrix has no on-chip element: it is always read through its global
 # view (``KfCsr``), like an input of reach "any"
 ELEMENT_OF = {"scalar": "scalar", "vector": "subvector", "matrix": "tile", "csr": "csr"}
-REDUCE_OPS: dict[str, str] = {"sum": "0"}   # operator -> identity (C expression)
+# operator -> identity (a C expression that Python's float() reads too: outputs are cleared to it)
+REDUCE_OPS: dict[str, str] = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
 ACCESS_MODES = ("r", "w", "acc")            # read, write, accumulate (compiler clears first)
 TRIANGLES = ("upper",)                      # a variant's ``triangle``: the tiles it walks
 # what of an input an instance reads: its own element (loaded on chip), the entries around it
@@ -210,6 +211,11 @@ class Function:
                                     # are read as (2 or 3; 0: not a stencil)
     boundary: str = "zero"          # a stencil: what entries past the grid's edges read as (BOUNDARIES)
     radius: int = 0                 # a stencil: how far from its point it reads along each axis
+    # a synthesized function (library/synth.py): (routine name, "shipped function key/routine name")
+    # pairs saying which shipped function's calibrated routine prices each of its routines (its
+    # loads and stores are that function's; only the arithmetic differs)
+    priced_as: tuple[tuple[str, str], ...] = ()
+    synthesized: bool = False       # made from an elementwise expression, not read from a library file
 
     @cached_property
     def nesting(self) -> int:
@@ -271,6 +277,9 @@ class Library:
         """The text of a routine file as it was read, checked and hashed when the library was
         loaded (never read again: a file changed since is not what was checked)."""
         data = self.sources.get(str(path))
+        if data is None:
+            from .synth import synthesized_source
+            data = synthesized_source(path)
         if data is None:
             from ..errors import LibraryError
             raise LibraryError(path, "source", "was not read when the library was loaded")

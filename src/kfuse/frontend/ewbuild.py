@@ -1,0 +1,224 @@
+"""Expression statements: ``z = x * y + 2.0 * exp(w);``, ``s = sum(abs(r));``, ``B = 2.0 * A;``.
+
+The builder's half of ordinary array code (``frontend/build.py`` mixes it in).  An assignment
+whose right side is an expression over vectors and matrices becomes calls of synthesized
+functions (``library/synth.py``):
+
+* each reduction (``sum``, ``max``, ``min``, ``mean``) becomes a reduce call of its argument's
+  expression, into a scalar the rest reads as any dot's result; a library call inside an
+  expression (``exp(gemv(A, x))``) is made first, into a value of its own;
+* what is left is scalar arithmetic (``+ - * /``, unary ``-``, ``sqrt``), kept as today; or an
+  elementwise expression, one map call over its leaves: vectors and matrices by name, a vector
+  broadcast along a matrix's rows (``d[:, None]``) or columns (``v[None, :]``, or a bare vector
+  beside a matrix, as NumPy broadcasts it), and scalars -- the largest scalar arithmetic
+  subexpressions, as scalar arguments (so ``a / b * x`` and ``c * x`` are one function).
+
+Nodes (besides the scalar ones of ``build.py``): ``("call", tok, *args)`` (``tok.text`` an
+elementwise function or a reduction), ``("libcall", tok, *args)`` (a library function),
+``("pow", tok, base, exponent)``, ``(cmp, tok, a, b)`` for a comparison, ``("row", tok, v)`` and
+``("col", tok, v)`` (``v[:, None]``, ``v[None, :]``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import KfuseError
+from ..library import ewexpr, synth
+from .tokens import Tok
+
+SCALAR_OPS = ("num", "name", "neg", "sqrt", "+", "-", "*", "/")    # what a ScalarArg computes
+REDUCTIONS = synth.REDUCTIONS
+TYPE_RANK = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}
+
+
+class ElementwiseStatements:
+    """The expression statements of :class:`ProgramBuilder` (a mixin: it uses the builder's
+    declarations, values, ``call`` and ``scalar_assignment``)."""
+
+    decls: dict
+    arith: dict
+    current: dict
+    _temps: int = 0
+
+    def error(self, msg: str, tok: Any) -> KfuseError:
+        raise NotImplementedError
+
+    # -- the statement -------------------------------------------------------------------------
+    def assign(self, targets: list, node: tuple) -> None:
+        """``targets = node``: a library call, scalar arithmetic, or an expression statement."""
+        if node[0] == "libcall":
+            self.call(targets, node[1], [self._operand(a) for a in node[2:]])
+            return
+        if len(targets) != 1:
+            raise self.error(f"an expression has one value, {len(targets)} names are assigned", targets[0])
+        target = targets[0]
+        node = self._hoist(node)
+        rank = self._rank(node)
+        if rank == 0:
+            bad = _first_not_scalar(node)
+            if bad is not None:
+                raise self.error(f"{bad[1].text}(...) of a scalar: elementwise functions take vectors and matrices; "
+                                 "scalar arithmetic is + - * /, unary - and sqrt", bad[1])
+            if self.decls.get(target.text, ("",))[0] not in ("scalar", ""):
+                raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
+                                 target)
+            self.lookup_decl(target)
+            self.scalar_assignment(target, node)
+            return
+        self._map(node, rank, [target])
+
+    # -- reductions and library calls inside an expression -----------------------------------------
+    def _hoist(self, node: tuple) -> tuple:
+        """``node`` with its reductions and library calls made (each a call of its own) and
+        replaced by the names of their results."""
+        kind = node[0]
+        if kind in ("num", "name"):
+            return node
+        kids = [self._hoist(k) for k in node[2:]]
+        tok = node[1]
+        if kind == "libcall":
+            fns = self.lib.overloads(tok.text)
+            fn = next((f for f in fns if len(f.inputs) == len(kids)), None)
+            if fn is not None and len(fn.outputs) != 1:
+                raise self.error(f"{tok.text} returns {len(fn.outputs)} values: call it in a statement of its own "
+                                 "to name them", tok)
+            out = self._temp(fn.outputs[0].type if fn is not None else "vector", tok)
+            self.call([out], tok, [self._operand(k) for k in kids])
+            return ("name", out)
+        if kind == "call" and tok.text in REDUCTIONS:
+            (arg,) = kids
+            r = self._rank(arg)
+            if r != 1:
+                raise self.error(f"{tok.text} takes a vector expression, got a "
+                                 f"{['scalar', 'vector', 'matrix'][r]} (a matrix's row or column sums are "
+                                 "gemv and gemtv with a vector of ones)", tok)
+            expr, kinds, args = self._leaves(arg, 1)
+            fn = synth.synthesize(expr, kinds, tok.text)
+            outs = [self._temp("scalar", tok) for _ in fn.outputs]
+            self.call(outs, _named(tok, fn.name), args, function=fn)
+            if tok.text == "mean":
+                return ("/", tok, ("name", outs[0]), ("name", outs[1]))
+            return ("name", outs[0])
+        return (kind, tok, *kids)
+
+    def _operand(self, node: tuple) -> tuple:
+        """An argument of a library call: an expression of vectors made into a value first."""
+        if node[0] == "name" or self._rank(node) == 0:
+            return node
+        rank = self._rank(node)
+        out = self._temp(["scalar", "vector", "matrix"][rank], node[1])
+        self._map(node, rank, [out])
+        return ("name", out)
+
+    def _temp(self, vtype: str, tok) -> Tok:
+        """A new value's name, declared ``vtype`` (``_e1``, ``_e2`` ...: no script name starts so)."""
+        while True:
+            self._temps += 1
+            name = f"_e{self._temps}"
+            if name not in self.decls:
+                break
+        out = Tok("ident", name, tok.line, tok.col)
+        self.declare(out, vtype)
+        return out
+
+    # -- ranks -------------------------------------------------------------------------------------
+    def _rank(self, node: tuple) -> int:
+        kind, tok = node[0], node[1]
+        if kind == "num":
+            return 0
+        if kind == "name":
+            if tok.text in self.arith:
+                return 0
+            vtype = self.lookup_decl(tok)[0]
+            if vtype == "csr":
+                raise self.error(f"{tok.text} is a CSR matrix: it is read by spmv (A @ x) only", tok)
+            return TYPE_RANK[vtype]
+        if kind in ("row", "col"):
+            if self._rank(node[2]) != 1:
+                raise self.error("[:, None] and [None, :] broadcast a vector", tok)
+            return 2
+        if kind == "call" and tok.text in REDUCTIONS:
+            return 0
+        ranks = [self._rank(k) for k in node[2:]]
+        return max(ranks, default=0)
+
+    # -- the map --------------------------------------------------------------------------------------
+    def _map(self, node: tuple, rank: int, targets: list) -> None:
+        expr, kinds, args = self._leaves(node, rank)
+        try:
+            fn = synth.synthesize(expr, kinds)
+        except KfuseError as e:
+            raise self.error(str(e), node[1]) from None
+        self.call(targets, _named(node[1], fn.name), args, function=fn)
+
+    def _leaves(self, node: tuple, rank: int) -> tuple[tuple, tuple[str, ...], list[tuple]]:
+        """The expression over numbered inputs, the inputs' kinds, and their argument nodes."""
+        kinds: list[str] = []
+        args: list[tuple] = []
+        seen: dict[Any, int] = {}
+
+        def leaf(kind: str, arg: tuple, key) -> tuple:
+            if key not in seen:
+                seen[key] = len(kinds)
+                kinds.append(kind)
+                args.append(arg)
+            return ("in", seen[key])
+
+        def walk(n: tuple) -> tuple:
+            kind, tok = n[0], n[1]
+            if kind == "num":
+                return ("num", float(tok.text))
+            if self._rank(n) == 0 and _first_not_scalar(n) is None and _has_name(n):
+                return leaf("scalar", n, ("s", _key(n)))
+            if kind == "name":
+                r = self._rank(n)
+                word = {1: "col" if rank == 2 else "vector", 2: "matrix"}[r]
+                return leaf(word, n, (word, tok.text))
+            if kind in ("row", "col"):
+                v = n[2]
+                if v[0] != "name":
+                    v = self._operand(v)
+                return leaf(kind, v, (kind, v[1].text))
+            kids = [walk(k) for k in n[2:]]
+            if kind in ("neg", "sqrt") or kind in ewexpr.ARITH or kind in ewexpr.COMPARE:
+                return (kind, *kids)
+            if kind == "pow":
+                why = ewexpr.check_power(kids[1])
+                if why:
+                    raise self.error(why, tok)
+                return ("pow", *kids)
+            if kind == "call" and tok.text in ewexpr.FUNCTIONS:
+                want = 3 if tok.text == "where" else 2 if tok.text in ("maximum", "minimum") else 1
+                if len(kids) != want:
+                    raise self.error(f"{tok.text} takes {want} argument(s), {len(kids)} given", tok)
+                return (tok.text, *kids)
+            raise self.error(f"{tok.text}: no elementwise function of that name", tok)
+
+        expr = walk(node)
+        return expr, tuple(kinds), args
+
+
+def _named(tok, name: str) -> Tok:
+    return Tok("ident", name, tok.line, tok.col)
+
+
+def _first_not_scalar(node: tuple):
+    """The first node of ``node`` that scalar arithmetic (a ScalarArg) cannot compute, or None."""
+    if node[0] not in SCALAR_OPS:
+        return node
+    for k in node[2:]:
+        bad = _first_not_scalar(k)
+        if bad is not None:
+            return bad
+    return None
+
+
+def _has_name(node: tuple) -> bool:
+    return node[0] == "name" or any(_has_name(k) for k in node[2:])
+
+
+def _key(node: tuple):
+    """A node's structure without positions: equal subexpressions are one input."""
+    if node[0] in ("num", "name"):
+        return (node[0], node[1].text)
+    return (node[0], *(_key(k) for k in node[2:]))
