@@ -355,14 +355,7 @@ class CalibratedModel:
 
     def _probe_key(self, s) -> str:
         """The calibration's key of the probe that prices a step's routine (``_probed_macros``)."""
-        fn = s.kc.call.function
-        if fn.priced_as:        # a synthesized function: its stand-in's routine (library/synth.py)
-            stand = dict(fn.priced_as).get(s.routine.name)
-            if stand is not None:
-                fkey, routine = stand.split("/")
-                m = ",".join(f"{k}={v}" for k, v in self._probed_macros(s.kc)) or "-"
-                return f"{fkey}/{s.kc.variant.name}/{m}/{routine}"
-        return routine_key(fn, s.kc.variant, self._probed_macros(s.kc), s.routine)
+        return routine_key(s.kc.call.function, s.kc.variant, self._probed_macros(s.kc), s.routine)
 
     def _facts_of(self, s) -> tuple:
         """(probe id, kind, threads per instance, warps adding partials) of a step's routine."""

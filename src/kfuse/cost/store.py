@@ -180,8 +180,14 @@ def function_key(fn: Function) -> str:
 
 
 def routine_key(fn: Function, variant: Variant, macros: tuple[tuple[str, int], ...], routine: Routine) -> str:
-    """The key of a routine in an entry's ``routines``, e.g. ``gemv(A,x)/shfl/BY=8/load_A``."""
+    """The key of a routine in an entry's ``routines``, e.g. ``gemv(A,x)/shfl/BY=8/load_A``.  A
+    synthesized function's routine is keyed as its stand-in's (``Function.priced_as``: the
+    shipped routine whose loads and stores it shares, library/synth.py)."""
     m = ",".join(f"{k}={v}" for k, v in macros) or "-"
+    stand = dict(fn.priced_as).get(routine.name) if fn.priced_as else None
+    if stand is not None:
+        fkey, name = stand.split("/")
+        return f"{fkey}/{variant.name}/{m}/{name}"
     return f"{function_key(fn)}/{variant.name}/{m}/{routine.name}"
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import TraceError
 from ..ir.program import SIZE_WORDS
+from ..library import ewexpr
 from .lowered import Lowered, Statement, name_node, program_of, text
 from .tokens import Tok
 from .trace import RANK_WORDS, Node, Site, Trace, lit
@@ -119,6 +120,10 @@ class _Lowering:
             return ("num", Tok("num", repr(n.data), 0, 0))      # finite (trace.lit)
         if k == "dot":
             name = self.emit("dot", [self.tensor(n.args[0]), self.tensor(n.args[1])], 0, n.site)
+        elif k == "red":        # sum(expr) and its kin: a reduction the builder synthesizes
+            name = self.new_value(0)
+            expr = ("call", Tok("ident", n.data, 0, 0), self.region(n.args[0], root=True))
+            self.body.append(Statement((name,), None, (expr,), n.site))
         elif k == "out":
             name = self.call_out(n)
         else:
@@ -150,12 +155,55 @@ class _Lowering:
             return self.names[id(n)]
         if n.kind == "out":
             return self.call_out(n)
+        if n.kind in ("ew", "bcast") or (n.kind in ("add", "scale") and self.elementwise(n, root=True)):
+            name = self.new_value(n.rank)
+            self.body.append(Statement((name,), None, (self.region(n, root=True),), n.site))
+            self.names[id(n)] = name
+            return name
         if n.kind not in ("add", "scale", "matvec", "outer"):
             raise TraceError(f"internal: no script value for a {n.kind} node", n.site)
         terms = self.terms(n, lit(1.0, n.site), root=True)
         name = self.combine(terms, n) if n.rank == 1 else self.combine_matrix(terms, n)
         self.names[id(n)] = name
         return name
+
+    # -- elementwise regions ----------------------------------------------------------------------------
+    def elementwise(self, n: Node, root: bool = False) -> bool:
+        """``n`` (a linear combination) holds, among the nodes it takes in, an elementwise
+        operation, or scales a matrix: the BLAS make no call of it, one synthesized map does."""
+        if not root and (n.uses > 1 or id(n) in self.names):
+            return False
+        if n.kind in ("ew", "bcast"):
+            return True
+        if n.kind == "scale":
+            x = n.args[1]
+            return (n.rank == 2 and x.kind != "outer") or self.elementwise(x)
+        if n.kind == "add":
+            return any(self.elementwise(a) for a in n.args)
+        return False
+
+    def region(self, n: Node, root: bool = False) -> tuple:
+        """An elementwise region as an expression node of the builder's (``frontend/ewbuild.py``):
+        its elementwise and linear nodes read nowhere else; its leaves are values by name (made
+        first: products, library calls, nodes read more than once) and scalar expressions."""
+        private = root or (n.uses <= 1 and id(n) not in self.names)
+        tok = Tok("ident", "x", 0, 0)
+        if n.rank == 0:
+            return self.scalar(n)
+        if not private or n.kind not in ("ew", "bcast", "add", "scale"):
+            return name_node(self.tensor(n))
+        if n.kind == "add":
+            return ("+", tok, self.region(n.args[0]), self.region(n.args[1]))
+        if n.kind == "scale":
+            return ("*", tok, self.scalar(n.args[0]), self.region(n.args[1]))
+        if n.kind == "bcast":
+            return (n.data, tok, name_node(self.tensor(n.args[0])))
+        op, args = n.data, [self.region(a) for a in n.args]
+        if op == "neg" or op == "sqrt":
+            return (op, tok, *args)
+        if op in ewexpr.BINARY and op not in ("maximum", "minimum"):
+            return (op, tok, *args)
+        return ("call", Tok("ident", op, 0, 0), *args)
 
     def terms(self, n: Node, coef: Node, root: bool = False) -> list[tuple[Node, Node]]:
         """(coefficient, base) terms of a linear combination; nodes read elsewhere are bases."""
@@ -323,7 +371,7 @@ def _computed(c: Node) -> bool:
     """A coefficient that reads a scalar the function computes (a dot product): a product that
     took it in would wait for that reduction, and could no longer share its pass over the matrix
     with the other products (BiCG's A p and A^T p~), so it is computed plainly instead."""
-    return any(leaf.kind in ("dot", "out") for leaf in _leaves(c))
+    return any(leaf.kind in ("dot", "out", "red") for leaf in _leaves(c))
 
 
 def _leaves(n: Node) -> list[Node]:

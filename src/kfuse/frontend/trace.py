@@ -15,7 +15,6 @@ error saying to move it out of the traced function.
 """
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -23,42 +22,10 @@ from typing import Any
 from ..errors import KfuseError, TraceError
 from ..library.schema import Library
 from .sites import Site, _raised_at, definition_site, user_site   # Site ...: the front end imports them here
+from . import ewtrace, traceops as ops
+from .tracenode import RANK_WORDS, TYPE_RANKS, ArgSpec, Node, lit   # noqa: F401 - the front end imports them here
+
 _state = threading.local()
-RANK_WORDS = {0: "scalar", 1: "vector", 2: "matrix", 3: "csr"}   # 3: a CSR matrix (shape rows, cols)
-TYPE_RANKS = {w: r for r, w in RANK_WORDS.items()}
-
-
-class Node:
-    """One operation of the traced function.  ``kind``: arg, lit, matvec, scale, add, outer, dot,
-    bin, neg, sqrt, call, out, T.  ``uses`` counts the nodes (and returns) that read it: a node
-    read once is fused into its reader's library call, one read more often is computed once."""
-    __slots__ = ("kind", "rank", "args", "data", "site", "uses", "shape")
-
-    def __init__(self, kind: str, rank: int, args: tuple = (), data: Any = None, site: Site | None = None,
-                 shape: tuple[int, ...] = ()):
-        self.kind, self.rank, self.args, self.data, self.shape = kind, rank, args, data, shape
-        self.site = site if site is not None else user_site()
-        self.uses = 0
-        for a in args:
-            if isinstance(a, Node):
-                a.uses += 1
-
-
-def lit(x: float, site: Site | None = None) -> Node:
-    x = float(x)
-    if not math.isfinite(x):
-        raise TraceError(f"the number {x} is not finite", site or user_site())
-    return Node("lit", 0, data=x, site=site)
-
-
-@dataclass(frozen=True)
-class ArgSpec:
-    """What tracing knows of an argument: ``kind`` array (rank 1 or 2), dscalar (a 0-d device
-    array), scalar (a Python number) or csr (a CSR matrix; ``shape`` its rows, columns and
-    non-zeros), and the shape of an array."""
-    name: str
-    kind: str
-    shape: tuple[int, ...] = ()
 
 
 @dataclass
@@ -101,82 +68,6 @@ def _wrap(n: Node) -> "Proxy":
     return Proxy(n, _state.tracer)
 
 
-def _mismatch(op: str, a: Node, b: Node) -> TraceError:
-    return TraceError(f"{RANK_WORDS[a.rank]} {op} {RANK_WORDS[b.rank]} maps onto no library function",
-                      user_site())
-
-
-def _check_len(what: str, n: int, m: int) -> None:
-    if n != m:
-        raise TraceError(f"{what}: sizes {n} and {m} differ", user_site())
-
-
-def _dense(n: Node, what: str) -> None:
-    """Refuse a CSR matrix where only dense values go (it is read by spmv, A @ x, only)."""
-    if n.rank == 3:
-        raise TraceError(f"{what} of a CSR matrix maps onto no library function (a CSR matrix is read by "
-                         "A @ x, spmv, only)", user_site())
-
-
-def _linear(op: str, a: Node, b: Node) -> Node:
-    _dense(a, op)
-    _dense(b, op)
-    if a.kind == "T" or b.kind == "T":
-        raise TraceError("A.T is only used as the left operand of @ (A.T @ x is gemtv)", user_site())
-    if a.rank != b.rank:
-        raise _mismatch(op, a, b)
-    if a.rank == 0:
-        return Node("bin", 0, (a, b), op)
-    if a.shape != b.shape:
-        raise TraceError(f"{op}: shapes {a.shape} and {b.shape} differ", user_site())
-    if op == "-":
-        b = Node("scale", b.rank, (lit(-1.0), b), shape=b.shape)
-    return Node("add", a.rank, (a, b), shape=a.shape)
-
-
-def _scale(s: Node, x: Node, op: str) -> Node:
-    _dense(x, op)
-    if x.kind == "T":
-        raise TraceError("A.T is only used as the left operand of @ (A.T @ x is gemtv)", user_site())
-    if op == "/":
-        s = Node("bin", 0, (lit(1.0), s), "/")
-    return Node("scale", x.rank, (s, x), shape=x.shape)
-
-
-def _mul(a: Node, b: Node) -> Node:
-    if a.rank and b.rank:
-        raise TraceError(f"{RANK_WORDS[a.rank]} * {RANK_WORDS[b.rank]}: an entrywise product maps onto no "
-                         "library function (A @ x is a product, x @ y a dot product)", user_site())
-    if not a.rank and not b.rank:
-        return Node("bin", 0, (a, b), "*")
-    return _scale(a, b, "*") if not a.rank else _scale(b, a, "*")
-
-
-def _div(a: Node, b: Node) -> Node:
-    if b.rank:
-        raise TraceError(f"{RANK_WORDS[a.rank]} / {RANK_WORDS[b.rank]}: only division by a scalar maps onto the "
-                         "library", user_site())
-    return Node("bin", 0, (a, b), "/") if not a.rank else _scale(b, a, "/")
-
-
-def _matmul(a: Node, b: Node) -> Node:
-    _dense(b, "x @ A")
-    if a.kind == "T" and b.rank == 1:
-        A = a.args[0]
-        _check_len("A.T @ x: the rows of A and the length of x", A.shape[0], b.shape[0])
-        return Node("matvec", 1, (A, b), "T", shape=(A.shape[1],))
-    if a.rank == 2 and b.rank == 1:
-        _check_len("A @ x: the columns of A and the length of x", a.shape[1], b.shape[0])
-        return Node("matvec", 1, (a, b), "N", shape=(a.shape[0],))
-    if a.rank == 1 and b.rank == 2 and b.kind != "T":
-        _check_len("x @ A: the length of x and the rows of A", a.shape[0], b.shape[0])
-        return Node("matvec", 1, (b, a), "T", shape=(b.shape[1],))
-    if a.rank == 1 and b.rank == 1:
-        _check_len("x @ y: the lengths of x and y", a.shape[0], b.shape[0])
-        return Node("dot", 0, (a, b))
-    raise _mismatch("@", a, b)
-
-
 def _refuse(what: str, hint: str):
     def method(self, *args, **kwargs):
         raise TraceError(f"{what} of a traced value: {hint}", user_site())
@@ -203,7 +94,7 @@ class Proxy:
     @property
     def T(self) -> "Proxy":
         n = self._node
-        _dense(n, ".T")
+        ops.dense(n, ".T")
         if n.rank < 2:
             return self
         if n.kind == "T":
@@ -217,71 +108,103 @@ class Proxy:
         return id(self)
 
     def __add__(self, o):
-        return _wrap(_linear("+", _node(self, '+'), _node(o, "+")))
+        return _wrap(ops.linear("+", _node(self, '+'), _node(o, "+")))
 
     def __radd__(self, o):
-        return _wrap(_linear("+", _node(o, "+"), _node(self, '+')))
+        return _wrap(ops.linear("+", _node(o, "+"), _node(self, '+')))
 
     def __sub__(self, o):
-        return _wrap(_linear("-", _node(self, '-'), _node(o, "-")))
+        return _wrap(ops.linear("-", _node(self, '-'), _node(o, "-")))
 
     def __rsub__(self, o):
-        return _wrap(_linear("-", _node(o, "-"), _node(self, '-')))
+        return _wrap(ops.linear("-", _node(o, "-"), _node(self, '-')))
 
     def __mul__(self, o):
-        return _wrap(_mul(_node(self, '*'), _node(o, "*")))
+        return _wrap(ops.mul(_node(self, '*'), _node(o, "*")))
 
     def __rmul__(self, o):
-        return _wrap(_mul(_node(o, "*"), _node(self, '*')))
+        return _wrap(ops.mul(_node(o, "*"), _node(self, '*')))
 
     def __truediv__(self, o):
-        return _wrap(_div(_node(self, '/'), _node(o, "/")))
+        return _wrap(ops.div(_node(self, '/'), _node(o, "/")))
 
     def __rtruediv__(self, o):
-        return _wrap(_div(_node(o, "/"), _node(self, '/')))
+        return _wrap(ops.div(_node(o, "/"), _node(self, '/')))
 
     def __matmul__(self, o):
         if self._node.rank == 3:        # a CSR matrix times a vector: spmv
             return _call("spmv", (self, o))
-        return _wrap(_matmul(_node(self, '@'), _node(o, "@")))
+        return _wrap(ops.matmul(_node(self, '@'), _node(o, "@")))
 
     def __rmatmul__(self, o):
-        return _wrap(_matmul(_node(o, "@"), _node(self, '@')))
+        return _wrap(ops.matmul(_node(o, "@"), _node(self, '@')))
 
     def __neg__(self):
         n = _node(self, "-")
         if n.rank == 0:
             return _wrap(Node("neg", 0, (n,)))
-        return _wrap(_scale(lit(-1.0), n, "*"))
+        return _wrap(ops.scale(lit(-1.0), n, "*"))
 
     def __pos__(self):
         return self
 
     def __pow__(self, o):
         n = self._node
-        if n.rank == 0 and o == 0.5:
-            return _wrap(Node("sqrt", 0, (n,)))
-        if n.rank == 0 and o == 2:
-            return _wrap(Node("bin", 0, (n, n), "*"))
-        raise TraceError("** : only s ** 0.5 (kfuse.sqrt) and s ** 2 of a scalar map onto the program", user_site())
+        if not isinstance(o, (int, float)) or isinstance(o, bool):
+            raise TraceError("** takes a number as its exponent (x ** 2, x ** 0.5)", user_site())
+        return _wrap(ewtrace.ew("pow", [_node(self, "**"), lit(o)]))
+
+    def __abs__(self):
+        return _wrap(ewtrace.ew("abs", [_node(self, "abs")]))
+
+    def _compare(op: str):          # noqa: N805 - makes the comparison methods below
+        def method(self, o):
+            a, b = _node(self, op), _node(o, op)
+            if a.rank == 0 and b.rank == 0:     # a scalar's truth would be needed now
+                _refuse("a comparison of scalars", _VALUE)(self)
+            return _wrap(ewtrace.ew(op, [a, b]))
+        return method
+
+    __lt__, __le__, __gt__, __ge__ = _compare("<"), _compare("<="), _compare(">"), _compare(">=")
+    __eq__, __ne__ = _compare("=="), _compare("!=")      # type: ignore[assignment]
+    del _compare
+
+    def __getitem__(self, key):
+        return _wrap(ewtrace.index(_node(self, "indexing"), key))
 
     __bool__ = _refuse("bool()", _VALUE)
-    __lt__ = __le__ = __gt__ = __ge__ = _refuse("a comparison", _VALUE)
-    __eq__ = __ne__ = _refuse("== / !=", _VALUE)
     __float__ = _refuse("float()", "it would wait for the GPU; return the value from the @kfuse.jit function "
                         "and convert it outside (for a square root inside, use kfuse.sqrt(s) or s ** 0.5)")
     __int__ = __index__ = _refuse("int()", _VALUE)
-    __getitem__ = __setitem__ = _refuse("indexing", "kfuse traces whole vectors and matrices; index outside the "
-                                        "@kfuse.jit function")
+    __setitem__ = _refuse("assignment into a traced value", "kfuse traces whole vectors and matrices; "
+                          "return the new value instead")
     __iter__ = _refuse("iteration", "kfuse traces whole vectors and matrices")
     __len__ = _refuse("len()", "sizes are symbolic while tracing")
-    __abs__ = _refuse("abs()", "no library function computes it")
-    __array_ufunc__ = __array_function__ = _refuse("a NumPy function", "inside a @kfuse.jit function use "
-                                                   "operators (A @ x, a * x + y) or kfuse.lib.<function>(...)")
-    __array__ = _refuse("conversion to an array", "inside a @kfuse.jit function use operators (A @ x, a * x + y) "
-                        "or kfuse.lib.<function>(...), not NumPy, CuPy or torch functions")
-    __torch_function__ = classmethod(lambda cls, *a, **k: _refuse(
-        "a torch function", "inside a @kfuse.jit function use operators or kfuse.lib.<function>(...)")(None))
+    __array__ = _refuse("conversion to an array", "inside a @kfuse.jit function use operators and NumPy's or "
+                        "torch's functions of traced values, not conversions")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method == "reduce" and ufunc.__name__ in ("add", "maximum", "minimum"):
+            name = {"add": "sum", "maximum": "max", "minimum": "min"}[ufunc.__name__]
+            return apply(name, inputs, kwargs)
+        if method != "__call__":
+            _refuse(f"np.{ufunc.__name__}.{method}", f"kfuse traces {ewtrace.SUPPORTED}")(self)
+        return apply(ufunc.__name__, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return apply(func.__name__, args, kwargs)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name.startswith("__") and name.endswith("__"):      # a Tensor operator: Python's own
+            import operator
+            op = name.strip("_")
+            if op.startswith("r") and op[1:] in ("add", "sub", "mul", "truediv", "matmul", "pow"):
+                return getattr(operator, op[1:])(args[1], args[0])
+            if hasattr(operator, op):
+                return getattr(operator, op)(*args)
+        return apply(name, args, kwargs or {})
 
     @property
     def __cuda_array_interface__(self):
@@ -295,11 +218,54 @@ class Proxy:
     def __getattr__(self, name: str):
         if name.startswith("__"):       # protocols probed by NumPy, CuPy, torch, copy: not there
             raise AttributeError(name)
+        if name in _METHODS:            # x.sum(), x.max(), r.norm(), x.clamp(0, 1), x.exp() ...
+            return lambda *args, **kwargs: apply(name, (self, *args), kwargs)
         raise AttributeTraceError(f".{name} of a traced value: {_OPERATORS}", user_site())
 
 
-_OPERATORS = ("a traced value supports + - * / @, .T (in A.T @ x), unary -, s ** 0.5 and s ** 2 of a "
-              "scalar, kfuse.outer(u, v), kfuse.sqrt(s) and kfuse.lib.<function>(...)")
+_OPERATORS = ("a traced value supports + - * / ** @, comparisons, abs, .T (in A.T @ x), v[:, None] and v[None, :], "
+              "the methods .sum() .max() .min() .mean() .norm() .clip() .clamp() and NumPy's and torch's "
+              f"functions of them ({ewtrace.SUPPORTED}), kfuse.outer(u, v), kfuse.sqrt(s) and "
+              "kfuse.lib.<function>(...)")
+_METHODS = {"sum", "max", "min", "mean", "norm", "clip", "clamp", "abs", "exp", "log", "sqrt", "tanh", "sin",
+            "cos", "sigmoid", "relu", "square", "dot", "matmul", "maximum", "minimum", "amax", "amin"}
+
+
+def apply(name: str, args: tuple, kwargs: dict):
+    """NumPy's or torch's function ``name`` (or kfuse's of the same name) of traced values."""
+    import math
+    kwargs = dict(kwargs)
+    what = f"{name}()"
+    if name in ("dot", "matmul", "mv", "vdot", "inner") and len(args) == 2 and not kwargs:
+        return _wrap(ops.matmul(_node(args[0], what), _node(args[1], what)))
+    if name in ("outer", "ger") and len(args) == 2 and not kwargs:
+        return outer(*args)
+    if name in ("max", "min", "amax", "amin", "sum", "mean"):
+        axis = kwargs.pop("axis", kwargs.pop("dim", None))
+        if len(args) == 2 and name in ("max", "min") and not kwargs and axis is None:
+            name = "maximum" if name == "max" else "minimum"        # torch.max(a, b)
+        elif len(args) == 1 and not kwargs:
+            return _wrap(ewtrace.reduce(name, _node(args[0], what), axis))
+    if name == "norm":
+        order = kwargs.pop("ord", kwargs.pop("p", 2 if len(args) < 2 else args[1]))
+        if len(args) <= 2 and not kwargs and (order is None or isinstance(order, (int, float))):
+            return _wrap(ewtrace.norm(_node(args[0], what), math.inf if order == float("inf") else order))
+    if name in ("clip", "clamp"):
+        lo, hi = kwargs.pop("min", kwargs.pop("a_min", None)), kwargs.pop("max", kwargs.pop("a_max", None))
+        rest = list(args[1:]) + [lo, hi][len(args) - 1:]
+        if not kwargs and len(rest) == 2:
+            nodes = [_node(args[0], what)]
+            x = nodes[0]
+            if rest[0] is not None:
+                x = ewtrace.ew("maximum", [x, _node(rest[0], what)])
+            if rest[1] is not None:
+                x = ewtrace.ew("minimum", [x, _node(rest[1], what)])
+            return _wrap(x)
+    name = ewtrace.canonical(name)
+    if name in ewtrace.ELEMENTWISE and not kwargs:
+        return _wrap(ewtrace.ew(name, [_node(a, what) for a in args]))
+    raise TraceError(f"{what}" + (f" with {', '.join(kwargs)}=" if kwargs else "") + " of a traced value: kfuse "
+                     f"traces {ewtrace.SUPPORTED}", user_site())
 
 
 class AttributeTraceError(TraceError, AttributeError):
@@ -331,8 +297,8 @@ def outer(u, v):
         return u[:, None] * v[None, :]
     _tracer()
     a, b = _node(u, "outer"), _node(v, "outer")
-    _dense(a, "outer")
-    _dense(b, "outer")
+    ops.dense(a, "outer")
+    ops.dense(b, "outer")
     if a.rank != 1 or b.rank != 1:
         raise TraceError(f"outer(u, v) takes two vectors, got a {RANK_WORDS[a.rank]} and a {RANK_WORDS[b.rank]}",
                          user_site())

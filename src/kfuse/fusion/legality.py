@@ -42,12 +42,32 @@ def same_nesting(program: Program, graph: DependencyGraph, fusion: frozenset[int
     if len(depths) > 1:
         deep = [c for c in calls if c.function.nesting == max(depths)]
         flat = [c for c in calls if c.function.nesting == min(depths)]
-        if on_strips_rows and all(map(on_rows, flat)) and all(map(on_strips, deep)):
+        if all(map(on_rows, flat)) and all(map(on_strips, deep)) and (
+                on_strips_rows or _between_products(graph, fusion, {c.index for c in deep}, flat)):
             return _unlinked_rows(graph, fusion, {c.index for c in deep}, flat)
         lacking = None if not on_strips_rows else (next((c for c in flat if not on_rows(c)), None)
                                                    or next(c for c in deep if not on_strips(c)))
         return NestingDiffers(tuple(sorted(depths)), deep[0], flat[0], on_strips_rows, lacking)
     return None
+
+
+def _between_products(graph: DependencyGraph, fusion: frozenset[int], deep: set[int], flat: list[Call]) -> bool:
+    """Every vector call lies between two matrix calls of the fusion: it reads, through calls of
+    the fusion, what one computes and is read, likewise, by another (``A.T @ f(A @ x)``: a map of
+    a gemv's result that a gemtv reads).  On strips such a fusion reads the matrix once instead of
+    twice -- a whole pass saved, which the latency a vector call adds to a strip does not
+    outweigh -- so it is legal without ``vector_on_strips`` (docs/design.md, 'Strips, clusters and
+    bands'); vector calls after the last product (a residual's norm) still ask for it."""
+    def reach(step) -> set[int]:
+        seen, todo = set(), list(deep)
+        while todo:
+            for b in step[todo.pop()] & fusion:
+                if b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return seen
+    after, before = reach(graph.succs), reach(graph.preds)
+    return all(c.index in after and c.index in before for c in flat)
 
 
 def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int], flat: list[Call]

@@ -59,21 +59,33 @@ def exhaustive_partitions(graph: DependencyGraph, ranked: Collection[frozenset[i
     an implementation that fits), calls taken in a topological order."""
     order = graph.topological_order()
     out: list[Partition] = []
+    # a block grows one call at a time, so the blocks on the way to a fusion need not be fusions
+    # themselves (a vector call between two matrix calls is legal only with both: legality.py)
+    on_way = {frozenset(order_part) for f in ranked if len(f) > 2
+              for order_part in _prefixes([c for c in order if c in f])}
 
     def rec(k: int, blocks: list[frozenset[int]]) -> None:
         if k == len(order):
-            if kernel_order(graph, blocks) is not None:
+            if all(b in ranked for b in blocks) and kernel_order(graph, blocks) is not None:
                 out.append(tuple(blocks))
             return
         c = order[k]
         for n, b in enumerate(blocks):
             joined = b | {c}
-            if joined in ranked:
+            if joined in ranked or joined in on_way:
                 rec(k + 1, blocks[:n] + [joined] + blocks[n + 1:])
         rec(k + 1, blocks + [frozenset({c})])
 
     rec(0, [])
     return out
+
+
+def _prefixes(calls: list[int]):
+    """The sets of calls a block holds on its way to ``calls`` (in topological order): each subset
+    (a block takes a call of the order or leaves it to another block)."""
+    from itertools import combinations
+    for size in range(2, len(calls)):
+        yield from combinations(calls, size)
 
 
 def greedy_partitions(graph: DependencyGraph, calls: int, ranked: Mapping[frozenset[int], Ranked]) -> list[Partition]:

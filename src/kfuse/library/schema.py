@@ -278,7 +278,7 @@ class Library:
         loaded (never read again: a file changed since is not what was checked)."""
         data = self.sources.get(str(path))
         if data is None:
-            from .synth import synthesized_source
+            from .registry import synthesized_source
             data = synthesized_source(path)
         if data is None:
             from ..errors import LibraryError

@@ -20,7 +20,7 @@ other.  What it makes:
 
 Only the arithmetic is new: it is written into a routine file of the function's own, named by
 the digest of what defines it (``map_3f2a...cu``), kept in this process's registry
-(:func:`synthesized_source`) and read from there by code generation.  The same expression gives
+(``library/registry.py``) and read from there by code generation.  The same expression gives
 the same function, name and file; the expression is in the program's text (its key and digest).
 Numbers are part of the function (``2.0 * x``); scalars that vary (device scalars, dot results,
 scalar arithmetic) are its scalar inputs.  Each routine is priced by the calibrated routine of
@@ -34,19 +34,13 @@ from pathlib import Path
 
 from ..errors import KfuseError
 from . import ewexpr
+from .registry import SOURCES as _SOURCES
 
 KINDS = ("scalar", "vector", "matrix", "row", "col")      # an input's kind
 REDUCTIONS = ("sum", "max", "min", "mean")
 _PREFIX = {"scalar": "s", "vector": "x", "matrix": "A", "row": "u", "col": "v"}
-_SOURCES: dict[str, bytes] = {}          # path -> bytes of each synthesized routine file
 _MADE: dict[tuple, object] = {}          # (expression, kinds, reduction) -> Function
 _SHIPPED_FILES = ("blas1.cu", "blas1_rows.cu", "blas2_strip.cu", "blas2.cu")
-
-
-def synthesized_source(path) -> bytes | None:
-    """The bytes of a synthesized routine file, or of a shipped file its variants share (for a
-    library loaded without the shipped one), by path; None for any other path."""
-    return _SOURCES.get(str(path))
 
 
 def names(kinds: tuple[str, ...]) -> list[str]:
