@@ -95,7 +95,7 @@ BAD = [  # name, return statement, line, column, message
     ("empty-item", "return rr, ;", 5, 12, "expected a value to return, found ';'"),
     ("missing-comma", "return rr sqrt(rr);", 5, 11, "expected ';', found 'sqrt'"),
     ("keyword", "return input;", 5, 8, "expected a value to return, found 'input'"),
-    ("call", "return dot(x, x);", 5, 8, "dot is not declared"),
+    ("call", "return dot(x, x);", 5, 8, "assign the call to a name first and return the name"),
     ("input", "return a, sqrt(rr);", 5, 8, "a is an input; return values the script computes"),
     ("twice", "return rr, sqrt(rr), rr;", 5, 22, "rr is returned twice"),
     ("two-values-of-a-name", "t = sqrt(rr);\nrr = dot(q, q);\nreturn t, rr;", 7, 11,

@@ -21,6 +21,7 @@ from ..errors import KfuseError
 from ..library.schema import AXES, Function, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
+from .build_nodes import walk as _walk
 from .ewbuild import ElementwiseStatements
 
 RANKS = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}   # csr: rows, cols, non-zeros
@@ -158,6 +159,12 @@ class ProgramBuilder(ElementwiseStatements):
             items.append(self.current[tok.text])
             reads = [self.current[tok.text]]
         else:
+            bad = next((n for n in _walk(node) if n[0] in ("call", "libcall", "row", "col", "pow")
+                        or n[0] in ("<", "<=", ">", ">=", "==", "!=")), None)
+            if bad is not None:
+                raise self.error("a return statement returns names and scalar arithmetic; assign "
+                                 f"{'the call' if bad[0] in ('call', 'libcall') else 'the expression'} to a name "
+                                 "first and return the name", bad[1])
             arg = self.scalar(node)
             items.append(arg)
             reads = [v for v in arg.values() if not v.is_input]

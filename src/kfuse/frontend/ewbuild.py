@@ -24,9 +24,11 @@ from typing import Any
 
 from ..errors import KfuseError
 from ..library import ewexpr, synth
+from .build_nodes import walk as _walk
 from .tokens import Tok
 
 SCALAR_OPS = ("num", "name", "neg", "sqrt", "+", "-", "*", "/")    # what a ScalarArg computes
+MAX_NODES = 1000        # an elementwise expression's nodes (its walks recurse; its C is one line)
 REDUCTIONS = synth.REDUCTIONS
 TYPE_RANK = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}
 
@@ -39,6 +41,7 @@ class ElementwiseStatements:
     arith: dict
     current: dict
     _temps: int = 0
+    _line: int = 0
 
     def error(self, msg: str, tok: Any) -> KfuseError:
         raise NotImplementedError
@@ -52,6 +55,19 @@ class ElementwiseStatements:
         if len(targets) != 1:
             raise self.error(f"an expression has one value, {len(targets)} names are assigned", targets[0])
         target = targets[0]
+        self._line = target.line            # the calls it makes are on the statement's line
+        nodes = list(_walk(node))
+        if all(n[0] in SCALAR_OPS for n in nodes) and all(self._rank(n) == 0 for n in nodes if n[0] == "name"):
+            self.lookup_decl(target)        # scalar arithmetic, however long (no recursion here)
+            if self.decls[target.text][0] != "scalar":
+                bad = next(n for n in nodes if n[0] == "name")
+                raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
+                                 bad[1] if bad is not node else target)
+            self.scalar_assignment(target, node)
+            return
+        if len(nodes) > MAX_NODES:
+            raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
+                             "over several statements", node[1])
         node = self._hoist(node)
         rank = self._rank(node)
         if rank == 0:
@@ -65,6 +81,10 @@ class ElementwiseStatements:
             self.lookup_decl(target)
             self.scalar_assignment(target, node)
             return
+        declared = self.decls.get(target.text, ("",))[0]
+        if declared == "scalar":
+            raise self.error(f"{target.text} is a scalar; the expression is a {['', 'vector', 'matrix'][rank]}",
+                             target)
         self._map(node, rank, [target])
 
     # -- reductions and library calls inside an expression -----------------------------------------
@@ -93,13 +113,23 @@ class ElementwiseStatements:
                                  f"{['scalar', 'vector', 'matrix'][r]} (a matrix's row or column sums are "
                                  "gemv and gemtv with a vector of ones)", tok)
             expr, kinds, args = self._leaves(arg, 1)
-            fn = synth.synthesize(expr, kinds, tok.text)
+            carrier = self._carrier(kinds, args)
+            fn = synth.synthesize(expr, kinds, tok.text, carrier)
             outs = [self._temp("scalar", tok) for _ in fn.outputs]
-            self.call(outs, _named(tok, fn.name), args, function=fn)
+            self.call(outs, self._named(tok, fn.name), args + [args[carrier]], function=fn)
             if tok.text == "mean":
                 return ("/", tok, ("name", outs[0]), ("name", outs[1]))
             return ("name", outs[0])
         return (kind, tok, *kids)
+
+    def _carrier(self, kinds: tuple[str, ...], args: list[tuple]) -> int:
+        """The input whose length bounds a reduction (``library/synth.py``): a program input
+        where one is read (complete before any kernel, so the reduction still fuses with the
+        producers of the others), else the first vector."""
+        vectors = [k for k, kind in enumerate(kinds) if kind == "vector"]
+        inputs = [k for k in vectors if args[k][0] == "name" and args[k][1].text in self.current
+                  and self.current[args[k][1].text].is_input]
+        return (inputs or vectors)[0]
 
     def _operand(self, node: tuple) -> tuple:
         """An argument of a library call: an expression of vectors made into a value first."""
@@ -110,6 +140,10 @@ class ElementwiseStatements:
         self._map(node, rank, [out])
         return ("name", out)
 
+    def _named(self, tok, name: str) -> Tok:
+        """A synthesized function's name as the token of its call, on the statement's line."""
+        return Tok("ident", name, tok.line or self._line, tok.col)
+
     def _temp(self, vtype: str, tok) -> Tok:
         """A new value's name, declared ``vtype`` (``_e1``, ``_e2`` ...: no script name starts so)."""
         while True:
@@ -117,7 +151,7 @@ class ElementwiseStatements:
             name = f"_e{self._temps}"
             if name not in self.decls:
                 break
-        out = Tok("ident", name, tok.line, tok.col)
+        out = Tok("ident", name, tok.line or self._line, tok.col)
         self.declare(out, vtype)
         return out
 
@@ -149,7 +183,7 @@ class ElementwiseStatements:
             fn = synth.synthesize(expr, kinds)
         except KfuseError as e:
             raise self.error(str(e), node[1]) from None
-        self.call(targets, _named(node[1], fn.name), args, function=fn)
+        self.call(targets, self._named(node[1], fn.name), args, function=fn)
 
     def _leaves(self, node: tuple, rank: int) -> tuple[tuple, tuple[str, ...], list[tuple]]:
         """The expression over numbered inputs, the inputs' kinds, and their argument nodes."""
@@ -196,10 +230,6 @@ class ElementwiseStatements:
 
         expr = walk(node)
         return expr, tuple(kinds), args
-
-
-def _named(tok, name: str) -> Tok:
-    return Tok("ident", name, tok.line, tok.col)
 
 
 def _first_not_scalar(node: tuple):

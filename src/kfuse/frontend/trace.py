@@ -161,7 +161,7 @@ class Proxy:
         def method(self, o):
             a, b = _node(self, op), _node(o, op)
             if a.rank == 0 and b.rank == 0:     # a scalar's truth would be needed now
-                _refuse("a comparison of scalars", _VALUE)(self)
+                _refuse("== / !=" if op in ("==", "!=") else "a comparison", _VALUE)(self)
             return _wrap(ewtrace.ew(op, [a, b]))
         return method
 

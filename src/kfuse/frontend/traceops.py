@@ -27,10 +27,9 @@ def dense(n: Node, what: str) -> None:
 
 
 def _elementwise(a: Node, b: Node) -> bool:
-    """An operation of these operands that no BLAS call makes: ranks or shapes differ (a vector
-    plus a number, a broadcast), or a broadcast vector takes part."""
-    return (a.rank != b.rank or a.shape != b.shape or a.kind == "bcast" or b.kind == "bcast") and \
-        not (a.rank == 0 and b.rank == 0)
+    """An operation of these operands that no BLAS call makes: ranks differ (a vector plus a
+    number, a vector beside a matrix), or a broadcast vector takes part."""
+    return a.rank != b.rank or a.kind == "bcast" or b.kind == "bcast"
 
 
 def linear(op: str, a: Node, b: Node) -> Node:
@@ -42,6 +41,8 @@ def linear(op: str, a: Node, b: Node) -> Node:
         return ewtrace.ew(op, [a, b])
     if a.rank == 0:
         return Node("bin", 0, (a, b), op)
+    if a.shape != b.shape:
+        raise TraceError(f"{op}: shapes {a.shape} and {b.shape} differ", user_site())
     if op == "-":
         b = Node("scale", b.rank, (lit(-1.0), b), shape=b.shape)
     return Node("add", a.rank, (a, b), shape=a.shape)

@@ -169,6 +169,8 @@ def check(text: str, names: frozenset[str] | set[str], kind: str) -> ast.expr:
                 raise ExprError(f"operator {type(node.op).__name__} in {_describe(node)} is not allowed")
             if isinstance(node.op, ast.Pow):
                 e = node.right
+                if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):     # x ** -1
+                    e = e.operand
                 if not (isinstance(e, ast.Constant) and isinstance(e.value, (int, float))
                         and not isinstance(e.value, bool) and abs(e.value) <= MAX_POWER):
                     raise ExprError(f"{_describe(node)}: ** takes a literal exponent of at most {MAX_POWER}")

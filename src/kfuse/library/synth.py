@@ -12,8 +12,11 @@ other.  What it makes:
   strips included (``sigmoid(A @ x)`` in the gemv's kernel);
 * a **reduction** over vectors (``kind = "reduce"``): ``sum``, ``max``, ``min`` of an expression
   into a scalar (``mean``: the sum and the count of entries, two scalars the caller divides);
-  variants as ``dot``'s.  Its first vector's load also writes which entries exist (a local
-  ``live``): entries past the end load as 0, and ``exp(0)`` is not 0;
+  variants as ``dot``'s.  Entries past the end load as 0, and ``exp(0)`` is not 0: the compute
+  routine counts only entries below the length of one of its vectors, read from that vector's
+  view (a parameter ``n0`` of reach ``any``, bound to the same value: its entries are never
+  read, its length is; the builder binds a program input where it can, whose view is complete
+  before any kernel, so that nothing is lost to the rule that such an input is);
 * a **matrix map** (``kind = "map-map"``): inputs matrices, vectors broadcast along the rows
   (``d[:, None]``: entry i of row i) or the columns (``v[None, :]``), scalars; variants ``rows``
   and ``quad`` with ``ger``'s loads and stores (``blas2.cu``).
@@ -54,17 +57,18 @@ def names(kinds: tuple[str, ...]) -> list[str]:
     return out
 
 
-def synthesize(expr: tuple, kinds: tuple[str, ...], reduce: str | None = None):
+def synthesize(expr: tuple, kinds: tuple[str, ...], reduce: str | None = None, carrier: int = 0):
     """The function computing ``expr`` over inputs of ``kinds`` (each read by the expression),
-    elementwise, or reduced by ``reduce`` (one of :data:`REDUCTIONS`)."""
-    key = (expr, kinds, reduce)
+    elementwise, or reduced by ``reduce`` (one of :data:`REDUCTIONS`); a reduction counts the
+    entries below the length of input ``carrier`` (a vector), bound again to its last parameter."""
+    key = (expr, kinds, reduce, carrier if reduce else 0)
     fn = _MADE.get(key)
     if fn is None:
-        fn = _MADE[key] = _make(expr, kinds, reduce)
+        fn = _MADE[key] = _make(expr, kinds, reduce, carrier if reduce else 0)
     return fn
 
 
-def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None):
+def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int):
     from .loader import SHIPPED, _load_file, shipped_library
     if any(k in ("matrix", "row", "col") for k in kinds):
         if reduce is not None:
@@ -76,13 +80,13 @@ def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None):
         raise KfuseError("an elementwise function needs a vector or matrix input")
     pnames = names(kinds)
     tag = reduce or "map"
-    body = f"{tag}|{'|'.join(kinds)}|{ewexpr.text(expr, lambda k: pnames[k])}"
+    body = f"{tag}|{'|'.join(kinds)}|{carrier}|{ewexpr.text(expr, lambda k: pnames[k])}"
     name = f"{tag}_{hashlib.sha256(body.encode()).hexdigest()[:10]}"
     shipped = shipped_library()
     for f in _SHIPPED_FILES:
         _SOURCES.setdefault(str(SHIPPED / f), shipped.sources[str(SHIPPED / f)])
     cu = _cuda(name, expr, kinds, pnames, reduce, level)
-    toml = _toml(name, expr, kinds, pnames, reduce, level)
+    toml = _toml(name, expr, kinds, pnames, reduce, level, carrier)
     _SOURCES[str(SHIPPED / f"{name}.cu")] = cu.encode()
     files = {f: shipped.sources[str(SHIPPED / f)] for f in _SHIPPED_FILES}
     files[f"{name}.cu"] = cu.encode()
@@ -91,7 +95,7 @@ def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None):
 
 
 # -- metadata --------------------------------------------------------------------------------------
-def _toml(name, expr, kinds, pnames, reduce, level) -> str:
+def _toml(name, expr, kinds, pnames, reduce, level, carrier=0) -> str:
     entry = {"scalar": ("scalar", "[]"), "vector": ("vector", '["i"]'), "matrix": ("matrix", '["i", "j"]'),
              "row": ("vector", '["i"]'), "col": ("vector", '["j"]')}
     params = [f'  {{ name = "{p}", type = "{entry[k][0]}", dir = "in", index = {entry[k][1]} }},'
@@ -115,6 +119,8 @@ def _toml(name, expr, kinds, pnames, reduce, level) -> str:
         ref = f"({ref}) + 0 * {first}" if _scalar_only(expr, kinds) else ref
     else:
         op = "sum" if reduce == "mean" else reduce
+        params.append(f'  {{ name = "n0", type = "vector", dir = "in", index = [], reach = "any", '
+                      f'size = ["{pnames[carrier]}.len"] }},')
         params.append(f'  {{ name = "out", type = "scalar", dir = "out", index = [], reduce = "{op}" }},')
         kind, flops = "reduce", f"{ops + 1} * {first}"
         full = f"({ref}) + 0 * {first}" if _scalar_only(expr, kinds) else ref
@@ -164,22 +170,15 @@ def _variants_1(name, pnames, kinds, reduce) -> list[list[str]]:
         tensors = [p for p, k in zip(pnames, kinds) if k != "scalar"]
         scalars = [p for p, k in zip(pnames, kinds) if k == "scalar"]
         routines = []
-        if reduce is not None:
-            shape = '["R"]' if vname == "strip" else "[32]"
-            lines.append(f'locals = [ {{ name = "live", element = "subvector", shape = {shape} }} ]')
-        for n, p in enumerate(tensors):
-            if reduce is not None and n == 0:
-                routines.append(f'{{ name = "load_{p}", fn = "{name}_load_{vname}", '
-                                f'args = ["&{p}", "{p}:w:{m}", "live:w:{m}"] }}')
-            else:
-                routines.append(f'{{ name = "load_{p}", fn = "{load}", args = ["&{p}", "{p}:w:{m}"] }}')
+        for p in tensors:
+            routines.append(f'{{ name = "load_{p}", fn = "{load}", args = ["&{p}", "{p}:w:{m}"] }}')
         ins = [f'"{p}:r:{m}"' for p in tensors]
         if reduce is None:
             outs = [f'"out:w:{m}"']
         else:
-            outs = ['"live:r:' + m + '"', '"out:acc:thread"'] + (['"count:acc:thread"'] if reduce == "mean" else [])
+            outs = ['"&n0"', '"out:acc:thread"'] + (['"count:acc:thread"'] if reduce == "mean" else [])
         args = ", ".join(ins + outs + [f'"{s}"' for s in scalars])
-        compute = f"{name}_{'rows' if vname == 'strip' else 'slots'}"
+        compute = f"{name}_{'rows' if vname == 'strip' else vname if reduce else 'slots'}"
         routines.append(f'{{ name = "compute", fn = "{compute}", args = [{args}] }}')
         if reduce is None:
             routines.append(f'{{ name = "store_out", fn = "{store}", args = ["out:r:{m}", "&out"] }}')
@@ -258,19 +257,24 @@ def _cuda(name, expr, kinds, pnames, reduce, level) -> str:
     if reduce is None:
         out_cls, out_par = ["class VO"], ["VO& out"]
     else:
-        out_cls = ["class VL", "class VO"] + (["class VC"] if reduce == "mean" else [])
-        out_par = ["VL& live", "VO& out"] + (["VC& count"] if reduce == "mean" else [])
+        out_cls = ["class VO"] + (["class VC"] if reduce == "mean" else [])
+        out_par = ["const KfVec& n0", "VO& out"] + (["VC& count"] if reduce == "mean" else [])
     tpl = ", ".join(classes + out_cls)
     sig = ", ".join(["const KfIx& ix"] + params + out_par + sargs)
     lines = list(head)
-    for form, loop, lead in (("slots", "V0::slots", ""), ("rows", "R", "int BY, int R, int NC, ")):
-        val = ewexpr.c_text(expr, lambda k: pnames[k] if kinds[k] == "scalar" else f"{pnames[k]}(k)")
+    val = ewexpr.c_text(expr, lambda k: pnames[k] if kinds[k] == "scalar" else f"{pnames[k]}(k)")
+    # the forms: name, loop bound, leading template parameters, the entry of slot k (reductions)
+    forms = [("slots", "V0::slots", "", None)] if reduce is None else [
+        ("warp", "V0::slots", "", "ix.i * KF_SUB + ix.tx + 32 * k"),
+        ("quad", "V0::slots", "", "ix.i * KF_SUB + 4 * ix.tx + k")]
+    forms.append(("rows", "R", "int BY, int R, int NC, ", "ix.i * R + k"))
+    for form, loop, lead, entry in forms:
         lines += [f"template <{lead}{tpl}>", f"KF_DEVICE void {name}_{form}({sig}) {{", "#pragma unroll",
                   f"    for (int k = 0; k < {loop}; ++k) {{"]
         if reduce is None:
             lines.append(f"        out(k) = {val};")
         else:
-            lines.append("        if (live(k) != real(0)) {")
+            lines.append(f"        if ({entry} < n0.n) {{      // an entry of the vectors, not past their end")
             lines.append(f"            {_COMBINE[reduce].format(acc='out(0)', v=val)};")
             if reduce == "mean":
                 lines.append("            count(0) += real(1);")
@@ -282,46 +286,11 @@ def _cuda(name, expr, kinds, pnames, reduce, level) -> str:
 
 
 def _cuda_reduce_io(name, reduce) -> list[str]:
-    """The first vector's loads that also mark the entries that exist, and the stores that
-    combine a thread's partial over the warp (or block) and into the scalar."""
+    """The stores that combine a thread's partial over the warp (or block) and into the scalar."""
     op = "sum" if reduce == "mean" else reduce
     warp = {"sum": "kf_warp_sum", "max": "kf_warp_max", "min": "kf_warp_min"}[op]
     put = {"sum": "g.add(0, {v})", "max": "kf_atomic_max(g.p, {v})", "min": "kf_atomic_min(g.p, {v})"}[op]
     return [
-        "// entries tx + 32 k of the subvector (mapping \"lane\"); live: 1 where the entry exists",
-        "template <class V, class VL>",
-        f"KF_DEVICE void {name}_load_warp(const KfIx& ix, const KfVec& g, V& e, VL& live) {{",
-        "#pragma unroll",
-        "    for (int k = 0; k < KF_SUB / 32; ++k) {",
-        "        const long long at = ix.i * KF_SUB + ix.tx + 32 * k;",
-        "        e(k) = g.get(at, real(0));",
-        "        live(k) = real(at < g.n);",
-        "    }",
-        "}",
-        "",
-        "// entries 4 tx .. 4 tx + 3 (mapping \"quad\")",
-        "template <class V, class VL>",
-        f"KF_DEVICE void {name}_load_quad(const KfIx& ix, const KfVec& g, V& e, VL& live) {{",
-        "    real v[4];",
-        "    const long long at = ix.i * KF_SUB + 4 * ix.tx;",
-        "    g.get4(at, v, real(0));",
-        "#pragma unroll",
-        "    for (int k = 0; k < 4; ++k) {",
-        "        e(k) = v[k];",
-        "        live(k) = real(at + k < g.n);",
-        "    }",
-        "}",
-        "",
-        "// the strip's R rows (mapping \"bcast\": every thread holds them)",
-        "template <int BY, int R, int NC, class V, class VL>",
-        f"KF_DEVICE void {name}_load_strip(const KfIx& ix, const KfVec& g, V& e, VL& live) {{",
-        "#pragma unroll",
-        "    for (int r = 0; r < R; ++r) {",
-        "        e(r) = g.get(ix.i * R + r, real(0));",
-        "        live(r) = real(ix.i * R + r < g.n);",
-        "    }",
-        "}",
-        "",
         "// one instance = one warp: lane 0 combines the warp's partials into the scalar",
         "template <class VR>",
         f"KF_DEVICE void {name}_store_warp(const KfIx& ix, VR& r, const KfVec& g) {{",
