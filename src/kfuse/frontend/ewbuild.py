@@ -20,7 +20,7 @@ elementwise function or a reduction), ``("libcall", tok, *args)`` (a library fun
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KfuseError
 from ..library import ewexpr, synth
@@ -45,6 +45,15 @@ class ElementwiseStatements:
 
     def error(self, msg: str, tok: Any) -> KfuseError:
         raise NotImplementedError
+
+    if TYPE_CHECKING:       # the builder's own (frontend/build.py)
+        from ..library.schema import Function, Library
+        lib: Library
+
+        def call(self, targets: list, fn_tok: Any, args: list[tuple], function: Function | None = None) -> None: ...
+        def lookup_decl(self, tok: Any) -> tuple: ...
+        def scalar_assignment(self, target: Any, node: tuple) -> None: ...
+        def declare(self, tok: Any, vtype: str, dims: list[int] | None = None) -> None: ...
 
     # -- the statement -------------------------------------------------------------------------
     def assign(self, targets: list, node: tuple) -> None:

@@ -79,6 +79,17 @@ _VALUE = ("it depends on array values, which are on the GPU and not known while 
           "branch in the caller)")
 
 
+def _comparison(op: str):
+    """A comparison operator of traced vectors and matrices (elementwise: 0 or 1); of scalars it
+    would need their values now, and is refused."""
+    def method(self, o):
+        a, b = _node(self, op), _node(o, op)
+        if a.rank == 0 and b.rank == 0:
+            _refuse("== / !=" if op in ("==", "!=") else "a comparison", _VALUE)(self)
+        return _wrap(ewtrace.ew(op, [a, b]))
+    return method
+
+
 class Proxy:
     """A traced scalar, vector or matrix inside a @kfuse.jit function."""
     __slots__ = ("_node", "_tracer")
@@ -157,17 +168,8 @@ class Proxy:
     def __abs__(self):
         return _wrap(ewtrace.ew("abs", [_node(self, "abs")]))
 
-    def _compare(op: str):          # noqa: N805 - makes the comparison methods below
-        def method(self, o):
-            a, b = _node(self, op), _node(o, op)
-            if a.rank == 0 and b.rank == 0:     # a scalar's truth would be needed now
-                _refuse("== / !=" if op in ("==", "!=") else "a comparison", _VALUE)(self)
-            return _wrap(ewtrace.ew(op, [a, b]))
-        return method
-
-    __lt__, __le__, __gt__, __ge__ = _compare("<"), _compare("<="), _compare(">"), _compare(">=")
-    __eq__, __ne__ = _compare("=="), _compare("!=")      # type: ignore[assignment]
-    del _compare
+    __lt__, __le__, __gt__, __ge__ = _comparison("<"), _comparison("<="), _comparison(">"), _comparison(">=")
+    __eq__, __ne__ = _comparison("=="), _comparison("!=")
 
     def __getitem__(self, key):
         return _wrap(ewtrace.index(_node(self, "indexing"), key))

@@ -73,8 +73,12 @@ def div(a: Node, b: Node) -> Node:
 
 def matmul(a: Node, b: Node) -> Node:
     dense(b, "x @ A")
+    if a.kind == "bcast" and b.kind == "bcast" and a.data == "row" and b.data == "col":
+        u, v = a.args[0], b.args[0]         # u[:, None] @ v[None, :]: PolyBench's outer product
+        return Node("outer", 2, (u, v), shape=(u.shape[0], v.shape[0]))
     if a.kind == "bcast" or b.kind == "bcast":
-        raise TraceError("@ of a broadcast vector (v[:, None]): use it elementwise, or outer(u, v)", user_site())
+        raise TraceError("@ of a broadcast vector: u[:, None] @ v[None, :] is an outer product; otherwise use "
+                         "it elementwise", user_site())
     if a.kind == "T" and b.rank == 1:
         A = a.args[0]
         check_len("A.T @ x: the rows of A and the length of x", A.shape[0], b.shape[0])

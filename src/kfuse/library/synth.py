@@ -88,7 +88,7 @@ def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int)
     cu = _cuda(name, expr, kinds, pnames, reduce, level)
     toml = _toml(name, expr, kinds, pnames, reduce, level, carrier)
     _SOURCES[str(SHIPPED / f"{name}.cu")] = cu.encode()
-    files = {f: shipped.sources[str(SHIPPED / f)] for f in _SHIPPED_FILES}
+    files: dict[str, bytes | None] = {f: shipped.sources[str(SHIPPED / f)] for f in _SHIPPED_FILES}
     files[f"{name}.cu"] = cu.encode()
     (fn,) = _load_file(SHIPPED / f"{name}.toml", toml.encode(), (shipped.subvector,), shipped.tile, files)
     return replace(fn, priced_as=_priced_as(fn, kinds, pnames, reduce, level), synthesized=True)
@@ -264,7 +264,7 @@ def _cuda(name, expr, kinds, pnames, reduce, level) -> str:
     lines = list(head)
     val = ewexpr.c_text(expr, lambda k: pnames[k] if kinds[k] == "scalar" else f"{pnames[k]}(k)")
     # the forms: name, loop bound, leading template parameters, the entry of slot k (reductions)
-    forms = [("slots", "V0::slots", "", None)] if reduce is None else [
+    forms: list[tuple[str, str, str, str | None]] = [("slots", "V0::slots", "", None)] if reduce is None else [
         ("warp", "V0::slots", "", "ix.i * KF_SUB + ix.tx + 32 * k"),
         ("quad", "V0::slots", "", "ix.i * KF_SUB + 4 * ix.tx + k")]
     forms.append(("rows", "R", "int BY, int R, int NC, ", "ix.i * R + k"))
