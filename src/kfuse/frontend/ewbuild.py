@@ -77,6 +77,10 @@ class ElementwiseStatements:
         if len(nodes) > MAX_NODES:
             raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
                              "over several statements", node[1])
+        if node[0] == "call" and node[1].text in REDUCTIONS and node[1].text != "mean" \
+                and self.decls.get(target.text, ("",))[0] == "scalar":
+            self._hoist(node, into=target)     # s = sum(...): the reduction's result is s itself
+            return
         node = self._hoist(node)
         rank = self._rank(node)
         if rank == 0:
@@ -97,9 +101,10 @@ class ElementwiseStatements:
         self._map(node, rank, [target])
 
     # -- reductions and library calls inside an expression -----------------------------------------
-    def _hoist(self, node: tuple) -> tuple:
+    def _hoist(self, node: tuple, into=None) -> tuple:
         """``node`` with its reductions and library calls made (each a call of its own) and
-        replaced by the names of their results."""
+        replaced by the names of their results (``into``: the name a reduction at the root
+        assigns)."""
         kind = node[0]
         if kind in ("num", "name"):
             return node
@@ -124,7 +129,7 @@ class ElementwiseStatements:
             expr, kinds, args = self._leaves(arg, 1)
             carrier = self._carrier(kinds, args)
             fn = synth.synthesize(expr, kinds, tok.text, carrier)
-            outs = [self._temp("scalar", tok) for _ in fn.outputs]
+            outs = [into] if into is not None else [self._temp("scalar", tok) for _ in fn.outputs]
             self.call(outs, self._named(tok, fn.name), args + [args[carrier]], function=fn)
             if tok.text == "mean":
                 return ("/", tok, ("name", outs[0]), ("name", outs[1]))
@@ -223,6 +228,8 @@ class ElementwiseStatements:
                     v = self._operand(v)
                 return leaf(kind, v, (kind, v[1].text))
             kids = [walk(k) for k in n[2:]]
+            if kind == "neg" and kids[0][0] == "num":
+                return ("num", -kids[0][1])             # -2.0 is a number (x ** -2.0)
             if kind in ("neg", "sqrt") or kind in ewexpr.ARITH or kind in ewexpr.COMPARE:
                 return (kind, *kids)
             if kind == "pow":

@@ -42,7 +42,7 @@ from .registry import SOURCES as _SOURCES
 KINDS = ("scalar", "vector", "matrix", "row", "col")      # an input's kind
 REDUCTIONS = ("sum", "max", "min", "mean")
 _PREFIX = {"scalar": "s", "vector": "x", "matrix": "A", "row": "u", "col": "v"}
-_MADE: dict[tuple, object] = {}          # (expression, kinds, reduction) -> Function
+_MADE: dict[tuple, object] = {}          # (reduction, kinds, carrier, the expression's text) -> Function
 _SHIPPED_FILES = ("blas1.cu", "blas1_rows.cu", "blas2_strip.cu", "blas2.cu")
 
 
@@ -61,10 +61,12 @@ def synthesize(expr: tuple, kinds: tuple[str, ...], reduce: str | None = None, c
     """The function computing ``expr`` over inputs of ``kinds`` (each read by the expression),
     elementwise, or reduced by ``reduce`` (one of :data:`REDUCTIONS`); a reduction counts the
     entries below the length of input ``carrier`` (a vector), bound again to its last parameter."""
-    key = (expr, kinds, reduce, carrier if reduce else 0)
+    carrier = carrier if reduce else 0
+    pnames = names(kinds)
+    key = (reduce or "map", kinds, carrier, ewexpr.text(expr, lambda k: pnames[k]))    # the text is canonical
     fn = _MADE.get(key)
     if fn is None:
-        fn = _MADE[key] = _make(expr, kinds, reduce, carrier if reduce else 0)
+        fn = _MADE[key] = _make(expr, kinds, reduce, carrier)
     return fn
 
 
