@@ -171,7 +171,10 @@ def test_synthesized_code_builds(nvcc, tmp_path, dtype):
 
 
 SCRIPT_ERRORS = [
-    ("s = exp(a);", "exp\\(...\\) of a scalar: elementwise functions take vectors and matrices"),
+    ("s = exp(a);", "exp\\(...\\) of a scalar: elementwise functions and operators take vectors and matrices"),
+    ("s = a ** 2;", "\\*\\* of a scalar: .* \\(write t \\* t for t \\*\\* 2\\)"),
+    ("z = 2.0 + 3.0;", "z is a vector; the expression is a scalar"),
+    ("z = x / 0;", "division by zero"),
     ("z = x ** y;", "the exponent of \\*\\* is a number"),
     ("z = x ** 9;", "the exponent of \\*\\* is at most 8"),
     ("s = x + y;", "s is a scalar; the expression is a vector"),

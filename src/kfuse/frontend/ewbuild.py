@@ -69,9 +69,8 @@ class ElementwiseStatements:
         if all(n[0] in SCALAR_OPS for n in nodes) and all(self._rank(n) == 0 for n in nodes if n[0] == "name"):
             self.lookup_decl(target)        # scalar arithmetic, however long (no recursion here)
             if self.decls[target.text][0] != "scalar":
-                bad = next(n for n in nodes if n[0] == "name")
                 raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
-                                 bad[1] if bad is not node else target)
+                                 target)
             self.scalar_assignment(target, node)
             return
         if len(nodes) > MAX_NODES:
@@ -86,8 +85,10 @@ class ElementwiseStatements:
         if rank == 0:
             bad = _first_not_scalar(node)
             if bad is not None:
-                raise self.error(f"{bad[1].text}(...) of a scalar: elementwise functions take vectors and matrices; "
-                                 "scalar arithmetic is + - * /, unary - and sqrt", bad[1])
+                what = "** of a scalar" if bad[0] == "pow" else "a comparison of scalars" if bad[0] in ewexpr.COMPARE \
+                    else f"{bad[1].text}(...) of a scalar"
+                raise self.error(f"{what}: elementwise functions and operators take vectors and matrices; "
+                                 "scalar arithmetic is + - * /, unary - and sqrt (write t * t for t ** 2)", bad[1])
             if self.decls.get(target.text, ("",))[0] not in ("scalar", ""):
                 raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
                                  target)
@@ -230,6 +231,8 @@ class ElementwiseStatements:
             kids = [walk(k) for k in n[2:]]
             if kind == "neg" and kids[0][0] == "num":
                 return ("num", -kids[0][1])             # -2.0 is a number (x ** -2.0)
+            if kind == "/" and kids[1] == ("num", 0.0):
+                raise self.error("division by zero", n[3][1])
             if kind in ("neg", "sqrt") or kind in ewexpr.ARITH or kind in ewexpr.COMPARE:
                 return (kind, *kids)
             if kind == "pow":
