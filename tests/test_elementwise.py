@@ -161,6 +161,7 @@ def test_synthesized_code_builds(nvcc, tmp_path, dtype):
             " + tanh(w) * sin(x) - cos(y) / sigmoid(x) + (x != y) - exp(-w) * a;\n"
             "s = sum(z * z);\nm = max(abs(z - x)) + min(x) - mean(y);\n"
             "B = A * d[:, None] + e[None, :] * 2.0 - A / a;\nr = gemv(B, x);\n"
+            "d = rowsum(A * e[None, :]) + colsum(abs(B) * x[:, None]);\n"
             "w = r * r + y;\n")
     src = kfuse.compile(HEAD + body + "return z, s, m, B, w;\n", dtype=dtype).cuda_source
     nvcc_compile(nvcc, src, tmp_path, f"ew_{dtype}")
@@ -204,7 +205,9 @@ def test_long_expressions_are_refused_not_a_recursion_error():
 
 
 TRACE_ERRORS = [
-    (lambda A, x: A.sum(axis=0) + x, "sum along an axis"),
+    (lambda A, x: A.max(axis=0) + x, "max along an axis"),
+    (lambda A, x: np.exp(A).sum(axis=1) + x, "not 0 where the matrix is 0"),
+    (lambda A, x: (A + x[:, None]).sum(axis=1) + x, "not 0 where the matrix is 0"),
     (lambda A, x: np.exp(x @ x) * x, "exp of scalars"),
     (lambda A, x: x ** x, "\\*\\* takes a number as its exponent"),
     (lambda A, x: x[3] + x, "indexing of a traced value"),

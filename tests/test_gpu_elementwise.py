@@ -141,6 +141,27 @@ def test_matrix_maps_with_broadcasting(shape, dtype):
         _close(g, r, dtype, what=f"matrix form {k}")
 
 
+def _axis_sums(A, d, e):
+    return A.sum(axis=1), (A * e * e).sum(axis=1), (d[:, None] * abs(A)).sum(axis=0), A.sum(axis=0) @ e
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(1, 1), (31, 33), (33, 1000), (1000, 31), (257, 4097)])
+def test_row_and_column_sums(shape, dtype):
+    import cupy as cp
+    rng = np.random.default_rng(shape[1])
+    A = rng.uniform(-2, 2, shape).astype(dtype)
+    d, e = _vec(rng, shape[0], dtype), _vec(rng, shape[1], dtype)
+    _poison(dtype)
+    got = kfuse.jit(_axis_sums)(cp.asarray(A), cp.asarray(d), cp.asarray(e))
+    Ah, dh, eh = A.astype(np.float64), d.astype(np.float64), e.astype(np.float64)
+    ref = _axis_sums(Ah, dh, eh)
+    scales = [np.abs(Ah).sum(axis=1).max(), (np.abs(Ah) * eh * eh).sum(axis=1).max(),
+              (np.abs(dh)[:, None] * np.abs(Ah)).sum(axis=0).max(), np.abs(Ah).sum(axis=0) @ np.abs(eh)]
+    for k, (g, r, sc) in enumerate(zip(got, ref, scales)):
+        _close(g, r, dtype, scale=float(sc), what=f"axis sum {k}")
+
+
 def _logreg(A, x, y):
     return A.T @ (1 / (1 + np.exp(-(A @ x))) - y)
 

@@ -180,7 +180,7 @@ def test_unsupported_operations_name_the_line():
     cases = [
         (lambda A, B: A @ B, (A, A.T.copy()), "matrix @ matrix maps onto no library function"),
         (lambda u, v: kfuse.outer(u, v), (u, x), "outer\\(u, v\\) alone maps onto no library function"),
-        (lambda A, x: A.sum(axis=1) + x, (A, x), "sum along an axis: kfuse reduces a whole vector"),
+        (lambda A, x: A.max(axis=1) + x, (A, x), "max along an axis: kfuse reduces a whole vector"),
         (lambda a, x: np.exp(a * a) * x, (2.0, x), "exp of scalars: scalar arithmetic is"),
         (lambda x: x.astype(np.float64), (x,), "\\.astype of a traced value"),
         (lambda x: x[0] @ x, (x,), "indexing of a traced value"),

@@ -76,8 +76,10 @@ class ElementwiseStatements:
         if len(nodes) > MAX_NODES:
             raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
                              "over several statements", node[1])
-        if node[0] == "call" and node[1].text in REDUCTIONS and node[1].text != "mean" \
-                and self.decls.get(target.text, ("",))[0] == "scalar":
+        if node[0] == "call" and ((node[1].text in REDUCTIONS and node[1].text != "mean"
+                                   and self.decls.get(target.text, ("",))[0] == "scalar")
+                                  or (node[1].text in synth.AXIS_SUMS
+                                      and self.decls.get(target.text, ("",))[0] == "vector")):
             self._hoist(node, into=target)     # s = sum(...): the reduction's result is s itself
             return
         node = self._hoist(node)
@@ -119,6 +121,18 @@ class ElementwiseStatements:
                                  "to name them", tok)
             out = self._temp(fn.outputs[0].type if fn is not None else "vector", tok)
             self.call([out], tok, [self._operand(k) for k in kids])
+            return ("name", out)
+        if kind == "call" and tok.text in synth.AXIS_SUMS:
+            (arg,) = kids
+            if self._rank(arg) != 2:
+                raise self.error(f"{tok.text} takes a matrix expression", tok)
+            expr, kinds, args = self._leaves(arg, 2)
+            try:
+                fn = synth.synthesize(expr, kinds, tok.text)
+            except KfuseError as e:
+                raise self.error(str(e), tok) from None
+            out = into if into is not None else self._temp("vector", tok)
+            self.call([out], self._named(tok, fn.name), args, function=fn)
             return ("name", out)
         if kind == "call" and tok.text in REDUCTIONS:
             (arg,) = kids
@@ -188,6 +202,8 @@ class ElementwiseStatements:
             return 2
         if kind == "call" and tok.text in REDUCTIONS:
             return 0
+        if kind == "call" and tok.text in synth.AXIS_SUMS:
+            return 1
         ranks = [self._rank(k) for k in node[2:]]
         return max(ranks, default=0)
 

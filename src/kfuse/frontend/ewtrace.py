@@ -30,7 +30,8 @@ ELEMENTWISE = set(ewexpr.UNARY) | set(ewexpr.BINARY) | {"where", "clip", "square
                                                         "positive"}
 REDUCTIONS = {"sum": "sum", "max": "max", "amax": "max", "min": "min", "amin": "min", "mean": "mean"}
 SUPPORTED = ("operators + - * / ** (a number), comparisons, abs; exp, log, sqrt, tanh, sin, cos, sigmoid, "
-             "maximum, minimum, where, clip; sum, max, min, mean, norm; dot, matmul, outer; "
+             "maximum, minimum, where, clip; sum, max, min, mean, norm; a matrix's sum(axis=0 or 1); dot, matmul, "
+             "outer; "
              "v[:, None] and v[None, :]")
 
 
@@ -134,9 +135,12 @@ def reduce(op: str, n: Node, axis=None) -> Node:
     """A reduction of a vector expression into a scalar."""
     op = REDUCTIONS[op]
     _operand(n, op)
+    if n.rank == 2 and op == "sum" and axis in (0, 1, -1, -2):        # A.sum(axis=1): the row sums
+        rows = axis in (1, -1)
+        return Node("red", 1, (n,), "rowsum" if rows else "colsum", shape=(n.shape[0] if rows else n.shape[1],))
     if axis not in (None, 0, -1) or (axis is not None and n.rank != 1):
-        raise TraceError(f"{op} along an axis: kfuse reduces a whole vector (a matrix's row sums are A @ ones, "
-                         "its column sums A.T @ ones)", user_site())
+        raise TraceError(f"{op} along an axis: kfuse reduces a whole vector, and sums a matrix along its rows "
+                         "or columns (A.sum(axis=1), A.sum(axis=0))", user_site())
     if n.rank != 1:
         raise TraceError(f"{op} of a {RANK_WORDS[n.rank]}: kfuse reduces vector expressions into a scalar",
                          user_site())

@@ -155,6 +155,12 @@ class _Lowering:
             return self.names[id(n)]
         if n.kind == "out":
             return self.call_out(n)
+        if n.kind == "red":     # a matrix expression's row or column sums
+            name = self.new_value(1)
+            expr = ("call", Tok("ident", n.data, 0, 0), self.region(n.args[0], root=True))
+            self.body.append(Statement((name,), None, (expr,), n.site))
+            self.names[id(n)] = name
+            return name
         if n.kind in ("ew", "bcast") or (n.kind in ("add", "scale") and self.elementwise(n, root=True)):
             name = self.new_value(n.rank)
             self.body.append(Statement((name,), None, (self.region(n, root=True),), n.site))

@@ -234,7 +234,7 @@ class _Parser(ProgramBuilder):
                 return ("libcall", tok, *args)
             if tok.text == "sqrt" and len(args) == 1:
                 return ("sqrt", tok, args[0])
-            if tok.text in ewexpr.FUNCTIONS or tok.text in synth.REDUCTIONS:
+            if tok.text in ewexpr.FUNCTIONS or tok.text in synth.REDUCTIONS or tok.text in synth.AXIS_SUMS:
                 return ("call", tok, *args)
             return ("libcall", tok, *args)      # unknown: the builder's error names close matches
         if self.peek().text == "[" and tok.text in self.decls:

@@ -41,6 +41,7 @@ from .registry import SOURCES as _SOURCES
 
 KINDS = ("scalar", "vector", "matrix", "row", "col")      # an input's kind
 REDUCTIONS = ("sum", "max", "min", "mean")
+AXIS_SUMS = ("rowsum", "colsum")        # a matrix expression's sums along its rows (A.sum(axis=1)), columns
 _PREFIX = {"scalar": "s", "vector": "x", "matrix": "A", "row": "u", "col": "v"}
 _MADE: dict[tuple, object] = {}          # (reduction, kinds, carrier, the expression's text) -> Function
 _SHIPPED_FILES = ("blas1.cu", "blas1_rows.cu", "blas2_strip.cu", "blas2.cu")
@@ -73,8 +74,12 @@ def synthesize(expr: tuple, kinds: tuple[str, ...], reduce: str | None = None, c
 def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int):
     from .loader import SHIPPED, _load_file, shipped_library
     if any(k in ("matrix", "row", "col") for k in kinds):
-        if reduce is not None:
-            raise KfuseError(f"{reduce} of a matrix expression: kfuse reduces vector expressions only")
+        if reduce is not None and reduce not in AXIS_SUMS:
+            raise KfuseError(f"{reduce} of a matrix expression: kfuse reduces vector expressions, and sums a "
+                             "matrix expression along its rows or columns")
+        if reduce in AXIS_SUMS and not _zero_at_zero(expr, kinds, "col" if reduce == "rowsum" else "row"):
+            raise KfuseError("the row or column sums of an expression that is not 0 where the matrix is 0 "
+                             "(tiles past the matrix's edge read 0): sum a product, a difference, abs ... of it")
         level = 2
     else:
         level = 1
@@ -108,7 +113,12 @@ def _toml(name, expr, kinds, pnames, reduce, level, carrier=0) -> str:
     ref = ewexpr.text(expr, lambda k: ref_name[kinds[k]].format(pnames[k]), np=True)
     first = next(p for p, k in zip(pnames, kinds) if k != "scalar")
     ops = max(ewexpr.flops(expr), 1)
-    if level == 2:
+    if reduce in AXIS_SUMS:
+        axis = "i" if reduce == "rowsum" else "j"
+        params.append(f'  {{ name = "out", type = "vector", dir = "out", index = ["{axis}"], reduce = "sum" }},')
+        kind, math_, flops = "map-reduce", f"out = {reduce}({shown})", f"{ops + 1} * {_axis_vec(pnames, kinds, 'matrix')}"
+        ref = f"np.sum({ref}, axis={1 if reduce == 'rowsum' else 0})"
+    elif level == 2:
         params.append('  { name = "out", type = "matrix", dir = "out", index = ["i", "j"] },')
         kind, math_ = "map-map", f"out = {shown}"
         # a broadcast-only expression (u[:, None] * v[None, :]) still has a full matrix of entries
@@ -135,7 +145,7 @@ def _toml(name, expr, kinds, pnames, reduce, level, carrier=0) -> str:
     lines = ["[[function]]", f'name = "{name}"', f'kind = "{kind}"', f"math = {_q(math_)}",
              f'doc = "Synthesized from an elementwise expression."', f"reference = {_q(ref)}",
              f'flops = "{flops}"', "params = [", *params, "]", ""]
-    for v in (_variants_1(name, pnames, kinds, reduce) if level == 1 else _variants_2(name, pnames, kinds)):
+    for v in (_variants_1(name, pnames, kinds, reduce) if level == 1 else _variants_2(name, pnames, kinds, reduce)):
         lines += v
     return "\n".join(lines) + "\n"
 
@@ -201,9 +211,11 @@ _V2 = {   # variant -> (threads, BY values, tile load, row load, col load, store
 }
 
 
-def _variants_2(name, pnames, kinds) -> list[list[str]]:
+def _variants_2(name, pnames, kinds, reduce=None) -> list[list[str]]:
     out = []
     for vname, (threads, bys, tload, rload, cload, store, (mt, mr, mc)) in _V2.items():
+        if reduce in AXIS_SUMS and vname != "quad":
+            continue
         lines = ["[[function.variant]]", f'name = "{vname}"', f'source = ["blas2.cu", "{name}.cu"]',
                  f"threads = {threads}", f"macros = {{ BY = {bys} }}"]
         routines, ins = [], []
@@ -213,9 +225,12 @@ def _variants_2(name, pnames, kinds) -> list[list[str]]:
             fn, m = {"matrix": (tload, mt), "row": (rload, mr), "col": (cload, mc)}[k]
             routines.append(f'{{ name = "load_{p}", fn = "{fn}", args = ["&{p}", "{p}:w:{m}"] }}')
             ins.append(f'"{p}:r:{m}"')
-        args = ", ".join(ins + [f'"out:w:{mt}"'] + [f'"{p}"' for p, k in zip(pnames, kinds) if k == "scalar"])
+        om = {"rowsum": "rowpart", "colsum": "qcolpart"}.get(reduce or "", mt)
+        mode = "acc" if reduce else "w"
+        args = ", ".join(ins + [f'"out:{mode}:{om}"'] + [f'"{p}"' for p, k in zip(pnames, kinds) if k == "scalar"])
         routines.append(f'{{ name = "compute", fn = "{name}_{vname}", args = [{args}] }}')
-        routines.append(f'{{ name = "store_out", fn = "{store}", args = ["out:r:{mt}", "&out"] }}')
+        store = {"rowsum": "qrowsum_store", "colsum": "qcolsum_store"}.get(reduce or "", store)
+        routines.append(f'{{ name = "store_out", fn = "{store}", args = ["out:r:{om}", "&out"] }}')
         lines += ["routines = [", *(f"  {r}," for r in routines), "]", ""]
         out.append(lines)
     return out
@@ -232,12 +247,39 @@ def _priced_as(fn, kinds, pnames, reduce, level) -> tuple[tuple[str, str], ...]:
                 out.append((f"load_{p}", f"{stand}/load_x"))
         out.append(("compute", f"{stand}/compute"))
         out += [(f"store_{o.name}", f"{stand}/store_out") for o in fn.outputs]
+    elif reduce in AXIS_SUMS:
+        stand = "gemv(A,x)" if reduce == "rowsum" else "gemtv(A,x)"
+        for p, k in zip(pnames, kinds):
+            if k != "scalar":
+                out.append((f"load_{p}", f"{stand}/load_" + ("A" if k == "matrix" else "x")))
+        out += [("compute", f"{stand}/compute"), ("store_out", f"{stand}/store_out")]
     else:
         for p, k in zip(pnames, kinds):
             if k != "scalar":
                 out.append((f"load_{p}", "ger(A,u,v)/load_" + {"matrix": "A", "row": "u", "col": "v"}[k]))
         out += [("compute", "ger(A,u,v)/compute"), ("store_out", "ger(A,u,v)/store_out")]
     return tuple(out)
+
+
+def _zero_at_zero(expr, kinds, padded: str) -> bool:
+    """``expr`` is 0 where its matrices and its vectors along the summed axis (``padded``: col
+    or row) are 0, whatever its scalars and other vectors (tried at two values each): a tile past
+    the matrix's edge loads 0 there, and its entries must add nothing to the sums."""
+    import numpy as np
+    with np.errstate(all="ignore"):
+        for s in (1.2345, -0.789):
+            scope = {k: (0.0 if kind in ("matrix", padded) else s) for k, kind in enumerate(kinds)}
+            if not _value(expr, scope) == 0.0:
+                return False
+    return True
+
+
+def _value(e, scope):
+    """``e`` evaluated on numbers (NumPy's semantics: ewexpr's NumPy text, run on scalars)."""
+    import numpy as np
+    text = ewexpr.text(e, lambda k: f"v{k}", np=True)
+    from .expr import evaluate
+    return evaluate(text, {f"v{k}": np.float64(v) for k, v in scope.items()}, "reference")
 
 
 # -- routines ---------------------------------------------------------------------------------------
@@ -255,7 +297,7 @@ def _cuda(name, expr, kinds, pnames, reduce, level) -> str:
     params = [f"V{n}& {p}" for n, p in enumerate(tensors)]
     sargs = [f"real {s}" for s in scalars]
     if level == 2:
-        return "\n".join(head + _cuda_2(name, expr, kinds, pnames, classes, params, sargs)) + "\n"
+        return "\n".join(head + _cuda_2(name, expr, kinds, pnames, classes, params, sargs, reduce)) + "\n"
     if reduce is None:
         out_cls, out_par = ["class VO"], ["VO& out"]
     else:
@@ -315,7 +357,7 @@ def _cuda_reduce_io(name, reduce) -> list[str]:
     ]
 
 
-def _cuda_2(name, expr, kinds, pnames, classes, params, sargs) -> list[str]:
+def _cuda_2(name, expr, kinds, pnames, classes, params, sargs, reduce=None) -> list[str]:
     """A matrix map's compute for the ``rows`` mapping (slot k: row ty + BY k, column tx) and the
     ``quad`` one (slot 4 r + e: row ty + BY r, column 4 tx + e)."""
     tpl = ", ".join(["int BY"] + classes + ["class VO"])
@@ -324,6 +366,14 @@ def _cuda_2(name, expr, kinds, pnames, classes, params, sargs) -> list[str]:
     quad = {"matrix": "{}(4 * r + e)", "row": "{}(r)", "col": "{}(e)", "scalar": "{}"}
     v_rows = ewexpr.c_text(expr, lambda k: rows[kinds[k]].format(pnames[k]))
     v_quad = ewexpr.c_text(expr, lambda k: quad[kinds[k]].format(pnames[k]))
+    if reduce == "rowsum":      # row partials of the thread's rows (mapping "rowpart": qrowsum_store sums them)
+        return [f"template <{tpl}>", f"KF_DEVICE void {name}_quad({sig}) {{", "#pragma unroll",
+                "    for (int r = 0; r < KF_TR / BY; ++r) {", "        real s = 0;", "#pragma unroll",
+                f"        for (int e = 0; e < 4; ++e) s += {v_quad};", "        out(r) += s;", "    }", "}", ""]
+    if reduce == "colsum":      # column partials of the thread's 4 columns ("qcolpart": qcolsum_store)
+        return [f"template <{tpl}>", f"KF_DEVICE void {name}_quad({sig}) {{", "#pragma unroll",
+                "    for (int e = 0; e < 4; ++e) {", "        real s = 0;", "#pragma unroll",
+                f"        for (int r = 0; r < KF_TR / BY; ++r) s += {v_quad};", "        out(e) += s;", "    }", "}", ""]
     return [f"template <{tpl}>", f"KF_DEVICE void {name}_rows({sig}) {{", "#pragma unroll",
             "    for (int k = 0; k < KF_TR / BY; ++k)", f"        out(k) = {v_rows};", "}", "",
             f"template <{tpl}>", f"KF_DEVICE void {name}_quad({sig}) {{", "#pragma unroll",
