@@ -181,6 +181,7 @@ SCRIPT_ERRORS = [
     ("s = x + y;", "s is a scalar; the expression is a vector"),
     ("z = sum(A);", "sum takes a vector expression, got a matrix"),
     ("z = foo(x);", "unknown function foo"),
+    ("z = exps(x);", "unknown function exps \\(did you mean exp\\?\\)"),
     ("z = exp(x, y);", "exp takes 1 argument\\(s\\), 2 given"),
     ("z = x[1, None];", "a vector is indexed only to broadcast it"),
     ("z = A[:, None];", "\\[:, None\\] and \\[None, :\\] broadcast a vector"),

@@ -21,9 +21,11 @@ from ..errors import KfuseError
 from ..library.schema import AXES, Function, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
+from ..library import ewexpr, synth
 from .build_nodes import walk as _walk
 from .ewbuild import ElementwiseStatements
 
+ELEMENTWISE_NAMES = (*ewexpr.FUNCTIONS, *synth.REDUCTIONS, *synth.AXIS_SUMS)   # expression statements' names
 RANKS = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}   # csr: rows, cols, non-zeros
 
 
@@ -250,7 +252,7 @@ class ProgramBuilder(ElementwiseStatements):
         ``frontend/ewbuild.py``); ``fn_tok.line`` is the call's line."""
         overloads = (function,) if function is not None else self.lib.overloads(fn_tok.text)
         if not overloads:
-            names = sorted({n for f in self.lib.functions for n in (f.name, *f.aliases)})
+            names = sorted({n for f in self.lib.functions for n in (f.name, *f.aliases)} | set(ELEMENTWISE_NAMES))
             close = difflib.get_close_matches(fn_tok.text, names, 1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise self.error(f"unknown function {fn_tok.text}{hint}", fn_tok)
