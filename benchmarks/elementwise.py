@@ -7,7 +7,8 @@ them through ``__array_ufunc__`` / ``__array_function__``; CuPy; a torch shim) a
 unchanged by every contender.  The PolyBench/Python BLAS-2 kernels (atax, bicg, gemver, gesummv,
 mvt) are written as PolyBench's NumPy versions do (``np.dot``, ``u[:, np.newaxis]``), returning
 their results.  Every result is compared with the same function in float64 (CuPy) before timing.
-Times are CUDA-event medians of ``--reps`` calls after warm-up calls (which also compile); the
+"kfuse strips" is kfuse with ``vector_on_strips=True`` (vector calls after a
+product on its strips as well).  Times are CUDA-event medians of ``--reps`` calls after warm-up calls (which also compile); the
 device-to-device copy bandwidth is measured in the same run, and "limit" is the sequence's
 compulsory traffic (each input read once, each output written once) over it.
 
@@ -173,6 +174,9 @@ def contenders(name: str, fn, ref_args, dtype: str, torch_ok: bool):
     traced = eval(f"lambda {params}: fn(np, {params})", {"fn": fn, "np": np})     # noqa: S307 - our own text
     jf = kfuse.jit(traced)
     out = [("kfuse", lambda: jf(*args), "cupy", True), ("cupy", lambda: fn(cp, *args), "cupy", True)]
+    if "M" in SEQUENCES[name][1]:       # vector calls after the last product on its strips too
+        js = kfuse.jit(traced, vector_on_strips=True)
+        out.insert(1, ("kfuse strips", lambda: js(*args), "cupy", True))
     if torch_ok:
         import torch
         tns = torch_namespace()
@@ -188,7 +192,7 @@ def contenders(name: str, fn, ref_args, dtype: str, torch_ok: bool):
     return out
 
 
-def run(opts) -> list[dict]:
+def run(opts, save=lambda rows: None) -> list[dict]:
     import cupy as cp
     try:
         import torch
@@ -221,19 +225,20 @@ def run(opts) -> list[dict]:
                 print(f"{dtype} {name:8s} {who:16s} {row.get(f'{who} us')!s:>10.10} us  "
                       f"(error {row.get(f'{who} error', '-')!s:.8}, {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
             rows.append(row)
+            save(rows)          # what is measured so far survives a run cut short
             cp.get_default_memory_pool().free_all_blocks()
     return rows
 
 
 def table(rows: list[dict], opts) -> str:
-    who = ["kfuse", "torch", "torch.compile", "cupy", "Adam(fused=True)"]
+    who = ["kfuse", "kfuse strips", "torch", "torch.compile", "cupy", "Adam(fused=True)"]
     lines = [f"n = {opts.n} (matrices n x n), N = {opts.N} (vectors of the elementwise sequences); copy bandwidth "
              f"{rows[0]['bandwidth_GBs']:.0f} GB/s; microseconds per call, CUDA-event medians of {opts.reps}", "",
              "| sequence | dtype | limit | " + " | ".join(who) + " | kfuse / limit | best peer / kfuse |",
              "| --- | --- | ---: | " + " | ".join("---:" for _ in who) + " | ---: | ---: |"]
     for r in rows:
         cells = [f"{r[f'{w} us']:.1f}" if r.get(f"{w} us") else ("failed" if f"{w} failed" in r else "-") for w in who]
-        peers = [r[f"{w} us"] for w in who[1:] if r.get(f"{w} us")]
+        peers = [r[f"{w} us"] for w in who[2:] if r.get(f"{w} us")]
         k = r.get("kfuse us")
         ratio = f"{k / r['limit_us']:.2f}" if k else "-"
         lead = f"{min(peers) / k:.2f}" if k and peers else "-"
@@ -251,11 +256,18 @@ def main() -> None:
     ap.add_argument("--sequences", nargs="+", default=list(SEQUENCES), choices=list(SEQUENCES))
     ap.add_argument("--reps", type=int, default=20)
     opts = ap.parse_args()
-    rows = run(opts)
     out = Path(opts.out)
-    out.write_text(f"# Ordinary array code ({platform.node()})\n\n`{' '.join(sys.argv)}`\n\n" + table(rows, opts))
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+
+    def save(rows):
+        out.write_text(f"# Ordinary array code ({_gpu()})\n\n`{' '.join(sys.argv)}`\n\n" + table(rows, opts))
+        out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    rows = run(opts, save)
     print(table(rows, opts))
+
+
+def _gpu() -> str:
+    import cupy as cp
+    return cp.cuda.runtime.getDeviceProperties(0)["name"].decode() + f", {platform.node()}"
 
 
 if __name__ == "__main__":
