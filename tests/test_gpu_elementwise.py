@@ -20,10 +20,11 @@ def _poison(dtype):
 
 
 def _host(a):
-    if hasattr(a, "get"):
-        return a.get()
     if hasattr(a, "cpu"):
         return a.cpu().numpy()
+    if hasattr(a, "__cuda_array_interface__"):
+        import cupy as cp
+        return cp.asnumpy(cp.asarray(a))
     return np.asarray(a)
 
 

@@ -144,7 +144,16 @@ def reduce(op: str, n: Node, axis=None) -> Node:
     if n.rank != 1:
         raise TraceError(f"{op} of a {RANK_WORDS[n.rank]}: kfuse reduces vector expressions into a scalar",
                          user_site())
+    if op == "mean":            # the sum over the count of entries (of a vector the expression reads)
+        return Node("bin", 0, (Node("red", 0, (n,), "sum"), Node("red", 0, (_leaf(n),), "count")), "/")
     return Node("red", 0, (n,), op)
+
+
+def _leaf(n: Node) -> Node:
+    """A vector an elementwise expression reads (its length is the expression's)."""
+    while n.kind in ("ew", "add", "scale"):
+        n = next(a for a in (n.args[::-1] if n.kind == "scale" else n.args) if a.rank == 1)
+    return n
 
 
 def norm(n: Node, ord=None) -> Node:

@@ -40,7 +40,7 @@ from . import ewexpr
 from .registry import SOURCES as _SOURCES
 
 KINDS = ("scalar", "vector", "matrix", "row", "col")      # an input's kind
-REDUCTIONS = ("sum", "max", "min", "mean")
+REDUCTIONS = ("sum", "max", "min", "mean", "count")    # count: the entries of its vector (a mean's divisor)
 AXIS_SUMS = ("rowsum", "colsum")        # a matrix expression's sums along its rows (A.sum(axis=1)), columns
 _PREFIX = {"scalar": "s", "vector": "x", "matrix": "A", "row": "u", "col": "v"}
 _MADE: dict[tuple, object] = {}          # (reduction, kinds, carrier, the expression's text) -> Function
@@ -128,16 +128,16 @@ def _toml(name, expr, kinds, pnames, reduce, level, carrier=0) -> str:
     elif reduce is None:
         params.append('  { name = "out", type = "vector", dir = "out", index = ["i"] },')
         kind, math_, flops = "map", f"out = {shown}", f"{ops} * out"
-        ref = f"({ref}) + 0 * {first}" if _scalar_only(expr, kinds) else ref
+        ref = f"({ref}) * {first} ** 0" if _scalar_only(expr, kinds) else ref
     else:
-        op = "sum" if reduce == "mean" else reduce
+        op = "sum" if reduce in ("mean", "count") else reduce
         params.append(f'  {{ name = "n0", type = "vector", dir = "in", index = [], reach = "any", '
                       f'size = ["{pnames[carrier]}.len"] }},')
         params.append(f'  {{ name = "out", type = "scalar", dir = "out", index = [], reduce = "{op}" }},')
         kind, flops = "reduce", f"{ops + 1} * {first}"
-        full = f"({ref}) + 0 * {first}" if _scalar_only(expr, kinds) else ref
-        ref = f"np.{op}({full})"
-        math_ = f"out = {op}({shown})"
+        full = f"({ref}) * {first} ** 0" if _scalar_only(expr, kinds) else ref
+        ref = f"np.{op}({full})" if reduce != "count" else f"np.sum({first} ** 0)"
+        math_ = f"out = {op}({shown})" if reduce != "count" else f"out = len({first})"
         if reduce == "mean":
             params.append('  { name = "count", type = "scalar", dir = "out", index = [], reduce = "sum" },')
             ref = f"({ref}, np.sum({first} ** 0))"
@@ -283,7 +283,7 @@ def _value(e, scope):
 
 
 # -- routines ---------------------------------------------------------------------------------------
-_COMBINE = {"sum": "{acc} += {v}", "mean": "{acc} += {v}", "max": "{acc} = kf_maximum({acc}, {v})",
+_COMBINE = {"sum": "{acc} += {v}", "mean": "{acc} += {v}", "count": "{acc} += real(1)", "max": "{acc} = kf_maximum({acc}, {v})",
             "min": "{acc} = kf_minimum({acc}, {v})"}
 
 
@@ -331,7 +331,7 @@ def _cuda(name, expr, kinds, pnames, reduce, level) -> str:
 
 def _cuda_reduce_io(name, reduce) -> list[str]:
     """The stores that combine a thread's partial over the warp (or block) and into the scalar."""
-    op = "sum" if reduce == "mean" else reduce
+    op = "sum" if reduce in ("mean", "count") else reduce
     warp = {"sum": "kf_warp_sum", "max": "kf_warp_max", "min": "kf_warp_min"}[op]
     put = {"sum": "g.add(0, {v})", "max": "kf_atomic_max(g.p, {v})", "min": "kf_atomic_min(g.p, {v})"}[op]
     return [
