@@ -189,6 +189,7 @@ def contenders(name: str, fn, ref_args, dtype: str, torch_ok: bool):
         tns = torch_namespace()
         targs = [torch.as_tensor(a, device="cuda") for a in args]
         out.append(("torch", lambda: fn(tns, *targs), "torch", True))
+        torch._dynamo.reset()       # a fresh cache per sequence: no recompile limit reached across them
         compiled = torch.compile(lambda *a: fn(tns, *a))
         out.append(("torch.compile", lambda: compiled(*targs), "torch", True))
         if name == "adam":
