@@ -39,8 +39,19 @@ class Plan:
                          + (f" unrolled by {k.unroll}" if k.unroll > 1 else "")
                          + (f", {k.span} instances across it per block" if k.span > 1 else "") + extra + pred)
             for kc in k.calls:
-                lines.append(f"    {kc.call.text():40s} [{kc.describe()}]  (line {kc.call.line})")
+                lines.append(f"    {kc.call.text():40s} [{kc.describe()}]  (line {kc.call.line})"
+                             + _expression(kc.call))
         return "\n".join(lines)
+
+
+def _expression(call) -> str:
+    """What a synthesized function computes, in the call's own names (``: sigmoid(v2) - y``)."""
+    fn = call.function
+    if not fn.synthesized or "=" not in fn.math:
+        return ""
+    names = {p.name: (a.text(limit=40) if hasattr(a, "text") else a.name) for p, a in zip(fn.inputs, call.args)}
+    text = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: names.get(m.group(0), m.group(0)), fn.math.split("=", 1)[1])
+    return f": {text.strip()[:100]}"
 
 
 def plan_to_json(plan: Plan) -> list[dict]:

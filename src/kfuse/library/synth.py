@@ -107,7 +107,8 @@ def _toml(name, expr, kinds, pnames, reduce, level, carrier=0) -> str:
              "row": ("vector", '["i"]'), "col": ("vector", '["j"]')}
     params = [f'  {{ name = "{p}", type = "{entry[k][0]}", dir = "in", index = {entry[k][1]} }},'
               for p, k in zip(pnames, kinds)]
-    shown = ewexpr.text(expr, lambda k: pnames[k])
+    shown = ewexpr.text(expr, lambda k: {"row": "{}[:, None]", "col": "{}[None, :]"}.get(kinds[k], "{}")
+                        .format(pnames[k]))
     ref_name = {"scalar": "{}", "vector": "{}", "matrix": "{}", "row": "np.atleast_2d({}).T",
                 "col": "np.atleast_2d({})"}
     ref = ewexpr.text(expr, lambda k: ref_name[kinds[k]].format(pnames[k]), np=True)
