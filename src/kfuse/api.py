@@ -129,6 +129,10 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     Needs no GPU; running the result needs CuPy.
     """
     _check_dtype(dtype)
+    check_tuned(tuned)
+    _check_device_scalars(device_scalars)
+    if name is not None and not isinstance(name, str):
+        raise KfuseError(f"name names the program: a str or None, got {type(name).__name__} {name!r:.60}")
     if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
         raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
     folders = [] if library is None or isinstance(library, Library) else (
@@ -153,6 +157,7 @@ def compile_program(program: Program, library: Library, dtype: str = "float32", 
     """A program already built (``@kfuse.jit``'s, over ``library``) planned and generated as
     ``compile`` does a parsed script; ``timer`` holds the passes timed before (the front end)."""
     _check_dtype(dtype)
+    check_tuned(tuned)
     with _collector_paused():
         return _planned(program, library, dtype, fuse, sizes, tuned, calibration, horizontal, vector_on_strips,
                         timer or PassTimes())
@@ -162,6 +167,26 @@ def _check_dtype(dtype: str) -> None:
     if dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
+
+
+def check_tuned(tuned) -> None:
+    """``tuned`` is True (the default tuning store), False (none) or a store file's path (a
+    non-empty str or a path): anything else is a KfuseError naming it, not a TypeError of the
+    store's at the first plan looked up (``kfuse.compile``, ``@kfuse.jit``)."""
+    if isinstance(tuned, bool) or (isinstance(tuned, (str, os.PathLike)) and os.fspath(tuned) != ""):
+        return
+    raise KfuseError(f"tuned is True (the default tuning store), False (none) or the path of a tuning store, "
+                     f"got {type(tuned).__name__} {tuned!r:.60}")
+
+
+def _check_device_scalars(names) -> None:
+    """``device_scalars`` is a scalar input's name or a list, tuple or set of them."""
+    if isinstance(names, str):
+        return
+    if isinstance(names, (list, tuple, set, frozenset)) and all(isinstance(n, str) for n in names):
+        return
+    raise KfuseError("device_scalars names scalar inputs of the script: a name or a list of names, got "
+                     f"{type(names).__name__} {names!r:.60}")
 
 
 def _planned(program: Program, lib: Library, dtype: str, fuse: bool, sizes, tuned, calibration, horizontal: bool,

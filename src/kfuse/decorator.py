@@ -29,13 +29,15 @@ import functools
 import hashlib
 import inspect
 import marshal
+import math
+import operator
 import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .api import compile_program
+from .api import check_tuned, compile_program
 from .compiled import CompiledScript
 from .errors import KfuseError, ScriptError, TraceError
 from .frontend.lower import lower
@@ -98,20 +100,27 @@ class _Entry:
         """Scalar arithmetic returned as a result: evaluated with the caller's framework on the
         0-d results and arguments (on its current stream, no host round trip)."""
         leaves = self.lowered.leaves
+        memo: dict[int, Any] = {}      # id(node) -> its value: an operand shared (a = a * a) is computed once
 
         def ev(n):
+            if id(n) in memo:
+                return memo[id(n)]
             if n.kind == "lit":
-                return n.data
-            if id(n) in leaves:
+                v = n.data
+            elif id(n) in leaves:
                 where, k = leaves[id(n)]
-                return outs[k] if where == "out" else args[k]
-            a = [ev(x) for x in n.args]
-            if n.kind == "neg":
-                return -a[0]
-            if n.kind == "sqrt":
-                return a[0] ** 0.5
-            return {"+": lambda: a[0] + a[1], "-": lambda: a[0] - a[1], "*": lambda: a[0] * a[1],
-                    "/": lambda: a[0] / a[1]}[n.data]()
+                v = outs[k] if where == "out" else args[k]
+            else:
+                a = [ev(x) for x in n.args]
+                if n.kind == "neg":
+                    v = -a[0]
+                elif n.kind == "sqrt":
+                    v = a[0] ** 0.5
+                else:
+                    v = {"+": lambda: a[0] + a[1], "-": lambda: a[0] - a[1], "*": lambda: a[0] * a[1],
+                         "/": lambda: a[0] / a[1]}[n.data]()
+            memo[id(n)] = v
+            return v
         value = ev(node)
         like = outs[0]
         if hasattr(like, "new_tensor"):         # torch
@@ -125,16 +134,21 @@ class _Entry:
 def array_facts(a, label: str) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and element type of an array argument of a jitted function or a loop's state entry
     (``label`` names it), checked: a duck-typed array's shape and dtype must be an array's, each
-    size within the scripts' bound, rank at most 3 (a 3-D array is a grid vector), float32 or
-    float64.  Errors name the caller's line."""
+    size within the scripts' bound, and the entries too (a 3-D array is one vector of them), rank at
+    most 3 (a 3-D array is a grid vector), float32 or float64.  A size must be an integer (not a
+    float, which ``int`` would truncate, nor a bool) and the dtype given (``np.dtype(None)`` is
+    float64).  Errors name the caller's line."""
     try:                # a duck-typed array: its shape and dtype may be anything
-        shape = tuple(int(n) for n in a.shape)
+        shape = tuple(_size(n) for n in a.shape)
         dt = _dtype(a.dtype)
     except (TypeError, ValueError, OverflowError):
-        raise TraceError(f"{label}: its shape {a.shape!r:.60} or dtype {a.dtype!r:.60} is not an array's",
-                         user_site()) from None
+        raise TraceError(f"{label}: its shape {a.shape!r:.60} or dtype {a.dtype!r:.60} is not an array's "
+                         "(integer sizes and a float dtype)", user_site()) from None
     if any(not 0 <= n <= 2 ** 48 for n in shape):     # the scripts' bound on a size
         raise TraceError(f"{label} has shape {str(shape):.80}: a size is from 0 to 2^48", user_site())
+    if math.prod(shape) > 2 ** 48:          # a grid's length is the product of its axes
+        raise TraceError(f"{label} has shape {str(shape):.80}: about 2^{math.prod(shape).bit_length() - 1} "
+                         "entries, at most 2^48", user_site())
     if len(shape) > 3:
         raise TraceError(f"{label} has rank {len(shape)} (shape {shape}); kfuse works on scalars, vectors, "
                          "matrices and 3-D grids (vectors)", user_site())
@@ -148,6 +162,7 @@ class JitFunction:
 
     def __init__(self, fn, library=None, fuse: bool = True, tuned=True, calibration=True,
                  vector_on_strips: bool = False):
+        check_tuned(tuned)          # said at decoration, not at a first call's plan look-up
         functools.update_wrapper(self, fn)
         self.fn = fn
         sig = inspect.signature(fn)
@@ -343,7 +358,18 @@ def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=Tru
     return wrap if fn is None else wrap(fn)
 
 
+def _size(n) -> int:
+    """One size of a duck-typed array's shape: an integer (``operator.index``), not a bool."""
+    if isinstance(n, (bool, np.bool_)):
+        raise TypeError("a bool is no size")
+    return operator.index(n)
+
+
 def _dtype(dt) -> np.dtype:
+    """A NumPy, CuPy or torch dtype as NumPy's; None (which ``np.dtype`` reads as float64) is a
+    TypeError."""
+    if dt is None:
+        raise TypeError("no dtype")
     try:
         return np.dtype(dt)
     except TypeError:
@@ -437,7 +463,7 @@ def _csr_spec(fn: str, name: str, a) -> tuple[tuple[int, int, int], np.dtype]:
     """(rows, cols, nnz) and the values' dtype of a CSR argument (its arrays are not read:
     NumPy arrays in a kfuse.CSR will do for tracing); errors at the caller's line."""
     from .errors import LaunchError
-    from .runtime.csr import INDEX_DTYPES, parts
+    from .runtime.csr import INDEX_DTYPES, parts, shape_of
     if "sparse" in str(getattr(a, "layout", "")) and "csr" not in str(a.layout):
         raise TraceError(f"argument {name} of {fn}: a torch sparse tensor of layout {a.layout}; pass a CSR "
                          "tensor (.to_sparse_csr())", user_site())
@@ -445,9 +471,13 @@ def _csr_spec(fn: str, name: str, a) -> tuple[tuple[int, int, int], np.dtype]:
         c = parts(a, name)
     except LaunchError as e:        # a SciPy (host) matrix, a cupyx matrix not in CSR format, ...
         raise TraceError(f"argument {name} of {fn}: {str(e).removeprefix(name + ': ')}", user_site()) from None
+    got = shape_of(c.shape)
+    if got is None:
+        raise TraceError(f"argument {name} of {fn}: a CSR matrix's shape is (rows, columns), two positive "
+                         f"integers, got {c.shape!r:.80}", user_site())
+    rows, cols = got
     try:
-        rows, cols = (int(n) for n in c.shape)
-        nnz = int(c.indices.shape[0])
+        nnz = _size(c.indices.shape[0])
         dt, it = _dtype(c.data.dtype), _dtype(c.indices.dtype)
     except (TypeError, ValueError, AttributeError, IndexError):
         raise TraceError(f"argument {name} of {fn}: a CSR matrix of arrays indptr, indices, data and a shape "

@@ -112,7 +112,9 @@ class _Lowering:
     # -- scalars ------------------------------------------------------------------------------------
     def scalar(self, n: Node) -> tuple:
         """A scalar argument as an expression (``frontend/build.py``'s nodes; a new one each
-        time: the builder takes no shared nodes)."""
+        time: the builder takes no shared nodes).  A node read more than once (``uses >= 2``:
+        ``a * a`` reads ``a`` twice) is a named statement, made once and then read by name
+        (``self.names``), so a chain of shared steps is written once, not once per path."""
         if id(n) in self.names:
             return name_node(self.names[id(n)])
         k = n.kind
@@ -381,6 +383,19 @@ def _computed(c: Node) -> bool:
 
 
 def _leaves(n: Node) -> list[Node]:
-    if n.kind in ("bin", "neg", "sqrt"):
-        return [leaf for a in n.args for leaf in _leaves(a)]
-    return [n]
+    """The distinct leaves (nodes other than scalar arithmetic) of the scalar arithmetic at
+    ``n``, each once, left to right.  A DAG walk with an explicit stack: ``a = a * a`` repeated
+    reads ``a`` twice at every step, and walked as a tree would take 2^steps visits."""
+    out: list[Node] = []
+    seen: set[int] = set()
+    stack = [n]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.kind in ("bin", "neg", "sqrt"):
+            stack.extend(reversed(m.args))
+        else:
+            out.append(m)
+    return out

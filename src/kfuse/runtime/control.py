@@ -46,30 +46,21 @@ from .gpu import cupy
 
 _BINARY = {"+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!="}
 _LOGIC = {"and": "&&", "or": "||"}
+_BOOL = {"<", "<=", ">", ">=", "==", "!=", "and", "or", "not"}     # operations of C type bool
 
 
 def c_expr(e: tuple) -> str:
-    """The C text of an expression tree over ``p{k}`` (pointers), ``cst[k]`` (numbers passed per
-    launch) and ``("num", x)`` literals.  Built with an explicit stack: a long chain of operations
-    is no recursion."""
-    out: dict[int, str] = {}
-    stack: list[tuple[tuple, bool]] = [(e, False)]
-    while stack:
-        node, ready = stack.pop()
-        op = node[0]
-        if op == "leaf":
-            out[id(node)] = f"(*p{int(node[1])})"
-            continue
-        if op in _LEAVES:
-            out[id(node)] = _c_leaf(node)
-            continue
-        args = node[1:]
-        if not ready:
-            stack.append((node, True))
-            stack.extend((a, False) for a in args)
-            continue
-        out[id(node)] = _c_op(op, [out[id(x)] for x in args])
-    return out[id(e)]
+    """The C text of an expression over ``p{k}`` (pointers), ``cst[k]`` (numbers passed per
+    launch) and ``("num", x)`` literals: one C expression, for callers that write it inside
+    another.  An operation the expression reaches more than once (the same tuple: ``a * a``
+    repeated) is computed once (``c_shared``), inside a lambda called in place,
+    ``[&]() { const real t0 = ...; return ...; }()``: the text grows with the distinct operations,
+    not with the paths to them (22 squarings written as a tree would be 84 MB of C).  Without
+    shared operations it is the plain expression."""
+    decls, (text,) = c_shared([e])
+    if not decls:
+        return text
+    return f"[&]() {{ {' '.join(decls)} return {text}; }}()"
 
 
 _LEAVES = ("leaf", "const", "num", "value")
@@ -106,11 +97,13 @@ def _c_op(op: str, a: list[str]) -> str:
 
 
 def c_shared(exprs) -> tuple[list[str], list[str]]:
-    """(declarations, one C text per expression): like ``c_expr``, but an operation reached
-    more than once (the same tuple: ``expression`` and ``script_expression`` keep the operands
-    their sources share) is computed once, into ``const real t<n>``.  Each distinct node is
+    """(declarations, one C text per expression) of expressions over ``p{k}``, ``v{k}``,
+    ``cst[k]`` and literals: an operation reached more than once (the same tuple: ``expression``,
+    ``script_expression`` and the loops' traced conditions keep the operands their sources share)
+    is computed once, into ``const real t<n>``, declared before the texts.  Each distinct node is
     visited once, with an explicit stack: ``b = a * a; c = b * b; ...`` stays linear, where
-    written out in full it would double with every step."""
+    written out in full it would double with every step.  A shared comparison is a ``const bool``,
+    arithmetic a ``const real`` (the types the operations have written in place)."""
     order = post_order(exprs, _operands)          # distinct nodes, operands first
     uses: dict[int, int] = {}
     for e in exprs:                     # a result is a use too: one result the operand of another
@@ -126,8 +119,8 @@ def c_shared(exprs) -> tuple[list[str], list[str]]:
             text[id(node)] = _c_leaf(node)
             continue
         t = _c_op(node[0], [text[id(a)] for a in node[1:]])
-        if uses.get(id(node), 0) > 1:
-            decls.append(f"const real t{len(decls)} = {t};")
+        if uses.get(id(node), 0) > 1:     # a comparison stays a bool, as it is written in place
+            decls.append(f"const {'bool' if node[0] in _BOOL else 'real'} t{len(decls)} = {t};")
             t = f"t{len(decls) - 1}"
         text[id(node)] = t
     return decls, [text[id(e)] for e in exprs]
@@ -138,10 +131,12 @@ def expression(node, leaves: dict, where, reads: list) -> tuple:
     its fields only) as an expression of this module.  ``leaves`` maps ``id(node)`` of a leaf to
     its place (``frontend/lower.Lowered.leaves``); ``where(place)`` says where the kernel reads it,
     and ``reads`` collects those, one pointer each, in the order of ``("leaf", k)``."""
-    done: dict[int, tuple] = {}
+    done: dict[int, tuple] = {}         # id(node) -> its expression: each distinct node made once
     stack = [(node, False)]
     while stack:
         n, ready = stack.pop()
+        if id(n) in done:               # reached again (a = a * a reads a twice): the same tuple
+            continue
         if id(n) in leaves:
             src = where(leaves[id(n)])
             if src not in reads:
@@ -151,7 +146,7 @@ def expression(node, leaves: dict, where, reads: list) -> tuple:
             done[id(n)] = ("num", float(n.data))
         elif not ready:
             stack.append((n, True))
-            stack.extend((a, False) for a in n.args)
+            stack.extend((a, False) for a in n.args if id(a) not in done)
         else:
             a = [done[id(x)] for x in n.args]
             done[id(n)] = (n.data, a[0], a[1]) if n.kind == "bin" else (n.kind, a[0])
@@ -258,13 +253,15 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
         lines += [f"    for (long long e = t; e < n{k}; e += all) q{k}[e] = v{k};" for k in range(clears)]
         lines += ["}", ""]
     if predicate is not None:
-        pred, r = c_expr(predicate), reads([predicate])
+        # the predicate's shared operations computed once, before the line that reads it
+        (pdecls, (pred,)), r = c_shared([predicate]), reads([predicate])
         setc = "if (set) cudaGraphSetConditional(handle, go);" if conditional else "(void)handle; (void)set;"
         lines += [
             "// ctl: [steps counted, go after an even step's check, go after an odd one's, the most steps,",
             "//       the predicate at the last check]",
             "// before the loop: nothing counted; go while the predicate holds",
             f'extern "C" __global__ void kf_loop_first(unsigned long long handle, int set, int* ctl{r}) {{',
+            *[f"    {d}" for d in pdecls],
             f"    int holds = {pred};",
             "    int go = ctl[3] > 0 && holds;",
             "    ctl[0] = 0;",
@@ -281,7 +278,8 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
             f'extern "C" __global__ void kf_loop_next(unsigned long long handle, int set, int odd, int* ctl{r}'
             f'{ranges}{copies}) {{',
             "    const int was = ctl[1 + odd];",
-            "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x, all = (long long)gridDim.x * blockDim.x;",
+            "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x"
+            + (", all = (long long)gridDim.x * blockDim.x;" if clears or saved else ";"),   # all: strides the loops
         ]
         lines += [f"    for (long long e = t; e < n{k}; e += all) q{k}[e] = v{k};" for k in range(clears)]
         if saved:
@@ -292,6 +290,7 @@ def control_source(dtype: str, scalars=(), predicate: tuple | None = None, condi
             "    if (t == 0) {",
             "        int go = 0;",
             "        if (was) {",
+            *[f"            {d}" for d in pdecls],
             f"            int holds = {pred};",
             "            int k = ctl[0] + 1;",
             "            ctl[0] = k;",

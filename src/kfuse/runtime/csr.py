@@ -109,14 +109,24 @@ def parts(x, name: str) -> CSR:
                       f"CUDA tensor, or kfuse.CSR(indptr, indices, data, shape)), got {type(x).__name__}")
 
 
+def shape_of(shape) -> tuple[int, int] | None:
+    """(rows, columns) of a CSR matrix's ``shape`` -- a tuple or list of two integers (Python's
+    or NumPy's; not bools, which are ints to Python, nor floats), each at least 1 -- or None where
+    it is not such a shape.  The one rule of binding (``adapt_csr``) and tracing (the jit's)."""
+    if not isinstance(shape, (tuple, list)) or len(shape) != 2:
+        return None
+    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in shape):
+        return None
+    return int(shape[0]), int(shape[1])
+
+
 def adapt_csr(x, name: str) -> CSR:
     """A csr input's arrays adapted (CuPy or torch, zero copy) and their shapes and dtypes checked
     against each other (not yet against the program: ``check``)."""
     c = parts(x, name)
     shape = c.shape
-    if (not isinstance(shape, (tuple, list)) or len(shape) != 2
-            or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in shape)):
-        raise LaunchError(f"{name}: shape must be (rows, columns) of positive integers, got {shape!r}")
+    if shape_of(shape) is None:
+        raise LaunchError(f"{name}: shape must be (rows, columns) of positive integers, got {shape!r:.80}")
     arrays = [adapt(a, f"{name}.{p}") for a, p in zip(c[:3], PARTS)]
     got = [facts(a) for a in arrays]
     for (shp, dt, strides, _, _), p in zip(got, PARTS):
