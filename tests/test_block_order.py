@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import kfuse
+from kfuse.errors import KfuseError
 from kfuse.runtime.order import _Touches, band_bit, choose_orders, forced_orders, reuse_bytes
 
 from conftest import EXAMPLES
@@ -93,10 +94,10 @@ def test_reuse_bytes_lru():
 def test_forced_orders(monkeypatch):
     monkeypatch.setenv("KFUSE_ORDER", "1,3")
     assert forced_orders(2) == [1, 3]
-    with pytest.raises(ValueError, match="give 3 order"):
+    with pytest.raises(KfuseError, match="give 3 order"):
         forced_orders(3)
     monkeypatch.setenv("KFUSE_ORDER", "0,4")
-    with pytest.raises(ValueError, match="each 0 to 3"):
+    with pytest.raises(KfuseError, match="each 0 to 3"):
         forced_orders(2)
 
 

@@ -19,8 +19,8 @@ GPU, launch overhead excluded.  Every entry carries a SHA-256 of its own content
 does not match, does not parse or lacks a field is reported and ignored, and so is a file that
 is not a calibration file -- nothing in it is trusted.
 
-Files searched, first match wins: ``$KFUSE_CALIBRATION`` (a file; ``off`` disables calibrated
-prediction), the user file (``$KFUSE_CACHE_DIR`` or ``~/.cache/kfuse``, ``calibration.json``,
+Files searched, first match wins: ``$KFUSE_CALIBRATION`` (a file, which must exist; ``off``
+disables calibrated prediction), the user file (``$KFUSE_CACHE_DIR`` or ``~/.cache/kfuse``, ``calibration.json``,
 written by ``kfuse calibrate``), then the calibrations shipped in ``kfuse/calibration/shipped``.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..env import cache_dir, writable_folder
+from ..env import cache_dir, calibration, writable_folder
 from ..errors import CalibrationError
 from ..fileio import read_regular
 from ..library.schema import Function, Routine, Variant
@@ -44,6 +44,7 @@ from ..library.schema import Function, Routine, Variant
 FORMAT = {"format": "kfuse-calibration", "version": 1}
 SHIPPED = Path(__file__).with_name("shipped")
 KINDS = ("load", "compute", "store")
+MAX_WARNINGS = 10       # entries of a file reported one by one; the rest are counted in one line
 
 
 def user_path() -> Path:
@@ -51,11 +52,12 @@ def user_path() -> Path:
 
 
 def search_paths() -> list[Path]:
-    """Calibration files in lookup order (the user's first, then the shipped ones)."""
-    env = os.environ.get("KFUSE_CALIBRATION")
-    if env and env.lower() in ("off", "none", "0"):
+    """Calibration files in lookup order ($KFUSE_CALIBRATION's, the user's, then the shipped
+    ones); none when $KFUSE_CALIBRATION is off (a file it names that is missing: a KfuseError)."""
+    off, env = calibration()
+    if off:
         return []
-    paths = [Path(env)] if env else []
+    paths = [env] if env else []
     paths.append(user_path())
     paths += sorted(SHIPPED.glob("*.json")) if SHIPPED.is_dir() else []
     return paths
@@ -231,15 +233,20 @@ def _read(path: Path, warn, only: tuple[str, str] | None = None) -> list[Calibra
             or not isinstance(data.get("entries"), list):
         warn(f"{path}: not a kfuse calibration file (or another version of it): ignored")
         return []
-    out = []
+    out, ignored = [], 0
     for n, rec in enumerate(data["entries"]):
         if only is not None and isinstance(rec, dict) and (rec.get("library"), rec.get("dtype")) != only:
             continue
         try:
             out.append(Calibration.from_json(rec, str(path)))
         except CalibrationError as e:
-            what = "/".join(str(rec.get(k, "?")) for k in ("gpu", "library", "dtype")) if isinstance(rec, dict) else "?"
-            warn(f"{path}: entry {n} ({what}) ignored: {e}")
+            ignored += 1
+            if ignored <= MAX_WARNINGS:
+                what = "/".join(str(rec.get(k, "?"))[:80] for k in ("gpu", "library", "dtype")) \
+                    if isinstance(rec, dict) else "?"
+                warn(f"{path}: entry {n} ({what}) ignored: {str(e)[:300]}")
+    if ignored > MAX_WARNINGS:
+        warn(f"{path}: ... and {ignored - MAX_WARNINGS} more entries ignored")
     return out
 
 
@@ -297,7 +304,7 @@ def find(gpu: str | None, library: str, dtype: str, paths: list[Path] | None = N
                 exact = cal
             others.append(cal)
     # $KFUSE_CALIBRATION, when set, is the fallback before any other (also without a GPU)
-    env = os.environ.get("KFUSE_CALIBRATION") if paths is None else None
-    chosen = str(Path(env)) if env else None
+    env = calibration()[1] if paths is None else None
+    chosen = str(env) if env else None
     others.sort(key=lambda c: (c.source != chosen, Path(c.source).parent != SHIPPED, "H100" not in c.gpu))
     return exact, (others[0] if others else None)

@@ -269,6 +269,10 @@ def evaluate(text: str, scope: dict, kind: str):
                         f"{str(e)[:200]}") from None
     if kind == "flops" and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
         raise ExprError(f"flops {text[:80]!r} came out {value!r:.40}, not a count (a non-negative integer)")
+    # a real value only: a complex one (a negative number ** 0.5) would be cast to real with a warning
+    if any(np.iscomplexobj(v) for v in (value if isinstance(value, tuple) else (value,))):
+        raise ExprError(f"{kind} {text[:80]!r} came out complex (a negative number to a fractional power?): "
+                        "only real values are taken")
     return value
 
 

@@ -18,8 +18,9 @@ from .files import parse_toml as _parse_toml, read_folder
 from .expr_fields import flops_field as _flops, reference_field as _reference
 from .mappings import MAPPINGS
 from .param_fields import check_sizes, reach_field, size_field
-from .variant_fields import (PLAIN, cluster_field as _cluster, locals_field as _locals, sources_field as _sources,
-                             triangle_field as _triangle, triangle_tiles, triangles_agree, whole_field as _whole)
+from .variant_fields import (PLAIN, cluster_field as _cluster, locals_field as _locals, macros_field as _macros,
+                             sources_field as _sources, triangle_field as _triangle, triangle_tiles, triangles_agree,
+                             whole_field as _whole)
 from .stencil_fields import stencil_fields
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
@@ -286,13 +287,7 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     sources = _sources(ctx, v, where)
     source = sources[0]
-    macros: dict[str, tuple[int, ...]] = {}
-    for m, values in ctx.get(v, "macros", where, dict, {}).items():
-        ctx.ident(m, f"{where}.macros")
-        if not isinstance(values, list) or not values or not all(
-                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values):
-            raise ctx.fail(f"{where}.macros.{m}", "expected a non-empty list of positive ints")
-        macros[m] = tuple(values)
+    macros = _macros(ctx, ctx.get(v, "macros", where, dict, {}), where)
     threads = _threads(ctx, ctx.get(v, "threads", where, list), f"{where}.threads", macros)
     on_rows = nesting == 1 and "whole" in v         # runs on the rows of a nested kernel's strips
     if nesting == 1 and threads[1] != 1 and not on_rows:

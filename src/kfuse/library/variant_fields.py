@@ -12,6 +12,37 @@ from pathlib import Path
 
 from .schema import AXES, TRIANGLES, Local, Param
 
+#: a variant's macros are searched as the product of their values (one routine set per
+#: combination): the caps keep a library from asking for millions of them (the shipped library
+#: has at most 5 values a macro, 4 macros and 60 combinations a variant)
+MAX_MACROS = 16
+MAX_MACRO_VALUES = 16
+MAX_COMBINATIONS = 256
+
+
+def macros_field(ctx, table: dict, where: str) -> dict[str, tuple[int, ...]]:
+    """``macros = { BY = [8, 16], R = [1, 2] }``: each macro's values, a non-empty list of
+    positive ints; at most ``MAX_MACROS`` macros of ``MAX_MACRO_VALUES`` values and
+    ``MAX_COMBINATIONS`` combinations of them (two macros of 1,000 values took a plan search 67 s
+    and 5 GB)."""
+    if len(table) > MAX_MACROS:
+        raise ctx.fail(f"{where}.macros", f"{len(table)} macros: at most {MAX_MACROS} a variant")
+    macros: dict[str, tuple[int, ...]] = {}
+    combinations = 1
+    for m, values in table.items():
+        ctx.ident(m, f"{where}.macros")
+        if not isinstance(values, list) or not values or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in values):
+            raise ctx.fail(f"{where}.macros.{m}", "expected a non-empty list of positive ints")
+        if len(values) > MAX_MACRO_VALUES:
+            raise ctx.fail(f"{where}.macros.{m}", f"{len(values)} values: at most {MAX_MACRO_VALUES} a macro")
+        macros[m] = tuple(values)
+        combinations *= len(values)
+    if combinations > MAX_COMBINATIONS:
+        raise ctx.fail(f"{where}.macros", f"{combinations} combinations of the macros' values: at most "
+                       f"{MAX_COMBINATIONS} a variant")
+    return macros
+
 
 def whole_field(ctx, v: dict, where: str, params: tuple[Param, ...], nesting: int,
            tile: tuple[str | int, str | int] | None) -> tuple[str, ...]:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import os
 
 import numpy as np
 
+from ..env import switch
 from ..errors import LaunchError
 from . import driver
 from .gpu import cupy
@@ -39,7 +39,7 @@ _CTYPES = {np.dtype(np.int32): ctypes.c_int, np.dtype(np.int64): ctypes.c_longlo
 
 def pdl_available(device: int) -> bool:
     """Whether kernels on this device can be launched programmatically dependent."""
-    if os.environ.get("KFUSE_PDL", "1") == "0":
+    if not switch("KFUSE_PDL"):
         return False
     cp = cupy()
     if int(cp.cuda.Device(device).compute_capability) < 90:

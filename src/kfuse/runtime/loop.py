@@ -21,11 +21,11 @@ each run copies the initial state into set 0, launches, and copies the result in
 so runs never share memory with what they return."""
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 
+from ..env import choice
 from ..errors import CompileError, LaunchError
 from . import csr as csr_inputs
 from . import driver, loopends, loopgraph, merged, persistent
@@ -40,7 +40,7 @@ WHILE_CHUNK = 8           # steps of a while loop per graph (the host looks at t
 # a while loop is one graph with a conditional WHILE node where the driver has them (chunks
 # launched from the host ran 1.4-1.6x slower: a chunk runs ahead and the host polls); chunks with
 # KFUSE_LOOP_WHILE=chunks
-WHILE_GRAPH = os.environ.get("KFUSE_LOOP_WHILE", "graph") != "chunks"
+WHILE_GRAPH = choice("KFUSE_LOOP_WHILE") == "graph"
 CHUNK_LAUNCHES = 512      # launches in one graph of a fori loop (its steps repeat it)
 
 

@@ -34,9 +34,9 @@ two or more such kernels in a row, or one at the end of a step whose small work 
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 
+from ..env import switch
 from ..errors import CompileError, LaunchError
 from .args import facts
 from .control import _values, c_expr, c_shared, counts
@@ -44,7 +44,7 @@ from .launch import KernelLaunch
 from .persistent import PARAM_BYTES, SHARED_BYTES, Kernel, _Args, kernel_args, struct_members, work_fields
 
 # on (the default): a device loop's runs of small kernels are merged; off: every kernel its own node
-MODE = os.environ.get("KFUSE_LOOP_MERGE", "on")
+MODE = "on" if switch("KFUSE_LOOP_MERGE") else "off"      # a word out of on/off: a KfuseError
 MAX_GRID = 1            # the most blocks a kernel may have been launched with to join a run
 BLOCK = 0               # the merged block's threads, at least (0: the widest kernel's)
 SIDE_BY_SIDE = True     # a kernel narrower than the block runs several of its blocks side by side

@@ -37,11 +37,12 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from ..env import block_orders, switch
+from ..errors import KfuseError
 from ..ir.artifact import Artifact, LaunchedKernel
 from ..ir.kernel import upper_tiles
 from .gpu import target_blocks
 
-ORDERS_NESTED = (0, 1, 2, 3)
 L2_SHARE = 0.5          # of the device's L2 assumed to hold the producer's most recent data
 
 
@@ -219,12 +220,13 @@ def choose_orders(kernels: Sequence[LaunchedKernel], dims: dict[int, int], iters
 
 
 def forced_orders(count: int) -> list[int] | None:
-    text = os.environ.get("KFUSE_ORDER", "").strip()
-    if not text:
-        return None
-    orders = [int(x) for x in text.split(",")]
-    if len(orders) != count or any(o not in ORDERS_NESTED for o in orders):
-        raise ValueError(f"KFUSE_ORDER={text!r}: give {count} order(s), each 0 to 3")
+    """The block orders ``$KFUSE_ORDER`` forces on a launch of ``count`` kernels (None: unset);
+    a KfuseError naming the variable and its form when a value is not 0 to 3 (env.block_orders)
+    or their count is not the launch's."""
+    orders = block_orders()
+    if orders is not None and len(orders) != count:
+        raise KfuseError(f"KFUSE_ORDER={','.join(map(str, orders))!r}: give {count} order(s) (one per "
+                         "kernel of the launch), each 0 to 3")
     return orders
 
 
@@ -262,7 +264,7 @@ def alternates(artifact: Artifact, dims: dict[int, int], l2: int) -> bool:
     """Whether the kernels of ``artifact`` at sizes ``dims`` take bit 3 (calls alternating the
     mirrored order): the bytes of every global array they touch, each counted once, at most
     ALTERNATE_SPAN times the L2.  Nothing is alternated without a kernel or with KFUSE_ALTERNATE=0."""
-    if os.environ.get("KFUSE_ALTERNATE", "1") == "0" or not artifact.kernels:
+    if not switch("KFUSE_ALTERNATE") or not artifact.kernels:
         return False
     arrays = {v.id: v for code in artifact.kernels for v, _ in _global_params(code)}
     nbytes = np.dtype(artifact.dtype).itemsize * sum(

@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..env import switch
 from ..errors import CompileError, LaunchError
 from . import driver
 from .control import c_expr
@@ -46,7 +46,7 @@ SHARED_BYTES = 48 * 1024    # static shared memory of one block
 # on: device loops run as one persistent kernel wherever they can; off (the default): as graphs.
 # Measured on the H100 (docs/design.md, "Loops"), a persistent step was no faster than the same
 # kernels as graph nodes at any size: a phase costs about as much as a kernel boundary
-MODE = os.environ.get("KFUSE_LOOP_PERSISTENT", "off")
+MODE = "on" if switch("KFUSE_LOOP_PERSISTENT") else "off"
 # blocks per multiprocessor the kernel is compiled for (__launch_bounds__' second argument): one
 # kernel holds every phase's code, and the compiler keeps values live across the step loop, so
 # without a bound it takes ~150-200 registers a thread and one block a multiprocessor
