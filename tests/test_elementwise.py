@@ -200,6 +200,11 @@ def test_script_errors_name_the_line(case):
 def test_long_expressions_are_refused_not_a_recursion_error():
     with pytest.raises(ScriptError, match="more than 1000 operations"):
         _parse("z = " + " + ".join(["x * y"] * 600) + ";")
+    with pytest.raises(ScriptError, match="more than 1000 operations"):     # an argument of a library call
+        _parse("z = scal(2.0, " + " + ".join(["x"] * 30000) + ");")
+    # a library call's argument may hold a reduction; its scalar arguments may be of any length
+    assert [c.function.kind for c in _parse("z = scal(sum(x * x) / 2.0, x - y);").calls] == ["reduce", "map", "map"]
+    assert len(_parse("z = scal(" + " + ".join(["a"] * 30000) + ", x);").calls) == 1
     # scalar arithmetic of any length stays scalar arithmetic
     prog = _parse("s = " + " + ".join(["a"] * 3000) + ";\nz = x * s;")
     assert len(prog.calls) == 1

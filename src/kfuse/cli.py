@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = (logger.level, logger.propagate)
     handler = _configure_logging(args.verbose, args.quiet)
     try:
-        env.check()                 # a bad $KFUSE_NVRTC_OPTIONS or $KFUSE_CACHE_DIR: said now, not late
+        env.check()                 # a bad KFUSE_* value (env.py): said now, not late
         rc = args.fn(args)
         sys.stdout.flush()          # inside the try: a reader gone away is caught here
         return rc

@@ -59,23 +59,22 @@ class ElementwiseStatements:
     def assign(self, targets: list, node: tuple) -> None:
         """``targets = node``: a library call, scalar arithmetic, or an expression statement."""
         if node[0] == "libcall":
-            self.call(targets, node[1], [self._operand(a) for a in node[2:]])
+            self._line = targets[0].line
+            self.call(targets, node[1], [a if self._scalar_arithmetic(a) else
+                                         self._operand(self._hoist(self._bounded(a))) for a in node[2:]])
             return
         if len(targets) != 1:
             raise self.error(f"an expression has one value, {len(targets)} names are assigned", targets[0])
         target = targets[0]
         self._line = target.line            # the calls it makes are on the statement's line
-        nodes = list(_walk(node))
-        if all(n[0] in SCALAR_OPS for n in nodes) and all(self._rank(n) == 0 for n in nodes if n[0] == "name"):
+        if self._scalar_arithmetic(node):
             self.lookup_decl(target)        # scalar arithmetic, however long (no recursion here)
             if self.decls[target.text][0] != "scalar":
                 raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
                                  target)
             self.scalar_assignment(target, node)
             return
-        if len(nodes) > MAX_NODES:
-            raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
-                             "over several statements", node[1])
+        self._bounded(node)
         if node[0] == "call" and ((node[1].text in REDUCTIONS and node[1].text != "mean"
                                    and self.decls.get(target.text, ("",))[0] == "scalar")
                                   or (node[1].text in synth.AXIS_SUMS
@@ -160,6 +159,28 @@ class ElementwiseStatements:
                   and self.current[args[k][1].text].is_input]
         return (inputs or vectors)[0]
 
+    def _scalar_arithmetic(self, node: tuple) -> bool:
+        """``node`` is arithmetic of scalars only (what a ScalarArg computes), found without
+        recursion: scalar arguments and assignments of thousands of terms stay as they were."""
+        nodes = list(_walk(node))
+        return all(n[0] in SCALAR_OPS for n in nodes) and all(self._name_rank(n[1]) == 0 for n in nodes
+                                                               if n[0] == "name")
+
+    def _bounded(self, node: tuple) -> tuple:
+        """``node``, refused if it has more nodes than the recursive walks below take."""
+        if sum(1 for _ in _walk(node)) > MAX_NODES:
+            raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
+                             "over several statements", node[1])
+        return node
+
+    def _name_rank(self, tok) -> int:
+        if tok.text in self.arith:
+            return 0
+        vtype = self.lookup_decl(tok)[0]
+        if vtype == "csr":
+            raise self.error(f"{tok.text} is a CSR matrix: it is read by spmv (A @ x) only", tok)
+        return TYPE_RANK[vtype]
+
     def _operand(self, node: tuple) -> tuple:
         """An argument of a library call: an expression of vectors made into a value first."""
         if node[0] == "name" or self._rank(node) == 0:
@@ -190,12 +211,7 @@ class ElementwiseStatements:
         if kind == "num":
             return 0
         if kind == "name":
-            if tok.text in self.arith:
-                return 0
-            vtype = self.lookup_decl(tok)[0]
-            if vtype == "csr":
-                raise self.error(f"{tok.text} is a CSR matrix: it is read by spmv (A @ x) only", tok)
-            return TYPE_RANK[vtype]
+            return self._name_rank(tok)
         if kind in ("row", "col"):
             if self._rank(node[2]) != 1:
                 raise self.error("[:, None] and [None, :] broadcast a vector", tok)
