@@ -244,3 +244,21 @@ def test_broadcast_shapes_are_checked():
 def test_a_library_without_the_shipped_one_is_refused_clearly(tmp_path):
     with pytest.raises(KfuseError, match="an elementwise function needs a vector or matrix input"):
         synth.synthesize(("+", ("in", 0), ("num", 1.0)), ("scalar",))
+
+
+def test_the_tuning_store_keeps_plans_of_synthesized_functions(tmp_path, monkeypatch):
+    """A stored plan of a program with synthesized calls is found again by a new compile of the
+    same text (its functions are made again from it) and used as a library call's is."""
+    import kfuse.runtime.gpu as gpu
+    from kfuse.tuning.store import TuningStore, store_key
+    script = HEAD + "z = x * y + 2.0 * exp(w);\nr = gemv(A, z);\ns = sum(abs(r - x));\nreturn r, s;\n"
+    model = "NVIDIA H100 80GB HBM3"
+    first = kfuse.compile(script, tuned=False)
+    other = next(p for p in first.search.plans() if p.kernels != first.plan.kernels)
+    path = tmp_path / "t.jsonl"
+    TuningStore(path).append(store_key(first.program, model, first.dtype, first.search.dims), other, 1.0)
+    monkeypatch.setattr(gpu, "gpu_name", lambda: model)
+    used = kfuse.compile(script, tuned=path)
+    assert used.from_store and used.plan.kernels == other.kernels
+    another = kfuse.compile(script.replace("2.0 * exp(w)", "3.0 * exp(w)"), tuned=path)
+    assert not another.from_store                   # another expression is another program
