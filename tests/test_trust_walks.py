@@ -6,6 +6,7 @@ truncation).  Generated C is built with nvcc and, where it is plain C++, run on 
 the expression written out in full."""
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -298,3 +299,33 @@ def test_a_good_csr_shape_traces():
     assert csr.shape_of((np.int64(2), 3)) == (2, 3) and csr.shape_of([2, 3]) == (2, 3)
     c = kfuse.CSR(np.zeros(3, np.int32), np.zeros(1, np.int32), np.zeros(1, np.float32), (2, 3))
     assert "csr A;" in kfuse.jit(lambda A, x: A @ x).trace(c, np.zeros(3, np.float32)).script
+
+
+def test_a_forged_tuning_record_that_breaks_the_fusion_rules_is_ignored(tmp_path, monkeypatch, caplog):
+    """Issue 60, finding 1: a record (with a valid checksum) putting a dot and the axpy that reads
+    its result in one kernel would read the scalar before it is reduced; the planner's rules
+    refuse it, so the store's plan is ignored with a warning and the planner's is used."""
+    import logging
+
+    import kfuse.runtime.gpu as gpu
+    from kfuse.tuning.store import TuningStore, store_key
+    script = "vector x, y, z; scalar a; input x, y; a = dot(x, y); z = axpy(a, x, y); return z;"
+    model = "NVIDIA H100 80GB HBM3"
+    planned = kfuse.compile(script, tuned=False)
+    assert len(planned.plan.kernels) == 2
+    forged = [{"name": "k0_dot_axpy", "iters": 0, "ipb": 8, "loop": "i", "unroll": 1, "span": 1, "stores": [2, 3],
+               "calls": [{"call": 0, "variant": "quad", "macros": {}}, {"call": 1, "variant": "quad", "macros": {}}]}]
+    path = tmp_path / "t.jsonl"
+    store = TuningStore(path)
+    store.append(store_key(planned.program, model, planned.dtype, planned.search.dims), planned.plan, 1.0)
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[-1])
+    rec["plan"] = forged
+    from kfuse.tuning.store import _digest
+    rec["sha256"] = _digest(rec)
+    path.write_text("\n".join(lines[:-1] + [json.dumps(rec)]) + "\n")
+    monkeypatch.setattr(gpu, "gpu_name", lambda: model)
+    with caplog.at_level(logging.WARNING, logger="kfuse"):
+        used = kfuse.compile(script, tuned=path)
+    assert not used.from_store and len(used.plan.kernels) == 2
+    assert "breaks the fusion rules" in caplog.text

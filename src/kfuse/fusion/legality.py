@@ -412,3 +412,18 @@ def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int], on
         if reason:
             return Refusal(rule.__name__, reason)
     return None
+
+
+def stored_kernel_problem(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> Refusal | None:
+    """Why the calls of a kernel read from outside the planner (a tuning record) may not share
+    it, or None: the rules that keep a kernel correct (one nesting and instance space, every value
+    exchanged inside it complete where it is read -- no reduction read in its own kernel --, no
+    cycle through other kernels, one call per matrix), not the ones that make it worth it; vector
+    calls on strips are allowed (a plan tuned with ``vector_on_strips``)."""
+    if len(calls) < 2:
+        return None
+    for rule in HORIZONTAL_RULES:
+        reason = _rule(rule, program, graph, calls, True)
+        if reason:
+            return Refusal(rule.__name__, reason)
+    return None

@@ -185,6 +185,8 @@ def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
     if tuned is False:
         return None
     from ..codegen import generate
+    from ..fusion.legality import stored_kernel_problem
+    from ..ir.graph import DependencyGraph
     from ..ir.plan import plan_from_json
     from ..runtime.gpu import gpu_name
     gpu = gpu_name()
@@ -199,6 +201,11 @@ def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
         if not isinstance(data, list):
             raise KfuseError("the record holds no plan")
         plan = plan_from_json(program, data)
+        graph = DependencyGraph(program)    # the planner's rules hold (a forged record could break them)
+        for k in plan.kernels:
+            refused = stored_kernel_problem(program, graph, frozenset(kc.call.index for kc in k.calls))
+            if refused is not None:
+                raise KfuseError(f"kernel {k.name} breaks the fusion rules ({refused})")
         generate(plan, search.lib)          # must still build
     except KfuseError as e:
         store.warn(f"stored plan for {program.name} ignored: {e}")
