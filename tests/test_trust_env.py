@@ -232,3 +232,26 @@ def test_complex_reference_values_are_refused(tmp_path):
     with pytest.raises(expr.ExprError, match="complex"):
         expr.evaluate("alpha ** 0.5 * x", {"alpha": -1.0, "x": np.ones(2)}, "reference")
     assert expr.evaluate("alpha ** 0.5 * x", {"alpha": 4.0, "x": np.ones(2)}, "reference").tolist() == [2.0, 2.0]
+
+
+def test_cache_clear_leaves_a_calibration_whose_lock_is_held(tmp_path, monkeypatch, capsys):
+    """Finding 16: ``cache clear`` deleted calibration.json.lock while a calibration held it (a
+    second writer would then lock a new file beside the first); now both stay, with a reason."""
+    import fcntl
+
+    from kfuse.cli import main
+    from kfuse.cost import store as cal_store
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
+    (tmp_path / "calibration.json").write_text(json.dumps(dict(cal_store.FORMAT, entries=[])))
+    lock = tmp_path / "calibration.json.lock"
+    lock.write_text("")
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert main(["cache", "clear", "--calibration", "--yes"]) == 1
+        assert lock.exists() and (tmp_path / "calibration.json").exists()
+        assert "its lock is held" in capsys.readouterr().err
+    finally:
+        os.close(fd)
+    assert main(["cache", "clear", "--calibration", "--yes"]) == 0           # released: both go
+    assert not lock.exists() and not (tmp_path / "calibration.json").exists()

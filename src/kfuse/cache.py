@@ -96,7 +96,7 @@ def clearable(which: list[str]) -> list[Path]:
 def clear_targets(which: list[str]) -> tuple[list[Path], list[str]]:
     """(files to remove, why others are left alone).  A file is removed only when kfuse
     recognises it as its own (a tuning store's header, a calibration file's format; the lock
-    beside a calibration file goes with it), read and later removed through its folder opened
+    beside a calibration file goes with it, unless another process holds it: then both stay), read and later removed through its folder opened
     without following a link: a cache folder that is a symbolic link is left alone whole."""
     targets, refused = [], []
     for path in clearable(which):
@@ -111,9 +111,11 @@ def clear_targets(which: list[str]) -> tuple[list[Path], list[str]]:
         try:
             if not _exists(dfd, path.name):
                 continue
-            if _recognised(dfd, path.name, kind):
+            lock = path.name + ".lock"
+            if kind == "calibration" and _held(dfd, lock):
+                refused.append(f"{path}: a calibration is being written (its lock is held): left alone")
+            elif _recognised(dfd, path.name, kind):
                 targets.append(path)
-                lock = path.name + ".lock"
                 if kind == "calibration" and _exists(dfd, lock):
                     targets.append(path.with_name(lock))
             else:
@@ -142,6 +144,25 @@ def _exists(dfd: int, name: str) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def _held(dfd: int, name: str) -> bool:
+    """Another process holds the lock file ``name`` (a calibration being written, cost/store.py):
+    removing it then would let a second writer lock a new file beside the first."""
+    import fcntl
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)            # closing releases a lock taken here
+    return False
 
 
 def _recognised(dfd: int, name: str, kind: str) -> bool:
