@@ -163,7 +163,7 @@ class ElementwiseStatements:
         """``node`` is arithmetic of scalars only (what a ScalarArg computes), found without
         recursion: scalar arguments and assignments of thousands of terms stay as they were."""
         nodes = list(_walk(node))
-        return all(n[0] in SCALAR_OPS for n in nodes) and all(self._name_rank(n[1]) == 0 for n in nodes
+        return all(n[0] in SCALAR_OPS for n in nodes) and all(self._name_rank(n[1], csr=True) == 0 for n in nodes
                                                                if n[0] == "name")
 
     def _bounded(self, node: tuple) -> tuple:
@@ -173,11 +173,13 @@ class ElementwiseStatements:
                              "over several statements", node[1])
         return node
 
-    def _name_rank(self, tok) -> int:
+    def _name_rank(self, tok, csr: bool = False) -> int:
+        """A name's rank (0 scalar, 1 vector, 2 matrix; ``csr``: 3 for a CSR matrix, else an
+        error: elementwise code never reads one)."""
         if tok.text in self.arith:
             return 0
         vtype = self.lookup_decl(tok)[0]
-        if vtype == "csr":
+        if vtype == "csr" and not csr:
             raise self.error(f"{tok.text} is a CSR matrix: it is read by spmv (A @ x) only", tok)
         return TYPE_RANK[vtype]
 
