@@ -329,3 +329,14 @@ def test_a_forged_tuning_record_that_breaks_the_fusion_rules_is_ignored(tmp_path
         used = kfuse.compile(script, tuned=path)
     assert not used.from_store and len(used.plan.kernels) == 2
     assert "breaks the fusion rules" in caplog.text
+
+
+@pytest.mark.parametrize("lower, upper", [(0, 2 ** 64 + 5), (2 ** 1024, 2 ** 1024 + 3), (-(2 ** 60), 0)])
+def test_fori_loop_bounds_out_of_range_are_a_clean_error(lower, upper):
+    """Issue 60, finding 8: 2^64 + 5 steps wrapped to 5 (a persistent loop's c_longlong) and a
+    lower bound of 2^1024 was an OverflowError (the counter is passed as a double): both are a
+    TraceError at the caller's line, before anything is traced or launched."""
+    x = np.zeros(4, np.float32)
+    with pytest.raises(kfuse.TraceError, match="out of range") as e:
+        kfuse.fori_loop(lower, upper, lambda i, s: s, (x,))
+    assert e.value.file == __file__

@@ -415,6 +415,9 @@ def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:
 
 
 # -- running ------------------------------------------------------------------------------------------
+COUNTER_MAX = 2 ** 53     # fori_loop's bounds: the counter is exact in a double up to here
+
+
 def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
     """Run ``state = body_fun(i, state)`` for ``i`` from ``lower`` to ``upper - 1`` on the GPU, as
     graphs of many steps; returns the final state (nothing waits for the GPU).  ``unroll``: steps
@@ -424,6 +427,10 @@ def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
     for name, v in (("lower", lower), ("upper", upper)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TraceError(f"fori_loop: {name} must be an int, got {type(v).__name__}", user_site())
+        if abs(int(v)) > COUNTER_MAX:       # the counter travels as a double; step counts as int64
+            digits = str(int(v))
+            raise TraceError(f"fori_loop: {name} = {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
+                             "range (at most 2^53 in magnitude, where the loop's counter stays exact)", user_site())
     unroll = check_unroll(unroll)
     if unroll > 1 and int(upper) - int(lower) >= unroll:
         whole = (int(upper) - int(lower)) // unroll
