@@ -23,7 +23,7 @@ from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
 from ..library import ewexpr, synth
 from .build_nodes import walk as _walk
-from .ewbuild import ElementwiseStatements
+from .ewbuild import SCALAR_OPS, ElementwiseStatements
 
 ELEMENTWISE_NAMES = (*ewexpr.FUNCTIONS, *synth.REDUCTIONS, *synth.AXIS_SUMS)   # expression statements' names
 RANKS = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}   # csr: rows, cols, non-zeros
@@ -161,8 +161,7 @@ class ProgramBuilder(ElementwiseStatements):
             items.append(self.current[tok.text])
             reads = [self.current[tok.text]]
         else:
-            bad = next((n for n in _walk(node) if n[0] in ("call", "libcall", "row", "col", "pow")
-                        or n[0] in ("<", "<=", ">", ">=", "==", "!=")), None)
+            bad = next((n for n in _walk(node) if n[0] not in SCALAR_OPS), None)
             if bad is not None:
                 raise self.error("a return statement returns names and scalar arithmetic; assign "
                                  f"{'the call' if bad[0] in ('call', 'libcall') else 'the expression'} to a name "

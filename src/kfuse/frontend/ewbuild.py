@@ -67,12 +67,8 @@ class ElementwiseStatements:
             raise self.error(f"an expression has one value, {len(targets)} names are assigned", targets[0])
         target = targets[0]
         self._line = target.line            # the calls it makes are on the statement's line
-        if self._scalar_arithmetic(node):
-            self.lookup_decl(target)        # scalar arithmetic, however long (no recursion here)
-            if self.decls[target.text][0] != "scalar":
-                raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
-                                 target)
-            self.scalar_assignment(target, node)
+        if self._scalar_arithmetic(node):   # however long: no recursion here
+            self._assign_scalar(target, node)
             return
         self._bounded(node)
         if node[0] == "call" and ((node[1].text in REDUCTIONS and node[1].text != "mean"
@@ -90,17 +86,20 @@ class ElementwiseStatements:
                     else f"{bad[1].text}(...) of a scalar"
                 raise self.error(f"{what}: elementwise functions and operators take vectors and matrices; "
                                  "scalar arithmetic is + - * /, unary - and sqrt (write t * t for t ** 2)", bad[1])
-            if self.decls.get(target.text, ("",))[0] not in ("scalar", ""):
-                raise self.error(f"{target.text} is a {self.decls[target.text][0]}; the expression is a scalar",
-                                 target)
-            self.lookup_decl(target)
-            self.scalar_assignment(target, node)
+            self._assign_scalar(target, node)
             return
         declared = self.decls.get(target.text, ("",))[0]
         if declared == "scalar":
             raise self.error(f"{target.text} is a scalar; the expression is a {['', 'vector', 'matrix'][rank]}",
                              target)
         self._map(node, rank, [target])
+
+    def _assign_scalar(self, target, node: tuple) -> None:
+        """``target = node``, scalar arithmetic: the target must be a declared scalar."""
+        vtype = self.lookup_decl(target)[0]
+        if vtype != "scalar":
+            raise self.error(f"{target.text} is a {vtype}; the expression is a scalar", target)
+        self.scalar_assignment(target, node)
 
     # -- reductions and library calls inside an expression -----------------------------------------
     def _hoist(self, node: tuple, into=None) -> tuple:
@@ -275,7 +274,7 @@ class ElementwiseStatements:
                     raise self.error(why, tok)
                 return ("pow", *kids)
             if kind == "call" and tok.text in ewexpr.FUNCTIONS:
-                want = 3 if tok.text == "where" else 2 if tok.text in ("maximum", "minimum") else 1
+                want = ewexpr.arity(tok.text)
                 if len(kids) != want:
                     raise self.error(f"{tok.text} takes {want} argument(s), {len(kids)} given", tok)
                 return (tok.text, *kids)

@@ -82,7 +82,7 @@ def ew(op: str, nodes: list[Node]) -> Node:
     if op == "clip":
         x, lo, hi = nodes
         return ew("minimum", [ew("maximum", [x, lo]), hi])
-    want = 3 if op == "where" else 2 if op in ewexpr.BINARY else 1
+    want = ewexpr.arity(op)
     if len(nodes) != want:
         raise TraceError(f"{op} takes {want} operand(s), {len(nodes)} given", user_site())
     if all(n.rank == 0 for n in nodes):

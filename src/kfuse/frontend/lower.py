@@ -123,9 +123,7 @@ class _Lowering:
         if k == "dot":
             name = self.emit("dot", [self.tensor(n.args[0]), self.tensor(n.args[1])], 0, n.site)
         elif k == "red":        # sum(expr) and its kin: a reduction the builder synthesizes
-            name = self.new_value(0)
-            expr = ("call", Tok("ident", n.data, 0, 0), self.region(n.args[0], root=True))
-            self.body.append(Statement((name,), None, (expr,), n.site))
+            name = self.expression(n)
         elif k == "out":
             name = self.call_out(n)
         else:
@@ -157,16 +155,8 @@ class _Lowering:
             return self.names[id(n)]
         if n.kind == "out":
             return self.call_out(n)
-        if n.kind == "red":     # a matrix expression's row or column sums
-            name = self.new_value(1)
-            expr = ("call", Tok("ident", n.data, 0, 0), self.region(n.args[0], root=True))
-            self.body.append(Statement((name,), None, (expr,), n.site))
-            self.names[id(n)] = name
-            return name
-        if n.kind in ("ew", "bcast") or (n.kind in ("add", "scale") and self.elementwise(n, root=True)):
-            name = self.new_value(n.rank)
-            self.body.append(Statement((name,), None, (self.region(n, root=True),), n.site))
-            self.names[id(n)] = name
+        if n.kind in ("red", "ew", "bcast") or (n.kind in ("add", "scale") and self.elementwise(n, root=True)):
+            name = self.names[id(n)] = self.expression(n)     # red: a matrix expression's row or column sums
             return name
         if n.kind not in ("add", "scale", "matvec", "outer"):
             raise TraceError(f"internal: no script value for a {n.kind} node", n.site)
@@ -176,6 +166,17 @@ class _Lowering:
         return name
 
     # -- elementwise regions ----------------------------------------------------------------------------
+    def expression(self, n: Node) -> str:
+        """An expression statement computing ``n`` (an elementwise region, or a reduction of
+        one) into a new value; its name."""
+        name = self.new_value(n.rank)
+        if n.kind == "red":
+            expr = ("call", Tok("ident", n.data, 0, 0), self.region(n.args[0], root=True))
+        else:
+            expr = self.region(n, root=True)
+        self.body.append(Statement((name,), None, (expr,), n.site))
+        return name
+
     def elementwise(self, n: Node, root: bool = False) -> bool:
         """``n`` (a linear combination) holds, among the nodes it takes in, an elementwise
         operation, or scales a matrix: the BLAS make no call of it, one synthesized map does."""

@@ -16,10 +16,10 @@ import re
 from pathlib import Path
 
 from ..errors import ScriptError
-from ..library import ewexpr, synth
+from ..library import ewexpr
 from ..library.schema import Library
 from ..ir.program import Program
-from .build import RANKS, ProgramBuilder, program_name
+from .build import ELEMENTWISE_NAMES, RANKS, ProgramBuilder, program_name
 from .tokens import KEYWORDS, Tok, tokenize
 
 MAX_SIZE = 2 ** 48     # a literal size: far beyond any GPU's memory, well inside int64 index arithmetic
@@ -173,7 +173,7 @@ class _Parser(ProgramBuilder):
     # MAX_NESTING deep.
     def expression(self, what: str, depth: int = 0) -> tuple:
         node = self.additive(what, depth)
-        if self.peek().text in ("<", "<=", ">", ">=", "==", "!="):
+        if self.peek().text in ewexpr.COMPARE:
             op = self.next().text
             node = (op, node[1], node, self.additive(what, depth))
         return node
@@ -234,7 +234,7 @@ class _Parser(ProgramBuilder):
                 return ("libcall", tok, *args)
             if tok.text == "sqrt" and len(args) == 1:
                 return ("sqrt", tok, args[0])
-            if tok.text in ewexpr.FUNCTIONS or tok.text in synth.REDUCTIONS or tok.text in synth.AXIS_SUMS:
+            if tok.text in ELEMENTWISE_NAMES:
                 return ("call", tok, *args)
             return ("libcall", tok, *args)      # unknown: the builder's error names close matches
         if self.peek().text == "[" and tok.text in self.decls:

@@ -58,16 +58,20 @@ def _between_products(graph: DependencyGraph, fusion: frozenset[int], deep: set[
     twice -- a whole pass saved, which the latency a vector call adds to a strip does not
     outweigh -- so it is legal without ``vector_on_strips`` (docs/design.md, 'Strips, clusters and
     bands'); vector calls after the last product (a residual's norm) still ask for it."""
-    def reach(step) -> set[int]:
-        seen, todo = set(), list(deep)
-        while todo:
-            for b in step[todo.pop()] & fusion:
-                if b not in seen:
-                    seen.add(b)
-                    todo.append(b)
-        return seen
-    after, before = reach(graph.succs), reach(graph.preds)
+    after = _reached(fusion, deep, lambda a: graph.succs[a])
+    before = _reached(fusion, deep, lambda a: graph.preds[a])
     return all(c.index in after and c.index in before for c in flat)
+
+
+def _reached(fusion: frozenset[int], start: set[int], step) -> set[int]:
+    """The calls of ``fusion`` reached from ``start`` (included) by ``step`` (a call's neighbours)."""
+    seen, todo = set(start), list(start)
+    while todo:
+        for b in step(todo.pop()) & fusion:
+            if b not in seen:
+                seen.add(b)
+                todo.append(b)
+    return seen
 
 
 def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int], flat: list[Call]
@@ -78,13 +82,7 @@ def _unlinked_rows(graph: DependencyGraph, fusion: frozenset[int], deep: set[int
     vector calls.  An unrelated one would run on a few threads per strip beside a read of the
     whole matrix, rather than in a kernel of its own at the full width of the GPU (docs/design.md,
     'Strips, clusters and bands')."""
-    reach, todo = set(deep), list(deep)
-    while todo:
-        a = todo.pop()
-        for b in (graph.succs[a] | graph.preds[a]) & fusion:
-            if b not in reach:
-                reach.add(b)
-                todo.append(b)
+    reach = _reached(fusion, deep, lambda a: graph.succs[a] | graph.preds[a])
     lone = next((c for c in flat if c.index not in reach), None)
     if lone is None:
         return None
@@ -374,6 +372,16 @@ RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, save
 HORIZONTAL_RULES = (same_nesting, same_instances, exchanges_on_chip, no_cycle_outside, one_call_per_matrix)
 
 
+def _first_refusal(rules, program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool
+                   ) -> Refusal | None:
+    """The first of ``rules`` that refuses the fusion, as a Refusal (its name and reason)."""
+    for rule in rules:
+        reason = _rule(rule, program, graph, fusion, on_strips_rows)
+        if reason:
+            return Refusal(rule.__name__, reason)
+    return None
+
+
 def _rule(rule, program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool
           ) -> Reason | None:
     if rule is same_nesting:
@@ -394,11 +402,7 @@ def why_not_horizontal(program: Program, graph: DependencyGraph, a: frozenset[in
     if (down_a | up_a) & bits:
         first, second = (a, b) if down_a & bits else (b, a)
         return Dependent(first, second)
-    for rule in HORIZONTAL_RULES:
-        reason = _rule(rule, program, graph, a | b, on_strips_rows)
-        if reason:
-            return Refusal(rule.__name__, reason)
-    return None
+    return _first_refusal(HORIZONTAL_RULES, program, graph, a | b, on_strips_rows)
 
 
 def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int], on_strips_rows: bool = False
@@ -407,11 +411,7 @@ def why_not(program: Program, graph: DependencyGraph, fusion: frozenset[int], on
     (``on_strips_rows``: vector calls may share a kernel with matrix calls on strips)."""
     if len(fusion) < 2:
         return None
-    for rule in RULES:
-        reason = _rule(rule, program, graph, fusion, on_strips_rows)
-        if reason:
-            return Refusal(rule.__name__, reason)
-    return None
+    return _first_refusal(RULES, program, graph, fusion, on_strips_rows)
 
 
 def stored_kernel_problem(program: Program, graph: DependencyGraph, calls: frozenset[int]) -> Refusal | None:
@@ -422,8 +422,4 @@ def stored_kernel_problem(program: Program, graph: DependencyGraph, calls: froze
     calls on strips are allowed (a plan tuned with ``vector_on_strips``)."""
     if len(calls) < 2:
         return None
-    for rule in HORIZONTAL_RULES:
-        reason = _rule(rule, program, graph, calls, True)
-        if reason:
-            return Refusal(rule.__name__, reason)
-    return None
+    return _first_refusal(HORIZONTAL_RULES, program, graph, calls, True)

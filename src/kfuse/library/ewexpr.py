@@ -31,6 +31,11 @@ MAX_POWER = 8           # x ** k for a literal |k| <= 8 (library/expr.py's limit
 _PREC = {**{op: 1 for op in COMPARE}, "+": 2, "-": 2, "*": 3, "/": 3, "neg": 4, "pow": 5}
 
 
+def arity(op: str) -> int:
+    """The operands an operation takes: ``where`` 3, a binary operator or function 2, else 1."""
+    return 3 if op == "where" else 2 if op in BINARY else 1
+
+
 def flops(e: tuple) -> int:
     """Operations per entry (each operator and function one)."""
     if e[0] in ("in", "num"):

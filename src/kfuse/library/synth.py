@@ -43,7 +43,7 @@ KINDS = ("scalar", "vector", "matrix", "row", "col")      # an input's kind
 REDUCTIONS = ("sum", "max", "min", "mean", "count")    # count: the entries of its vector (a mean's divisor)
 AXIS_SUMS = ("rowsum", "colsum")        # a matrix expression's sums along its rows (A.sum(axis=1)), columns
 _PREFIX = {"scalar": "s", "vector": "x", "matrix": "A", "row": "u", "col": "v"}
-_MADE: dict[tuple, object] = {}          # (reduction, kinds, carrier, the expression's text) -> Function
+_MADE: dict[str, object] = {}            # "reduction|kinds|carrier|the expression's text" -> Function
 _SHIPPED_FILES = ("blas1.cu", "blas1_rows.cu", "blas2_strip.cu", "blas2.cu")
 
 
@@ -64,14 +64,15 @@ def synthesize(expr: tuple, kinds: tuple[str, ...], reduce: str | None = None, c
     entries below the length of input ``carrier`` (a vector), bound again to its last parameter."""
     carrier = carrier if reduce else 0
     pnames = names(kinds)
-    key = (reduce or "map", kinds, carrier, ewexpr.text(expr, lambda k: pnames[k]))    # the text is canonical
-    fn = _MADE.get(key)
+    # what defines the function, its expression's text canonical: its cache key and its name's digest
+    body = f"{reduce or 'map'}|{'|'.join(kinds)}|{carrier}|{ewexpr.text(expr, lambda k: pnames[k])}"
+    fn = _MADE.get(body)
     if fn is None:
-        fn = _MADE[key] = _make(expr, kinds, reduce, carrier)
+        fn = _MADE[body] = _make(expr, kinds, reduce, carrier, body)
     return fn
 
 
-def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int):
+def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int, body: str):
     from .loader import SHIPPED, _load_file, shipped_library
     if any(k in ("matrix", "row", "col") for k in kinds):
         if reduce is not None and reduce not in AXIS_SUMS:
@@ -86,9 +87,7 @@ def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int)
     if not any(k != "scalar" for k in kinds):
         raise KfuseError("an elementwise function needs a vector or matrix input")
     pnames = names(kinds)
-    tag = reduce or "map"
-    body = f"{tag}|{'|'.join(kinds)}|{carrier}|{ewexpr.text(expr, lambda k: pnames[k])}"
-    name = f"{tag}_{hashlib.sha256(body.encode()).hexdigest()[:10]}"
+    name = f"{reduce or 'map'}_{hashlib.sha256(body.encode()).hexdigest()[:10]}"
     shipped = shipped_library()
     for f in _SHIPPED_FILES:
         _SOURCES.setdefault(str(SHIPPED / f), shipped.sources[str(SHIPPED / f)])
