@@ -5,7 +5,7 @@
 """
 import sys
 
-from kfuse.cli import main
+from kfuse.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", *sys.argv[1:]]))

@@ -130,8 +130,8 @@ def test_no_private_name_imported_from_another_folder():
 
 
 # the layers above the runtime: the planner, the compiled script and the entry points over it
-ABOVE_RUNTIME = ("kfuse.fusion", "kfuse.compiled", "kfuse.api", "kfuse.decorator", "kfuse.tuning", "kfuse.loops",
-                 "kfuse.cli", "kfuse.cli_util", "kfuse.cli_measure", "kfuse.bench", "kfuse.distributed",
+ABOVE_RUNTIME = ("kfuse.fusion", "kfuse.compiler.compiled", "kfuse.compiler.api", "kfuse.jit.decorator", "kfuse.tuning", "kfuse.jit.loops",
+                 "kfuse.cli.main", "kfuse.cli.util", "kfuse.cli.measure", "kfuse.bench", "kfuse.distributed",
                  "kfuse.calibration")
 
 

@@ -15,7 +15,7 @@ import kfuse
 from kfuse.bench import harness, peers, report
 from kfuse.bench.records import (CONTENDERS, CUBLAS, ERROR, KFUSE, MISSING, NOT_AVAILABLE, OK, TORCH_COMPILE,
                                  TORCH_EAGER, WRONG, BenchRun, Record, SequenceInfo)
-from kfuse.cli import main
+from kfuse.cli.main import main
 from kfuse.reference import evaluate, random_inputs
 
 from conftest import EXAMPLES, ROOT

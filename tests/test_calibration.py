@@ -410,14 +410,14 @@ def test_report_tables():
 
 
 def test_cli_calibrate_without_gpu_says_so(capsys):
-    from kfuse.cli import main
+    from kfuse.cli.main import main
     assert main(["calibrate", "--quick"]) == 1
     assert "calibrate measures routines on a GPU" in capsys.readouterr().err
 
 
 def test_cli_plan_names_the_model(capsys):
     from conftest import ROOT
-    from kfuse.cli import main
+    from kfuse.cli.main import main
     assert main(["plan", str(ROOT / "examples" / "bicgk.kf")]) == 0
     out = capsys.readouterr()
     assert "ranked by the transfer model" in out.out and "plans are ranked with the transfer model" in out.err

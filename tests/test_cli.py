@@ -10,7 +10,7 @@ import pytest
 
 import kfuse
 from conftest import ROOT
-from kfuse.cli import main
+from kfuse.cli.main import main
 
 SSCAL = str(ROOT / "examples" / "sscal.kf")
 GEMVER = str(ROOT / "examples" / "gemver.kf")
@@ -170,7 +170,7 @@ def test_version(capsys):
 
 
 def test_every_option_has_help():
-    from kfuse.cli import parser
+    from kfuse.cli.main import parser
 
     def walk(p):
         for a in p._actions:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from kfuse.cli import main, parser
+from kfuse.cli.main import main, parser
 
 import kfuse
 from test_cli import SSCAL, no_driver, numpy_gpu  # noqa: F401 - fixtures

@@ -21,7 +21,7 @@ def test_docs_hold_the_product_not_a_lab_notebook():
 
 
 def _cli_actions():
-    from kfuse.cli import parser
+    from kfuse.cli.main import parser
     todo = [("kfuse", parser())]
     while todo:
         name, p = todo.pop()
@@ -60,8 +60,8 @@ def test_cli_page_lists_each_commands_options_in_its_section():
 
 
 def test_python_api_page_names_every_public_member():
-    from kfuse.compiled import CompiledScript
-    from kfuse.decorator import JitFunction
+    from kfuse.compiler.compiled import CompiledScript
+    from kfuse.jit.decorator import JitFunction
     text = (DOCS / "python-api.md").read_text()
     members = {n for n in vars(CompiledScript) if not n.startswith("_")}
     members |= {f.name for f in getattr(CompiledScript, "__dataclass_fields__", {}).values() if not f.name.startswith("_")}

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import kfuse
-from kfuse.cli import main
+from kfuse.cli.main import main
 from kfuse.ir.graph import DependencyGraph
 
 from conftest import ROOT
@@ -61,7 +61,7 @@ def test_cli_reports_script_errors(tmp_path, capsys):
 
 
 def test_cli_size_parsing():
-    from kfuse.cli import _parse_sizes
+    from kfuse.cli.main import _parse_sizes
     p = kfuse.compile(ROOT / "examples" / "bicgk.kf").program
     assert sorted(_parse_sizes(p, ["7"]).values()) == [7, 7]
     dims = _parse_sizes(p, ["A.rows=3", "A.cols=5"])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kfuse
-from kfuse.cli import main
+from kfuse.cli.main import main
 from kfuse.cost import store as cal_store
 from kfuse.errors import CalibrationError, KfuseError, TraceError
 from kfuse.ir.plan import plan_from_json, plan_to_json

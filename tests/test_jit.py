@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kfuse
-from kfuse import decorator as jit_module
+from kfuse.jit import decorator as jit_module
 from kfuse.errors import KfuseError, ScriptError
 from kfuse.frontend import parse_script
 from kfuse.ir.program import ScalarArg
@@ -522,7 +522,7 @@ def test_closures_over_different_values_are_different_programs():
 def test_loop_bodies_closing_over_different_values_are_different_bodies():
     """The same for device loops' traced bodies (loops._body): a lambda over one coefficient tuple
     is not the body traced for another."""
-    from kfuse import loops
+    from kfuse.jit import loops as loops
     x = np.zeros(37, np.float32)
 
     def body(c):
@@ -541,7 +541,7 @@ def test_bodies_read_through_a_rebound_global_are_different_bodies():
     loops (a script trying several step functions) is traced again: the key holds the globals the
     code names, not only its closure (the first body's program was once run for every later one,
     a wrong answer in silence).  Likewise a jitted function calling a rebound global helper."""
-    from kfuse import loops
+    from kfuse.jit import loops as loops
     global _GLOBAL_BODY
     x = np.zeros(37, np.float32)
     scripts = []
@@ -565,7 +565,7 @@ def test_bodies_read_through_a_rebound_global_are_different_bodies():
 def test_a_recursive_global_function_has_a_key():
     """A function that names itself (recursion through a module global) is keyed by identity
     where its key would contain itself: the key is made, and is the same twice."""
-    from kfuse.decorator import _code_key
+    from kfuse.jit.decorator import _code_key
 
     assert _code_key(_countdown) == _code_key(_countdown)
 

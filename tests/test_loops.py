@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kfuse
-from kfuse import loops
+from kfuse.jit import loops as loops
 from kfuse.runtime.control import c_expr, control_source
 
 from conftest import ROOT
@@ -338,7 +338,7 @@ def test_a_loop_step_is_priced_by_graph_nodes_and_merged_phases(dtype):
 def test_state_checks_are_remembered_for_numbers_and_dense_arrays():
     """loops._specs answers a state of numbers and dense arrays seen before (same types, shapes and
     dtypes) without checking it again; anything else, and a state it refused, is checked each time."""
-    from kfuse import loops as KL
+    from kfuse.jit import loops as KL
     KL._SPECS.clear()
     a, b = np.zeros(5, np.float32), np.zeros((5, 5), np.float32)
     first = KL._specs([a, b, 1.0], "fori_loop")
@@ -383,7 +383,7 @@ def test_explain_loop_shows_the_step_boundary_and_its_reasons():
 def test_unrolled_bodies_count_their_steps_and_check_unroll():
     """``fori_loop(..., unroll=U)``'s body is the user's applied U times, step lower + U j + u
     reading its own counter value; a bad ``unroll`` is refused before anything runs."""
-    from kfuse.loopsteps import unrolled
+    from kfuse.jit.loopsteps import unrolled
     b, _ = loops._body(unrolled(lambda i, s: s + i * s, 2, 5), True, V, "fori_loop")
     script = b.lowered.script
     assert script.count("axpy(") + script.count("axpby(") + script.count("scal(") == 2, script

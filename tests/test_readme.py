@@ -128,7 +128,7 @@ def test_sample_notice_is_what_kfuse_prints(monkeypatch, caplog, tmp_path):
 @pytest.mark.parametrize("command", ["run", "tune"])
 def test_command_synopsis_fits_the_headline_script(command):
     """The synopsis's sizes work on the README's first script (BiCGK, which names no size)."""
-    from kfuse.cli_util import _parse_sizes
+    from kfuse.cli.util import _parse_sizes
     line = next(ln for ln in README.splitlines() if ln.startswith(f"kfuse {command} SCRIPT"))
     words = shlex.split(re.sub(r"\[[^\]]*NAME[^\]]*\]", "", line.split("#", 1)[0]).replace("[", "").replace("]", ""))
     sizes = [words[i + 1] for i, w in enumerate(words) if w == "--size"]
@@ -140,7 +140,7 @@ def test_command_synopsis_fits_the_headline_script(command):
 
 
 def test_synopsis_names_only_real_commands():
-    from kfuse.cli import parser
+    from kfuse.cli.main import parser
     import argparse
     sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     block = README.split("## Command line", 1)[1].split("```text", 1)[1].split("```", 1)[0]

@@ -120,7 +120,7 @@ def test_describe_and_kfuse_plan_name_the_returned_arithmetic(tmp_path, capsys):
     assert "returned arithmetic" not in kfuse.compile(PLAIN, calibration=False).describe()
     path = tmp_path / "norms.kf"
     path.write_text(NORMS)
-    from kfuse.cli import main
+    from kfuse.cli.main import main
     assert main(["plan", str(path), "--size", "1000"]) == 0
     assert last in capsys.readouterr().out
 

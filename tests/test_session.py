@@ -6,10 +6,10 @@ import gc
 import pytest
 
 import kfuse
-from kfuse.compiled import CompiledScript
-from kfuse.passes import PASSES
-from kfuse.pipeline import STAGES
-from kfuse.session import CompileKey, CompilerSession
+from kfuse.compiler.compiled import CompiledScript
+from kfuse.progress import PASSES
+from kfuse.compiler.pipeline import STAGES
+from kfuse.compiler.session import CompileKey, CompilerSession
 
 BICGK = "matrix A; vector p, q, r, s; input A, p, r; q = gemv(A, p); s = gemtv(A, r); return q, s;"
 SCALED = "scalar a; vector x, y; input a, x; y = scal(a, x); return y;"

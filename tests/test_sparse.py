@@ -318,7 +318,7 @@ def _cg_body(s):
 
 
 def test_a_loop_body_reads_a_csr_state_entry_in_place():
-    from kfuse.loops import _body, _predicate, _specs
+    from kfuse.jit.loops import _body, _predicate, _specs
     A, v, z = _host_csr(40, 40), np.ones(40), np.zeros(())
     body, leaves = _body(_cg_body, False, (A, z, v, v, v, z), "while_loop")
     assert body.sources[:2] == [("keep",), ("keep",)]
@@ -333,7 +333,7 @@ def test_a_loop_body_reads_a_csr_state_entry_in_place():
 
 def test_a_loop_refuses_a_csr_state_entry_moved_or_changed():
     from kfuse.errors import TraceError
-    from kfuse.loops import _body, _predicate, _specs
+    from kfuse.jit.loops import _body, _predicate, _specs
     A, v = _host_csr(40, 40), np.ones(40)
     with pytest.raises(TraceError) as e:
         _body(lambda s: (s[1], s[0], s[1] @ s[2]), False, (A, A, v), "while_loop")
@@ -353,7 +353,7 @@ def test_a_loop_refuses_a_csr_state_entry_moved_or_changed():
 def test_the_sparse_cg_example_traces_its_start_and_loop_body():
     import sys
     from pathlib import Path
-    from kfuse.loops import _body
+    from kfuse.jit.loops import _body
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "solvers"))
     import sparse_cg
     A, v, z = _host_csr(50, 50), np.ones(50), np.zeros(())

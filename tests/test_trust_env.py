@@ -14,7 +14,7 @@ import pytest
 
 import kfuse
 from kfuse import env
-from kfuse.cli import main
+from kfuse.cli.main import main
 from kfuse.cost import store as cal_store
 from kfuse.errors import KfuseError, ScriptError
 from kfuse.library import expr
@@ -239,7 +239,7 @@ def test_cache_clear_leaves_a_calibration_whose_lock_is_held(tmp_path, monkeypat
     second writer would then lock a new file beside the first); now both stay, with a reason."""
     import fcntl
 
-    from kfuse.cli import main
+    from kfuse.cli.main import main
     from kfuse.cost import store as cal_store
     monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path))
     (tmp_path / "calibration.json").write_text(json.dumps(dict(cal_store.FORMAT, entries=[])))

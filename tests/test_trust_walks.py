@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import kfuse
-from kfuse import loops
-from kfuse.decorator import array_facts
+from kfuse.jit import loops as loops
+from kfuse.jit.decorator import array_facts
 from kfuse.errors import KfuseError
 from kfuse.frontend.lower import _computed, _leaves
 from kfuse.runtime import control

@@ -1,12 +1,12 @@
 """kfuse: automatic kernel fusion of map/reduce elementary functions into CUDA."""
-from .compiled import CompiledScript
-from .api import compile
+from .compiler.compiled import CompiledScript
+from .compiler.api import compile
 from .errors import CompileError, FusionError, KfuseError, LaunchError, LibraryError, ScriptError, TraceError
 from .frontend.trace import lib, outer, sqrt
-from .decorator import JitFunction, jit
+from .jit.decorator import JitFunction, jit
 from .library.loader import load_library
-from .loops import LoopState, LoopWarning, fori_loop, while_loop
-from .loopexplain import explain_loop
+from .jit.loops import LoopState, LoopWarning, fori_loop, while_loop
+from .jit.loopexplain import explain_loop
 from .runtime.csr import CSR
 
 __version__ = "0.1.0"

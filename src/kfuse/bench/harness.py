@@ -442,7 +442,7 @@ class _Contenders:
 
 def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, timer: Timer, log: Log,
                   cb, torch, torch_fns: dict) -> None:
-    from ..api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     from ..runtime.gpu import cupy
     cp = cupy()
     stem = path.stem

@@ -114,7 +114,7 @@ def _contenders(prog, stem: str, dev: dict, outs: dict, cb, torch, torch_fns: di
 def run_per_call(paths, dtypes, size_classes=SIZE_CLASSES, calls: int = 200, rounds: int = 5, seed: int = 0,
                  torch_compile: bool = True, log=print) -> tuple[list[PerCallRow], float]:
     """Rows for every sequence x dtype x size class, and the copy bandwidth (GB/s) of the run."""
-    from ..api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     from ..runtime.gpu import cupy
     from ..runtime.timing import median_us
     cp = cupy()

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..api import compile as compile_script, read_script_file
-from ..compiled import CompiledScript
+from ..compiler.api import compile as compile_script, read_script_file
+from ..compiler.compiled import CompiledScript
 from ..errors import KfuseError, LaunchError
 from ..frontend import parse_script
 from ..library.loader import load_library

@@ -21,7 +21,7 @@ from ..ir.kernel import KernelCall, KernelSpec
 from ..ir.plan import Plan
 from ..ir.program import Program
 from ..library.schema import Library, Variant
-from ..passes import no_timer
+from ..progress import no_timer
 from . import explain as explainer
 from . import stages
 from .horizontal import Tried

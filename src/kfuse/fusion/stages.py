@@ -2,7 +2,7 @@
 their implementations, each laid out once) -> ``Spaced``; ``rank`` (each implementation priced
 by a model) -> ``RankedSpace``; ``partition`` (partitions of the calls into kernels: exhaustive,
 or greedy with bounded refinement; then the horizontal pass) -> ``Partitioned``.  The compiler's
-pipeline (``kfuse/pipeline.py``) calls them one by one, each named and timed; ``PlanSearch``
+pipeline (``compiler/pipeline.py``) calls them one by one, each named and timed; ``PlanSearch``
 (``plans.py``) is built from the last and enumerates its plans best first.
 
 The artifacts are frozen; the dicts they hold are not changed once a stage has returned (a later

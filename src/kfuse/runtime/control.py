@@ -2,7 +2,7 @@
 control of device loops.
 
 Scalar expressions are small trees of tuples, built by the front ends (``frontend/lower.py``'s
-returned arithmetic, ``loops.py``'s traced predicates):
+returned arithmetic, ``jit/loops.py``'s traced predicates):
 
     ("leaf", k)            the k-th pointer argument (a 0-d device array), read by address
     ("const", k)           the k-th entry of the numbers array ``cst`` (constants of the user's,

@@ -2,7 +2,7 @@
 
 A loop's state lives in two sets of buffers; a step reads one set and writes the other, so two
 steps (``even``: set 0 -> set 1, ``odd``: set 1 -> set 0) bring the state back where it started
-and any number of steps is a graph of step pairs.  The front end (``loops.py``) gives each step
+and any number of steps is a graph of step pairs.  The front end (``jit/loops.py``) gives each step
 as a function that makes its launches on a stream (the program's kernels, patched for that
 step's buffers, and the small kernels around them); this module only arranges them:
 

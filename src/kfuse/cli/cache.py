@@ -13,28 +13,28 @@ _log = logging.getLogger("kfuse")
 
 
 def _tuning_path() -> Path:
-    from .tuning.store import default_path
+    from ..tuning.store import default_path
     return default_path()
 
 
 def _calibration_paths() -> list[Path]:
-    from .cost.store import search_paths, user_path
+    from ..cost.store import search_paths, user_path
     paths = search_paths()
     return paths if user_path() in paths else [user_path(), *paths]
 
 
 def _shipped(path: Path) -> bool:
-    from .cost.store import SHIPPED
+    from ..cost.store import SHIPPED
     return path.parent == SHIPPED
 
 
 def _tuning_records(path: Path) -> list[dict]:
-    from .tuning.store import TuningStore
+    from ..tuning.store import TuningStore
     return TuningStore(path, warn=_log.warning).records()
 
 
 def _calibrations(path: Path) -> list:
-    from .cost.store import read_file
+    from ..cost.store import read_file
     return read_file(path, warn=_log.warning)
 
 
@@ -84,7 +84,7 @@ def show_text(doc: dict) -> str:
 def clearable(which: list[str]) -> list[Path]:
     """The user's files ``kfuse cache clear`` considers: the tuning store and/or the user's
     calibration file (never a shipped one, nor one named by $KFUSE_CALIBRATION)."""
-    from .cost.store import user_path
+    from ..cost.store import user_path
     out = []
     if "tuning" in which:
         out.append(_tuning_path())
@@ -169,9 +169,9 @@ def _recognised(dfd: int, name: str, kind: str) -> bool:
     """The file is a regular file (not a link) holding a kfuse tuning store's header, or a
     kfuse calibration file."""
     import json
-    from .cost.store import FORMAT
-    from .fileio import MAX_FILE_BYTES, MAX_LINE_BYTES
-    from .tuning.store import HEADER
+    from ..cost.store import FORMAT
+    from ..fileio import MAX_FILE_BYTES, MAX_LINE_BYTES
+    from ..tuning.store import HEADER
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=dfd)
     except OSError:

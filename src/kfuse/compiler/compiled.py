@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import numpy as np
 
 from .pipeline import describe_plan, load, make_artifact, uncovered_at
-from .codegen.kernel import KernelCode
-from .errors import KfuseError
-from .fusion.plans import PlanSearch
-from .ir.artifact import Artifact
-from .ir.graph import DependencyGraph
-from .ir.plan import Plan
-from .ir.program import Program, ScalarArg
-from .library import expr as library_expr
-from .library.schema import Library
-from .passes import PassTimes
+from ..codegen.kernel import KernelCode
+from ..errors import KfuseError
+from ..fusion.plans import PlanSearch
+from ..ir.artifact import Artifact
+from ..ir.graph import DependencyGraph
+from ..ir.plan import Plan
+from ..ir.program import Program, ScalarArg
+from ..library import expr as library_expr
+from ..library.schema import Library
+from ..progress import PassTimes
 
 if TYPE_CHECKING:
-    from .runtime.control import ScalarTail
-    from .runtime.executor import Executor
+    from ..runtime.control import ScalarTail
+    from ..runtime.executor import Executor
 
 
 class Session(Protocol):
@@ -149,7 +149,7 @@ class CompiledScript:
         """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``),
         or None when the script returns none."""
         if self._calls.tail is None and self.program.returned_arithmetic():
-            from .runtime.control import ScalarTail
+            from ..runtime.control import ScalarTail
             self._calls.tail = ScalarTail.script(self.program, self.dtype)
         return self._calls.tail
 
@@ -168,12 +168,12 @@ class CompiledScript:
 
     def functions(self, device: int, orders: tuple[int, ...] = ()) -> list:
         """The compiled kernels on a device, in launch order."""
-        from .runtime import modules
+        from ..runtime import modules
         return modules.functions(self._artifact, device, orders)
 
     def fill_function(self, device: int, orders: tuple[int, ...] = ()):
         """The module's kf_fill kernel (clears reduced outputs before a kernel)."""
-        from .runtime import modules
+        from ..runtime import modules
         return modules.fill_function(self._artifact, device, orders)
 
     def entries(self, dims: dict[int, int]) -> dict[int, int]:
@@ -250,7 +250,7 @@ class CompiledScript:
         """The call path (runtime/executor.py): bindings per argument signature, graphs."""
         calls = self._calls
         if calls.executor is None:
-            from .runtime.executor import Executor
+            from ..runtime.executor import Executor
             calls.executor = Executor(self.program, self.dtype, self.resolve_artifact)
         return calls.executor
 
@@ -287,9 +287,9 @@ class CompiledScript:
         """What the return statement names, from the outputs ``res`` of one run: the arithmetic
         computed into ``results`` (new 0-d arrays when None) by the scalar kernel, launched on
         the stream of that run."""
-        from .runtime import driver
-        from .runtime.args import torch_tensor_type
-        from .runtime.gpu import cupy
+        from ..runtime import driver
+        from ..runtime.args import torch_tensor_type
+        from ..runtime.gpu import cupy
         outs = res if isinstance(res, tuple) else (res,)
         like, tensor = outs[0], torch_tensor_type()
         torch_like = tensor is not None and isinstance(like, tensor)
@@ -314,14 +314,14 @@ class CompiledScript:
         counts for each of its kernels against the launch-time choice.  The winner is remembered in the tuning store
         (``store=False``: not; a path or TuningStore: that one), and later compiles for the same
         GPU, script, library, dtype and size class use it at once."""
-        from .tuning.search import tune
+        from ..tuning.search import tune
         return tune(self, top=top, sizes=sizes, reps=reps, store=store, log=log, iterations=iterations)
 
     def bind(self, out: dict | None = None, **inputs):
         """Check and bind arguments once; the returned callable only launches (for repeated runs
         and timing; ``bound(sync=False, stream=None)``).  Its outputs are allocated once and reused
         (the returned arithmetic's too: each call launches its kernel after the plan's)."""
-        from .runtime.executor import BoundCall
+        from ..runtime.executor import BoundCall
         bound = BoundCall(self.executor, inputs, out=out)
         return bound if not self.program.returns else _BoundReturns(self, bound, inputs)
 

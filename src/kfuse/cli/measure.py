@@ -6,9 +6,9 @@ import json
 import logging
 from pathlib import Path
 
-from .cli_util import (EXIT_ERROR, GpuRequiredError, _bench_size, _positive, _require_gpu, error_json,
+from .util import (EXIT_ERROR, GpuRequiredError, _bench_size, _positive, _require_gpu, error_json,
                        json_option, print_json)
-from .errors import KfuseError
+from ..errors import KfuseError
 
 log = logging.getLogger("kfuse")
 
@@ -16,8 +16,8 @@ log = logging.getLogger("kfuse")
 def cmd_bench(args) -> int:
     import shlex
 
-    from .bench import BenchOptions, resolve_sequences, run_bench, write_outputs
-    from .bench.records import KFUSE, OK
+    from ..bench import BenchOptions, resolve_sequences, run_bench, write_outputs
+    from ..bench.records import KFUSE, OK
     dtypes = []
     for d in args.dtype or ["float32"]:
         dtypes += ["float32", "float64"] if d == "both" else [d]
@@ -56,10 +56,10 @@ def _bench_json(written, notes, failed) -> None:
 def _bench_per_call(args, dtypes) -> int:
     import shlex
 
-    from .bench import resolve_sequences
-    from .bench.harness import default_sequences, environment
-    from .bench.percall import SIZE_CLASSES, run_per_call, write_outputs
-    from .bench.records import OK
+    from ..bench import resolve_sequences
+    from ..bench.harness import default_sequences, environment
+    from ..bench.percall import SIZE_CLASSES, run_per_call, write_outputs
+    from ..bench.records import OK
     classes = SIZE_CLASSES if args.n is None and args.N is None else (
         (args.n or SIZE_CLASSES[0][0], args.N or SIZE_CLASSES[0][1]),)
     paths = resolve_sequences(args.seq) if args.seq else default_sequences()
@@ -78,11 +78,11 @@ def _bench_per_call(args, dtypes) -> int:
 
 
 def cmd_calibrate(args) -> int:
-    from .calibration.measure import calibrate
-    from .cost.store import read_file, search_paths, user_path, write_entry
-    from .library.loader import load_library
-    from .env import writable_folder
-    from .runtime.gpu import have_gpu
+    from ..calibration.measure import calibrate
+    from ..cost.store import read_file, search_paths, user_path, write_entry
+    from ..library.loader import load_library
+    from ..env import writable_folder
+    from ..runtime.gpu import have_gpu
     if not have_gpu():
         raise GpuRequiredError("calibrate measures routines on a GPU and none is usable here (CuPy and a CUDA "
                          "device are needed); without one, kfuse ranks plans by a shipped calibration or "
@@ -104,9 +104,9 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .bench import resolve_sequences
-    from .bench.harness import default_sequences
-    from .bench.prediction import markdown, random_scripts, run_report
+    from ..bench import resolve_sequences
+    from ..bench.harness import default_sequences
+    from ..bench.prediction import markdown, random_scripts, run_report
     out = Path(args.out)
     if out.is_dir():
         raise KfuseError(f"--out {args.out}: is a folder; give a file name")

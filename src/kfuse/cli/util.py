@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from .errors import (CalibrationError, CompileError, FusionError, KfuseError, LaunchError, LibraryError,
+from ..errors import (CalibrationError, CompileError, FusionError, KfuseError, LaunchError, LibraryError,
                      ScriptError)
 
 EXIT_ERROR = 1      # kfuse refused or failed
@@ -33,7 +33,7 @@ class GpuRequiredError(KfuseError):
 def _require_gpu(what: str) -> None:
     """Refuse a command that measures or runs on a GPU when none is usable (checked before it
     writes anything)."""
-    from .runtime.gpu import have_gpu
+    from ..runtime.gpu import have_gpu
     if not have_gpu():
         raise GpuRequiredError(f"{what} runs kernels on a GPU and none is usable here (CuPy, a CUDA driver and a "
                          "device are needed: pip install 'kfuse[gpu]'); `kfuse compile` and `kfuse plan` "
@@ -126,7 +126,7 @@ def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
 
 
 def _plan_json(plan) -> dict:
-    from .ir.plan import plan_to_json
+    from ..ir.plan import plan_to_json
     kernels = plan_to_json(plan)
     for n, k in enumerate(kernels):
         if plan.parts:
@@ -199,7 +199,7 @@ def script_path(args) -> Path:
     """The script argument as a path: a file, or the name of a shipped example (``gemver``)."""
     path = Path(args.script)
     if not path.exists() and path.suffix in ("", ".kf") and len(path.parts) == 1:
-        example = Path(__file__).resolve().parent / "examples" / f"{path.stem}.kf"
+        example = Path(__file__).resolve().parent.parent / "examples" / f"{path.stem}.kf"
         if example.is_file():
             return example
     return path

@@ -10,14 +10,14 @@ import logging
 import os
 import sys
 
-from .cli_util import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MAX_SIZE, ArgumentParser,  # noqa: F401
+from .util import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MAX_SIZE, ArgumentParser,  # noqa: F401
                        GpuRequiredError, UsageExit, _bench_size, _bytes, _check_memory, _device_free,
                        _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu, _write_output,
                        error_json, flags_anywhere, json_option, kfuse_error_json, plan_dot, print_json,
                        script_path, wants_json)
-from . import env
-from .cli_measure import measure_commands
-from .errors import KfuseError
+from .. import env
+from .measure import measure_commands
+from ..errors import KfuseError
 
 log = logging.getLogger("kfuse")
 
@@ -32,7 +32,7 @@ def _named_sizes(args) -> dict[str, int] | None:
     """--size NAME=N of plan and compile, by the script's dimension names (None: the model's)."""
     if not args.size:
         return None
-    from .api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     # the script's dimensions first (an unfused compile plans nothing)
     program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     dims = _parse_sizes(program, args.size)
@@ -40,7 +40,7 @@ def _named_sizes(args) -> dict[str, int] | None:
 
 
 def cmd_compile(args) -> int:
-    from .api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     source = prog.cuda_source
@@ -60,7 +60,7 @@ def cmd_plan(args) -> int:
     import itertools
     import time
 
-    from .api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     sizes = _named_sizes(args)
     t0 = time.perf_counter()
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused, sizes=sizes,
@@ -108,13 +108,13 @@ def cmd_plan(args) -> int:
 
 def _loop_step(prog):
     """The plan of ``prog`` priced as one step of a device loop (``cost/queued.py``)."""
-    from .cost.queued import step_price
+    from ..cost.queued import step_price
     search = prog.search
     return step_price(search.model, prog.kernels, search.dims, search.entries, search.itemsize)
 
 
 def cmd_run(args) -> int:
-    from .api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     # the sizes checked on the parsed script first (an unfused compile plans nothing and says
     # nothing), then the GPU asked for, then the plan made
     p = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
@@ -124,8 +124,8 @@ def cmd_run(args) -> int:
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library)
     p = prog.program
     _check_memory(p, dims, args.dtype)      # again, now against the GPU's free memory
-    from .reference import device_case, evaluate, relative_error
-    from .runtime.gpu import cupy
+    from ..reference import device_case, evaluate, relative_error
+    from ..runtime.gpu import cupy
     cp = cupy()
     log.info(f"{p.name}: sizes " + ", ".join(f"{d.name}={dims[d.id]}" for d in p.dims) + f", {args.dtype}")
     dev, host, poisoned = device_case(p, dims, args.dtype, args.seed)
@@ -140,7 +140,7 @@ def cmd_run(args) -> int:
         if not args.json:
             print(f"  {v.name:10s} error {err:.2e} (relative to the magnitude of its terms) "
                   f"{'ok' if err < tol else 'WRONG'}")
-    from .runtime.timing import median_us
+    from ..runtime.timing import median_us
     t = median_us(prog.bind(**dev), reps=args.reps, cold_l2=True)    # bound: launches only, kfuse's own outputs
     wrong = [name for name, err in errors.items() if not err < tol]
     if args.json:
@@ -158,7 +158,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from .api import compile as kcompile
+    from ..compiler.api import compile as kcompile
     program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     sizes = None
     if args.size:
@@ -308,7 +308,7 @@ def cmd_cache(args) -> int:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
     return __version__
 
 

@@ -3,7 +3,7 @@ one program (``loopsteps.py``) -- each value one step passes to the next, fused 
 rule's reason -- and both plans priced as device-loop steps (``cost/queued.py``)."""
 from __future__ import annotations
 
-from .errors import KfuseError
+from ..errors import KfuseError
 from .loops import _body, _specs, traced_shape
 from .loopsteps import check_unroll, unrolled
 
@@ -11,7 +11,7 @@ from .loopsteps import check_unroll, unrolled
 def _planned(body, leaves: list):
     """A traced body's program as a loop instance runs it at the state's sizes (device scalars
     read by address)."""
-    from .runtime.binding import bind_sizes
+    from ..runtime.binding import bind_sizes
     specs, _ = _specs(leaves, "explain_loop")
     shapes, scalars = {}, set()
     for name, src in body.inputs.items():
@@ -29,10 +29,10 @@ def explain_loop(body_fun, init_val, unroll: int = 2) -> str:
     for the state ``init_val`` (NumPy arrays will do: only shapes and dtypes are read): each
     value one step passes to the next, fused into one kernel with the call that reads it or
     not (the rule's reason), and both plans priced as device-loop steps."""
-    from .cost.queued import step_price
-    from .fusion import why_not
-    from .fusion.reasons import NestingDiffers
-    from .ir.graph import DependencyGraph
+    from ..cost.queued import step_price
+    from ..fusion import why_not
+    from ..fusion.reasons import NestingDiffers
+    from ..ir.graph import DependencyGraph
     if check_unroll(unroll) < 2:
         raise KfuseError("explain_loop: unroll must be at least 2 (the steps shown together)")
     one, leaves = _body(body_fun, True, init_val, "explain_loop")

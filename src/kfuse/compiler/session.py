@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .compiled import CompiledScript
-from .errors import LaunchError
-from .ir.plan import Plan, plan_from_json, plan_to_json
-from .ir.program import Program
-from .library.schema import Library
-from .passes import PassTimes
+from ..errors import LaunchError
+from ..ir.plan import Plan, plan_from_json, plan_to_json
+from ..ir.program import Program
+from ..library.schema import Library
+from ..progress import PassTimes
 from .pipeline import Options, Planned, lower, plan_program
 
 

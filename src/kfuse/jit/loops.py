@@ -49,11 +49,11 @@ from typing import Any
 import numpy as np
 
 from .decorator import JitFunction, _code_key, _csr_spec, _sparse, array_facts, lower_and_compile
-from .errors import KfuseError, TraceError
-from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
-from .library.loader import shipped_library
+from ..errors import KfuseError, TraceError
+from ..frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
+from ..library.loader import shipped_library
 from .loopsteps import check_unroll, unrolled
-from .runtime.control import expression
+from ..runtime.control import expression
 
 INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
 
@@ -474,7 +474,7 @@ def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
 
 
 def _instance(body: _Body, leaves: list, pred):
-    from .runtime.loop import Instance
+    from ..runtime.loop import Instance
     key = Instance.key(body, leaves, pred)
     inst = body.instances.get(key)
     if inst is None:

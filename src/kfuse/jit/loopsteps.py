@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .decorator import JitFunction
-from .errors import KfuseError
+from ..errors import KfuseError
 
 
 def unrolled(body_fun, unroll: int, lower: int):

@@ -12,18 +12,18 @@ from pathlib import Path
 import numpy as np
 
 from .pipeline import Options, parse
-from .codegen.module import DTYPES
+from ..codegen.module import DTYPES
 from .compiled import CompiledScript
-from .errors import KfuseError, ScriptError
-from .env import nvrtc_options
-from .frontend.parser import MAX_SIZE
-from .fusion.space import SPANS
-from .fusion.stages import SearchOptions
-from .ir.program import SIZE_WORDS, Program
-from .library.loader import load_library
-from .library.schema import Library
-from .passes import PassTimes
-from .runtime.gpu import clusters_available
+from ..errors import KfuseError, ScriptError
+from ..env import nvrtc_options
+from ..frontend.parser import MAX_SIZE
+from ..fusion.space import SPANS
+from ..fusion.stages import SearchOptions
+from ..ir.program import SIZE_WORDS, Program
+from ..library.loader import load_library
+from ..library.schema import Library
+from ..progress import PassTimes
+from ..runtime.gpu import clusters_available
 from .session import CompilerSession
 
 
@@ -205,8 +205,8 @@ def _check_reserved(program: Program) -> None:
     """A script input named like a keyword of the call (``out``, ``sync``, ``stream``) could not
     be passed: refused here, at its name in the input statement (found among the script's tokens,
     so a statement over several lines is no matter)."""
-    from .frontend.tokens import tokenize
-    from .runtime.executor import RESERVED
+    from ..frontend.tokens import tokenize
+    from ..runtime.executor import RESERVED
     bad = [v.name for v in program.inputs if v.name in RESERVED]
     if not bad:
         return
@@ -256,14 +256,14 @@ def _collector_paused():
 
 
 def _ranking_model(lib: Library, dtype: str, calibration):
-    from .cost.calibrated import CalibratedModel, choose_model, on_this_gpu, transfer_on_this_gpu
+    from ..cost.calibrated import CalibratedModel, choose_model, on_this_gpu, transfer_on_this_gpu
     if calibration is False:
         return transfer_on_this_gpu()
     if calibration is True or calibration is None:
         return choose_model(lib, dtype)
     if isinstance(calibration, (str, Path)):
-        from .cost.store import find
-        from .runtime.gpu import gpu_name
+        from ..cost.store import find
+        from ..runtime.gpu import gpu_name
         exact, other = find(gpu_name(), lib.digest, dtype, paths=[Path(calibration)])
         found = exact or (other and on_this_gpu(other))
         if found is not None:

@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from .api import check_tuned, compile_program
-from .compiled import CompiledScript
-from .errors import KfuseError, ScriptError, TraceError
-from .frontend.lower import lower
-from .frontend.lowered import Lowered
-from .frontend.trace import ArgSpec, Proxy, Trace, trace, user_site
-from .library.loader import load_library
-from .library.schema import Library
-from .passes import PassTimes
+from ..compiler.api import check_tuned, compile_program
+from ..compiler.compiled import CompiledScript
+from ..errors import KfuseError, ScriptError, TraceError
+from ..frontend.lower import lower
+from ..frontend.lowered import Lowered
+from ..frontend.trace import ArgSpec, Proxy, Trace, trace, user_site
+from ..library.loader import load_library
+from ..library.schema import Library
+from ..progress import PassTimes
 
 _SHARED: dict = {}          # full key -> _Entry, across jitted functions (the same code and library)
 _NUMBER = "number"
@@ -92,7 +92,7 @@ class _Entry:
         if not exprs:
             return None
         if self.tail is None:
-            from .runtime.control import ScalarTail
+            from ..runtime.control import ScalarTail
             self.tail = ScalarTail.traced(self.dtype, exprs, self.lowered.leaves)
         return self.tail(outs, args)
 
@@ -455,15 +455,15 @@ def _cell(c):
 def _sparse(a) -> bool:
     """A sparse matrix (SciPy, cupyx, torch sparse, kfuse.CSR or a 4-tuple): a csr input, not a
     dense array to trace."""
-    from .runtime.csr import is_csr
+    from ..runtime.csr import is_csr
     return is_csr(a)
 
 
 def _csr_spec(fn: str, name: str, a) -> tuple[tuple[int, int, int], np.dtype]:
     """(rows, cols, nnz) and the values' dtype of a CSR argument (its arrays are not read:
     NumPy arrays in a kfuse.CSR will do for tracing); errors at the caller's line."""
-    from .errors import LaunchError
-    from .runtime.csr import INDEX_DTYPES, parts, shape_of
+    from ..errors import LaunchError
+    from ..runtime.csr import INDEX_DTYPES, parts, shape_of
     if "sparse" in str(getattr(a, "layout", "")) and "csr" not in str(a.layout):
         raise TraceError(f"argument {name} of {fn}: a torch sparse tensor of layout {a.layout}; pass a CSR "
                          "tensor (.to_sparse_csr())", user_site())

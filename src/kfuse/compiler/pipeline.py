@@ -25,19 +25,19 @@ from typing import Mapping
 
 import numpy as np
 
-from .codegen import generate
-from .codegen.kernel import KernelCode
-from .codegen.module import module_source
-from .frontend import parse_script
-from .fusion import stages
-from .fusion.plans import PlanSearch, unfused_plan
-from .fusion.stages import SearchOptions
-from .ir.artifact import Artifact
-from .ir.plan import Plan
-from .ir.program import Program
-from .library.schema import Library
-from .passes import PASSES, PassTimes
-from .tuning.store import stored_plan
+from ..codegen import generate
+from ..codegen.kernel import KernelCode
+from ..codegen.module import module_source
+from ..frontend import parse_script
+from ..fusion import stages
+from ..fusion.plans import PlanSearch, unfused_plan
+from ..fusion.stages import SearchOptions
+from ..ir.artifact import Artifact
+from ..ir.plan import Plan
+from ..ir.program import Program
+from ..library.schema import Library
+from ..progress import PASSES, PassTimes
+from ..tuning.store import stored_plan
 
 #: the stages of a compile, in data-flow order (``PassTimes.describe`` lists them so)
 STAGES = PASSES
@@ -98,7 +98,7 @@ def emit(kernels: tuple[KernelCode, ...], lib: Library, dtype: str, title: str, 
 def load(artifact: Artifact, device: int, orders: tuple[int, ...] = ()):
     """The load stage: the artifact's module compiled (NVRTC) and loaded on ``device``, built for
     the kernels' block orders; kept by the runtime per artifact (``runtime/modules.py``)."""
-    from .runtime import modules
+    from ..runtime import modules
     return modules.module(artifact, device, orders)
 
 
