@@ -23,7 +23,7 @@ def standin(monkeypatch):
 
 def test_modules_and_shapes_are_the_runtimes_per_artifact(standin, monkeypatch):
     from kfuse.runtime import modules, order
-    monkeypatch.setattr(order, "target_blocks", lambda threads, device: 264)    # an H100's two waves
+    monkeypatch.setattr(order, "device_limits", lambda device: (132, 1))    # 264 blocks (two waves of 132) at any width
     prog = kfuse.compile(TWO_KERNELS, calibration=False, fuse=False)
     art = prog.artifact
     fns = modules.functions(art, 0)

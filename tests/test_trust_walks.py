@@ -19,7 +19,7 @@ import kfuse
 from kfuse.jit import loops as loops
 from kfuse.jit.decorator import array_facts
 from kfuse.errors import KfuseError
-from kfuse.frontend.lower import _computed, _leaves
+from kfuse.frontend.calls import _computed, _leaves
 from kfuse.runtime import control
 from kfuse.runtime.control import ScalarTail, c_expr, c_shared, control_source
 from kfuse.runtime import csr

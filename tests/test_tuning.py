@@ -7,7 +7,7 @@ import pytest
 import kfuse
 from kfuse.codegen.kernel import build_kernel
 from kfuse.errors import KfuseError
-from kfuse.tuning.store import HEADER, TuningStore, size_class, store_key
+from kfuse.tuning.store import HEADER, TuningStore, size_words, store_key
 from kfuse.ir.plan import plan_from_json, plan_to_json
 
 from conftest import ROOT
@@ -47,7 +47,7 @@ def test_foreign_plans_are_refused(gemver, mutate, match):
 
 def test_size_class_rounds_to_powers_of_two(gemver):
     d = gemver.program.dims[0]
-    assert size_class(gemver.program, {d.id: 8000}) == size_class(gemver.program, {d.id: 8192}) == "n=2^13"
+    assert size_words(gemver.program, {d.id: 8000}) == size_words(gemver.program, {d.id: 8192}) == "n=2^13"
 
 
 def test_append_and_lookup_newest(tmp_path, gemver):

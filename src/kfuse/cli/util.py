@@ -156,24 +156,8 @@ def _plan_line(plan, full: bool) -> str:
 
 def plan_dot(prog) -> str:
     """Graphviz text of the dependency graph with each kernel of the plan as a cluster."""
-    def q(text: str) -> str:
-        return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
-    graph = prog.graph
-    lines = [f"digraph {q(prog.program.name)} {{", "  node [shape=box];"]
-    for n, k in enumerate(prog.plan.kernels):
-        lines.append(f"  subgraph cluster_{n} {{")
-        lines.append(f"    label={q(f'kernel {n}: {k.name}')};")
-        for kc in k.calls:
-            lines.append(f"    c{kc.call.index} [label={q(kc.call.text())}];")
-        lines.append("  }")
-    for (p, c), vs in sorted(graph.edge_values.items()):
-        lines.append(f"  c{p} -> c{c} [label={q(', '.join(v.name for v in vs))}];")
-    for v, cs in sorted(graph.shared_inputs.items()):
-        name = prog.program.values[v].name
-        for a, b in zip(cs, cs[1:]):
-            lines.append(f"  c{a} -> c{b} [style=dashed, dir=none, label={q('shares ' + name)}];")
-    lines.append("}")
-    return "\n".join(lines)
+    return prog.graph.dot(prog.program.name, [(f"kernel {n}: {k.name}", [kc.call.index for kc in k.calls])
+                                              for n, k in enumerate(prog.plan.kernels)])
 
 
 def _bench_size(text: str) -> int:

@@ -4,7 +4,7 @@
     library -> parse -> space -> rank -> partition -> lower -> emit -> load
 
 - **library** (``kfuse.api``): the library folders loaded and checked -> ``Library``;
-- **parse** (``parse``): script text (or, for the jit, a traced function: ``frontend/lower.py``)
+- **parse** (``parse``): script text (or, for the jit, a traced function: ``frontend/calls.py``)
   -> ``Program``;
 - **space**, **rank**, **partition** (``plan_program``; the stages are ``fusion/stages.py``): the legal
   fusions and their implementations -> ``Spaced``; priced by the model -> ``RankedSpace``;

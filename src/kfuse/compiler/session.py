@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Mapping
@@ -18,7 +17,7 @@ from typing import Mapping
 from .compiled import CompiledScript
 from ..errors import LaunchError
 from ..ir.plan import Plan, plan_from_json, plan_to_json
-from ..ir.program import Program
+from ..ir.program import Program, size_class
 from ..library.schema import Library
 from ..progress import PassTimes
 from .pipeline import Options, Planned, lower, plan_program
@@ -38,11 +37,6 @@ class CompileKey:
     model: str
     library: str
     plan: str | None = None       # a given (pinned) plan's digest
-
-
-def size_class(program: Program, dims: Mapping[int, int]) -> tuple[int, ...]:
-    """Each dimension's size rounded to a power of two (its exponent)."""
-    return tuple(round(math.log2(max(1, dims[d.id]))) for d in program.dims)
 
 
 class CompilerSession:

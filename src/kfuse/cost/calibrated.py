@@ -453,7 +453,7 @@ def _facts_here(device: dict) -> dict | None:
 def on_this_gpu(cal: Calibration) -> Calibration:
     """A calibration measured on another GPU, given the multiprocessor facts of the GPU at hand
     (SMs, threads, blocks and shared memory per SM): the runtime picks grids and serial iterations
-    by them (``gpu.target_blocks``), so the model's occupancy, waves and iterations must be those
+    by them (``ir.kernel.target_blocks``), so the model's occupancy, waves and iterations must be those
     the kernels will get.  The measured times stay the other GPU's.  Unchanged without a GPU."""
     device = _facts_here(cal.device)
     return cal if device is None else replace(cal, device=device)

@@ -2,7 +2,7 @@
 
 ``x * y``, ``x + 2.0``, ``abs(r)``, ``np.exp(w)``, ``torch.clamp(x, 0, 1)``, ``d[:, None] * A``,
 ``(w * r * r).sum()``, ``np.linalg.norm(r, np.inf)``: each makes an ``ew``, ``bcast`` or ``red``
-node (``frontend/tracenode.py``) with NumPy's broadcasting of shapes; ``frontend/lower.py`` writes
+node (``frontend/tracenode.py``) with NumPy's broadcasting of shapes; ``frontend/calls.py`` writes
 each largest elementwise region as one expression statement, which the builder makes one
 synthesized function (``frontend/ewbuild.py``, ``library/synth.py``).
 

@@ -1,4 +1,4 @@
-"""Python front end, part 3: the statements a traced function was lowered to (``frontend/lower.py``)
+"""Python front end, part 3: the statements a traced function was lowered to (``frontend/calls.py``)
 as the program IR, and as a script for people.
 
 The program is built straight from the statements by the script front end's builder

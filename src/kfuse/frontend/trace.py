@@ -5,7 +5,7 @@ record nodes (nothing is computed): ``A @ x`` and ``A.T @ x`` (matrix-vector pro
 argument ``A @ x`` is ``spmv``), ``x @ y``
 (a dot product), ``a * x``, ``x / a``, ``x + y``, ``x - y``, ``-x`` (linear combinations),
 ``kfuse.outer(u, v)``, ``kfuse.lib.<function>(...)`` (any library function by name) and scalar
-arithmetic (``+ - * /``, unary ``-``, ``kfuse.sqrt`` or ``** 0.5``).  ``frontend/lower.py`` then
+arithmetic (``+ - * /``, unary ``-``, ``kfuse.sqrt`` or ``** 0.5``).  ``frontend/calls.py`` then
 maps the graph onto library calls -- a whole expression at once, so ``a * (A @ x) + b * y`` is one
 5-argument ``gemv`` -- and writes it as a script, which the script front end parses as usual.
 

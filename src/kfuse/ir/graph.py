@@ -109,16 +109,24 @@ class DependencyGraph:
             self._anc = anc
         return self._anc
 
-    def dot(self) -> str:
-        """Graphviz text of the graph (calls and the values on each edge)."""
-        lines = ["digraph kfuse {"]
-        for c in self.program.calls:
-            lines.append(f'  c{c.index} [label="{c.text()}"];')
-        for (p, q), vs in sorted(self.edge_values.items()):
-            lines.append(f'  c{p} -> c{q} [label="{", ".join(v.name for v in vs)}"];')
+    def dot(self, name: str = "kfuse", clusters=()) -> str:
+        """Graphviz text of the graph: calls, the values on each edge, inputs shared (dashed);
+        ``clusters`` ((label, call indices) each: a plan's kernels) groups calls in boxes."""
+        def q(text: str) -> str:
+            return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines = [f"digraph {q(name)} {{", "  node [shape=box];"]
+        grouped: set[int] = set()
+        for n, (label, calls) in enumerate(clusters):
+            lines += [f"  subgraph cluster_{n} {{", f"    label={q(label)};"]
+            lines += [f"    c{i} [label={q(self.program.calls[i].text())}];" for i in calls]
+            lines.append("  }")
+            grouped.update(calls)
+        lines += [f"  c{c.index} [label={q(c.text())}];" for c in self.program.calls if c.index not in grouped]
+        for (p, c), vs in sorted(self.edge_values.items()):
+            lines.append(f"  c{p} -> c{c} [label={q(', '.join(v.name for v in vs))}];")
         for v, cs in sorted(self.shared_inputs.items()):
-            name = self.program.values[v].name
+            shared = self.program.values[v].name
             for a, b in zip(cs, cs[1:]):
-                lines.append(f'  c{a} -> c{b} [style=dashed, dir=none, label="shares {name}"];')
+                lines.append(f"  c{a} -> c{b} [style=dashed, dir=none, label={q('shares ' + shared)}];")
         lines.append("}")
         return "\n".join(lines)

@@ -248,6 +248,12 @@ def entries(v: Value, dims: Mapping[int, int]) -> int:
     return n
 
 
+def size_class(program: "Program", dims: Mapping[int, int]) -> tuple[int, ...]:
+    """Each dimension's size rounded to a power of two (its exponent): the sizes a plan is kept
+    for (a compiler session's key, a tuning record's ``sizes``)."""
+    return tuple(round(math.log2(max(1, dims[d.id]))) for d in program.dims)
+
+
 @dataclass(frozen=True)
 class Dim:
     id: int

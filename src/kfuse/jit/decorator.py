@@ -1,7 +1,7 @@
 """``@kfuse.jit``: a Python function over arrays, traced into a program and run like a script.
 
 The first call with a new signature traces the function (``frontend/trace.py``), lowers the
-traced graph onto library calls and builds the program IR from them (``frontend/lower.py``,
+traced graph onto library calls and builds the program IR from them (``frontend/calls.py``,
 ``frontend/lowered.py``: the script front end's builder, so the same program a script of those
 calls parses to, with errors at the user's line) and plans it with ``kfuse.api.compile_program``
 -- the same plan search and code generation as the script front end.  ``fn.script`` shows the
@@ -40,7 +40,7 @@ import numpy as np
 from ..compiler.api import check_tuned, compile_program
 from ..compiler.compiled import CompiledScript
 from ..errors import KfuseError, ScriptError, TraceError
-from ..frontend.lower import lower
+from ..frontend.calls import library_calls
 from ..frontend.lowered import Lowered
 from ..frontend.trace import ArgSpec, Proxy, Trace, trace, user_site
 from ..library.loader import load_library
@@ -269,7 +269,7 @@ class JitFunction:
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
         specs, _ = self.specs(args)
-        return lower(trace(self.fn, specs, self.library), self.fn.__name__)
+        return library_calls(trace(self.fn, specs, self.library), self.fn.__name__)
 
     def compile(self, *args, **kwargs):
         """The compiled program a call with these arguments runs (traced and compiled now if need be;
@@ -330,7 +330,7 @@ def lower_and_compile(tr: Trace, name: str, dtype: np.dtype, library: Library,
     fuse, tuned, calibration, on_strips = options
     timer = PassTimes()
     with timer("parse"):
-        lowered = lower(tr, name)
+        lowered = library_calls(tr, name)
     try:
         return lowered, compile_program(lowered.program, library, dtype.name, fuse=fuse, sizes=lowered.sizes,
                                         tuned=tuned, calibration=calibration, vector_on_strips=on_strips,

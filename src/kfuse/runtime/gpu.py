@@ -3,7 +3,6 @@ and the device facts read once (name, multiprocessor limits, the grid target).""
 from __future__ import annotations
 
 from ..errors import LaunchError
-from ..ir.kernel import target_blocks as _target_blocks
 
 
 def cupy():
@@ -78,11 +77,11 @@ def current_device_info() -> dict | None:
 _device_limits: dict[int, tuple[int, int]] = {}
 
 
-def target_blocks(threads: int, device: int) -> int:
-    """Blocks for two full waves of ``device`` (the grid size that auto iterations aim at)."""
+def device_limits(device: int) -> tuple[int, int]:
+    """(multiprocessors, most resident threads per multiprocessor) of ``device``, read once: what
+    ``ir.kernel.target_blocks`` sizes a grid of automatic iterations by."""
     if device not in _device_limits:
         rt = cupy().cuda.runtime
         _device_limits[device] = (rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, device),
                                   rt.deviceGetAttribute(rt.cudaDevAttrMaxThreadsPerMultiProcessor, device))
-    sms, max_threads = _device_limits[device]
-    return _target_blocks(sms, max_threads, threads)
+    return _device_limits[device]

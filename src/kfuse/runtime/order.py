@@ -40,8 +40,8 @@ import numpy as np
 from ..env import block_orders, switch
 from ..errors import KfuseError
 from ..ir.artifact import Artifact, LaunchedKernel
-from ..ir.kernel import upper_tiles
-from .gpu import target_blocks
+from ..ir.kernel import target_blocks, upper_tiles
+from .gpu import device_limits
 
 L2_SHARE = 0.5          # of the device's L2 assumed to hold the producer's most recent data
 
@@ -243,13 +243,13 @@ def _table(artifact: Artifact, name: str) -> dict:
 
 def launch_shape(artifact: Artifact, dims: dict[int, int], device: int) -> tuple[tuple[int, int], ...]:
     """(target blocks, serial iterations) of each kernel of ``artifact`` launched at sizes ``dims``
-    (iterations chosen at launch aim at a grid of two waves: gpu.target_blocks); cached."""
+    (iterations chosen at launch aim at a grid of two waves: ir.kernel.target_blocks); cached."""
     cache = _table(artifact, "shape")
     key = (tuple(sorted(dims.items())), device)
     if key not in cache:
         shape = []
         for code in artifact.kernels:
-            target = target_blocks(code.launch.threads, device)
+            target = target_blocks(*device_limits(device), code.launch.threads)
             shape.append((target, code.launch.iterations(dims, target)))
         cache[key] = tuple(shape)
     return cache[key]

@@ -27,7 +27,7 @@ from ..env import cache_dir, writable_folder
 from ..errors import KfuseError
 from ..fileio import MAX_LINE_BYTES, open_regular
 from ..ir.plan import Plan, plan_problem, plan_to_json
-from ..ir.program import Program
+from ..ir.program import Program, size_class
 
 HEADER = {"format": "kfuse-tuning-store", "version": 1}
 
@@ -36,13 +36,14 @@ def default_path() -> Path:
     return cache_dir() / "tuning.jsonl"
 
 
-def size_class(program: Program, dims: dict[int, int]) -> str:
-    return ",".join(f"{d.name}=2^{round(math.log2(max(1, dims[d.id])))}" for d in program.dims)
+def size_words(program: Program, dims: dict[int, int]) -> str:
+    """A record's ``sizes``: each dimension's power-of-two class, by name (``n=2^13``)."""
+    return ",".join(f"{d.name}=2^{e}" for d, e in zip(program.dims, size_class(program, dims)))
 
 
 def store_key(program: Program, gpu: str, dtype: str, dims: dict[int, int]) -> dict:
     return {"gpu": gpu, "script": hashlib.sha256(program.source.encode()).hexdigest()[:16],
-            "library": program.library_digest, "dtype": dtype, "sizes": size_class(program, dims)}
+            "library": program.library_digest, "dtype": dtype, "sizes": size_words(program, dims)}
 
 
 def _digest(record: dict) -> str:

@@ -333,7 +333,7 @@ def _check_depth(trace: Trace) -> None:
                              "function)", n.site)
 
 
-def lower(trace: Trace, name: str) -> Lowered:
+def library_calls(trace: Trace, name: str) -> Lowered:
     """The program of a traced function, named ``name`` (see the module docstring)."""
     _check_depth(trace)
     low = _Lowering(trace)
