@@ -61,15 +61,15 @@ def test_cli_reports_script_errors(tmp_path, capsys):
 
 
 def test_cli_size_parsing():
-    from kfuse.cli.main import _parse_sizes
+    from kfuse.cli.main import parse_sizes
     p = kfuse.compile(ROOT / "examples" / "bicgk.kf").program
-    assert sorted(_parse_sizes(p, ["7"]).values()) == [7, 7]
-    dims = _parse_sizes(p, ["A.rows=3", "A.cols=5"])
+    assert sorted(parse_sizes(p, ["7"]).values()) == [7, 7]
+    dims = parse_sizes(p, ["A.rows=3", "A.cols=5"])
     assert {p.dims[d].name: s for d, s in dims.items()} == {"A.rows": 3, "A.cols": 5}
     with pytest.raises(kfuse.KfuseError, match="no size for"):
-        _parse_sizes(p, ["A.rows=3"])
+        parse_sizes(p, ["A.rows=3"])
     with pytest.raises(kfuse.KfuseError, match="the script's sizes are"):
-        _parse_sizes(p, ["zz=3"])
+        parse_sizes(p, ["zz=3"])
 
 
 def test_python_dash_m_entry_point():

@@ -128,14 +128,14 @@ def test_sample_notice_is_what_kfuse_prints(monkeypatch, caplog, tmp_path):
 @pytest.mark.parametrize("command", ["run", "tune"])
 def test_command_synopsis_fits_the_headline_script(command):
     """The synopsis's sizes work on the README's first script (BiCGK, which names no size)."""
-    from kfuse.cli.util import _parse_sizes
+    from kfuse.cli.util import parse_sizes
     line = next(ln for ln in README.splitlines() if ln.startswith(f"kfuse {command} SCRIPT"))
     words = shlex.split(re.sub(r"\[[^\]]*NAME[^\]]*\]", "", line.split("#", 1)[0]).replace("[", "").replace("]", ""))
     sizes = [words[i + 1] for i, w in enumerate(words) if w == "--size"]
     assert sizes
     prog = kfuse.compile(ROOT / "examples" / "bicgk.kf", tuned=False)
     assert "TILE32x32 A;" in README and "q = sgemv(A, p);" in README
-    dims = _parse_sizes(prog.program, sizes)
+    dims = parse_sizes(prog.program, sizes)
     assert set(dims.values()) == {8192}
 
 

@@ -369,7 +369,7 @@ def run_bench(opts: BenchOptions, log: Log = _stderr, checkpoint: Callable[[Benc
     return run
 
 
-def _sequence_inputs(cp, p, dims, dtype: str, seed: int, sets: int):
+def sequence_inputs(cp, p, dims, dtype: str, seed: int, sets: int):
     """Input sets on the device and the float64 reference of set 0 [(name, value, magnitude)].
     Scalars are the same in every set (so that torch.compile sees one set of constants) and
     rounded to the dtype for everyone."""
@@ -469,7 +469,7 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
     log(f"[{dtype}] {display_name(stem)}: " + ", ".join(f"{k}={v}" for k, v in info.sizes.items())
         + f"; inputs {fmt_bytes(nbytes)}, {sets} input set(s); traffic: plan {fmt_bytes(info.plan_bytes)}, "
         f"one-pass {fmt_bytes(info.onepass_bytes)}; {info.kernels} kernel(s)")
-    dev, expected = _sequence_inputs(cp, p, dims, dtype, opts.seed, sets)
+    dev, expected = sequence_inputs(cp, p, dims, dtype, opts.seed, sets)
     contenders = _Contenders(cp, prog, dims, dtype, dev)
     prepares: dict[str, Prepare | Record] = {KFUSE: contenders.kfuse}
     for name in (CUBLAS, TORCH_EAGER, TORCH_COMPILE):

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import KfuseError
 from ..runtime.timing import quartiles
 from . import peers
-from .harness import (ERROR, OK, Record, _sequence_inputs, check_then_time, copy_bandwidth, device_timer,
+from .harness import (ERROR, OK, Record, sequence_inputs, check_then_time, copy_bandwidth, device_timer,
                       sequence_dims)
 from .records import COLOURS, CUBLAS, KFUSE, TORCH_COMPILE as COMPILE, TORCH_EAGER as EAGER, display_name
 
@@ -134,7 +134,7 @@ def run_per_call(paths, dtypes, size_classes=SIZE_CLASSES, calls: int = 200, rou
                 prog = kcompile(path, dtype=dtype, sizes={d.name: dims0[d.id] for d in shape.dims})
                 p = prog.program
                 dims = sequence_dims(p, n, N)
-                dev, expected = _sequence_inputs(cp, p, dims, dtype, seed, 1)
+                dev, expected = sequence_inputs(cp, p, dims, dtype, seed, 1)
                 dev = dev[0]
                 outs = {v.name: cp.full(tuple(dims[d] for d in v.dims), float("nan"), dtype=dtype)
                         for v in p.outputs}

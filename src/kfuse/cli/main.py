@@ -11,8 +11,8 @@ import os
 import sys
 
 from .util import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, MAX_SIZE, ArgumentParser,  # noqa: F401
-                       GpuRequiredError, UsageExit, _bench_size, _bytes, _check_memory, _device_free,
-                       _parse_sizes, _plan_json, _plan_line, _positive, _require_gpu, _write_output,
+                       GpuRequiredError, UsageExit, bench_size, byte_text, check_memory, device_free,
+                       parse_sizes, plan_json, plan_line, positive_int, require_gpu, write_output,
                        error_json, flags_anywhere, json_option, kfuse_error_json, plan_dot, print_json,
                        script_path, wants_json)
 from .. import env
@@ -35,7 +35,7 @@ def _named_sizes(args) -> dict[str, int] | None:
     from ..compiler.api import compile as kcompile
     # the script's dimensions first (an unfused compile plans nothing)
     program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
-    dims = _parse_sizes(program, args.size)
+    dims = parse_sizes(program, args.size)
     return {d.name: dims[d.id] for d in program.dims}
 
 
@@ -45,12 +45,12 @@ def cmd_compile(args) -> int:
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     source = prog.cuda_source
     if args.output:
-        _write_output(args.output, source)
+        write_output(args.output, source)
         log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(source.splitlines())} lines")
     if args.json:
         print_json({"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                     "kernels": len(prog.kernels), "lines": len(source.splitlines()), "output": args.output,
-                    **({} if args.output else {"cuda_source": source}), "plan": _plan_json(prog.plan)})
+                    **({} if args.output else {"cuda_source": source}), "plan": plan_json(prog.plan)})
     elif not args.output:
         sys.stdout.write(source)
     return 0
@@ -73,11 +73,11 @@ def cmd_plan(args) -> int:
     if args.json:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                "model": search.model.name if search is not None else None,
-               "planned_s": round(elapsed, 6), "plan": _plan_json(prog.plan)}
+               "planned_s": round(elapsed, 6), "plan": plan_json(prog.plan)}
         if args.graph:
             doc["graph"] = plan_dot(prog)
         if search is not None and args.all:
-            doc["plans"] = [_plan_json(p) for p in itertools.islice(search.plans(), args.all)]
+            doc["plans"] = [plan_json(p) for p in itertools.islice(search.plans(), args.all)]
         if args.timings:
             prog.cuda_source
             doc["timings_s"] = {k: round(v, 6) for k, v in prog.timings.seconds.items()}
@@ -99,7 +99,7 @@ def cmd_plan(args) -> int:
             print(f"plans in predicted order (first {args.all}):")
             full = log.isEnabledFor(logging.DEBUG)
             for n, plan in enumerate(itertools.islice(search.plans(), args.all)):
-                print(f"  {n + 1:4d}. {(plan.predicted or 0.0) * 1e6:9.1f} us  {_plan_line(plan, full)}")
+                print(f"  {n + 1:4d}. {(plan.predicted or 0.0) * 1e6:9.1f} us  {plan_line(plan, full)}")
     if args.timings:
         prog.cuda_source            # the emit pass
         print(prog.timings.describe())
@@ -118,12 +118,12 @@ def cmd_run(args) -> int:
     # the sizes checked on the parsed script first (an unfused compile plans nothing and says
     # nothing), then the GPU asked for, then the plan made
     p = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
-    dims = _parse_sizes(p, args.size)
-    _check_memory(p, dims, args.dtype)
-    _require_gpu("run")
+    dims = parse_sizes(p, args.size)
+    check_memory(p, dims, args.dtype)
+    require_gpu("run")
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library)
     p = prog.program
-    _check_memory(p, dims, args.dtype)      # again, now against the GPU's free memory
+    check_memory(p, dims, args.dtype)      # again, now against the GPU's free memory
     from ..reference import device_case, evaluate, relative_error
     from ..runtime.gpu import cupy
     cp = cupy()
@@ -147,7 +147,7 @@ def cmd_run(args) -> int:
         doc = {"script": str(args.script), "name": p.name, "dtype": args.dtype,
                "sizes": {d.name: dims[d.id] for d in p.dims}, "ok": not wrong, "tolerance": tol,
                "errors": {k: float(v) for k, v in errors.items()}, "time_us": round(t, 3),
-               "reps": args.reps, "kernels": len(prog.kernels), "plan": _plan_json(prog.plan)}
+               "reps": args.reps, "kernels": len(prog.kernels), "plan": plan_json(prog.plan)}
         if wrong:
             doc["error"] = error_json("wrong_result", f"{', '.join(wrong)}: error over the tolerance {tol:g} "
                                       "(relative to the magnitude of its terms)", EXIT_ERROR)
@@ -162,14 +162,14 @@ def cmd_tune(args) -> int:
     program = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=False).program
     sizes = None
     if args.size:
-        dims = _parse_sizes(program, args.size)
+        dims = parse_sizes(program, args.size)
         sizes = {d.name: dims[d.id] for d in program.dims}
-    _require_gpu("tune")            # before any planning or notice
+    require_gpu("tune")            # before any planning or notice
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, tuned=False)
     best = prog.tune(top=args.top, sizes=sizes, reps=args.reps, store=args.store or True, log=log.info)
     if args.json:
         doc = {"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
-               "plan": _plan_json(best.plan)}
+               "plan": plan_json(best.plan)}
         doc.update(getattr(best, "tuning", None) or {})
         print_json(doc)
     else:
@@ -206,7 +206,7 @@ def _script_commands(sub) -> None:
                         "(kfuse plan X.kf --graph | dot -Tpng > plan.png)")
     json_option(p, "print the plan (and --all's plans) as JSON, or the error")
     p.add_argument("--explain", action="store_true", help="list every fusion, and why each refused one was refused")
-    p.add_argument("--all", type=_positive, nargs="?", const=20, default=0, metavar="K",
+    p.add_argument("--all", type=positive_int, nargs="?", const=20, default=0, metavar="K",
                    help="list the first K plans (default 20) in predicted order, one line each: per kernel its "
                         "calls, <loop, unroll U, span S, serial iterations I, instances per block B, each "
                         "call's variant and macros> (with -v: every macro by name, I and B always)")
@@ -226,15 +226,15 @@ def _script_commands(sub) -> None:
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="size of a script dimension (repeatable); a bare N sets every dimension not named")
     p.add_argument("--seed", type=int, default=None, help="seed of the random inputs (default: a fresh one)")
-    p.add_argument("--reps", type=_positive, default=50, help="timed runs, median reported (default 50)")
+    p.add_argument("--reps", type=positive_int, default=50, help="timed runs, median reported (default 50)")
     json_option(p, "print the errors, time and plan as JSON, or the error")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("tune", help="measure the top-ranked plans on the GPU and remember the fastest")
     common(p)
-    p.add_argument("--top", type=_positive, default=20, help="plans to measure (default 20)")
+    p.add_argument("--top", type=positive_int, default=20, help="plans to measure (default 20)")
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="sizes to tune at (default: the model's, 8192 per matrix side, 2^24 per vector)")
-    p.add_argument("--reps", type=_positive, default=30, help="timed runs per plan, median (default 30)")
+    p.add_argument("--reps", type=positive_int, default=30, help="timed runs per plan, median (default 30)")
     p.add_argument("--store", help="tuning store file (default $KFUSE_CACHE_DIR or ~/.cache/kfuse/tuning.jsonl)")
     json_option(p, "print the winner, its time and whether it was stored as JSON, or the error")
     p.set_defaults(fn=cmd_tune)

@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from .util import (EXIT_ERROR, GpuRequiredError, _bench_size, _positive, _require_gpu, error_json,
+from .util import (EXIT_ERROR, GpuRequiredError, bench_size, positive_int, require_gpu, error_json,
                        json_option, print_json)
 from ..errors import KfuseError
 
@@ -26,7 +26,7 @@ def cmd_bench(args) -> int:
     args.n = 8192 if args.n is None else args.n
     args.N = 2**26 if args.N is None else args.N
     sequences = tuple(resolve_sequences(args.seq)) if args.seq else ()
-    _require_gpu("bench")
+    require_gpu("bench")
     opts = BenchOptions(n=args.n, N=args.N, dtypes=tuple(dict.fromkeys(dtypes)),
                         sequences=sequences,
                         reps=args.reps, warmup=args.warmup, torch_compile=not args.no_torch_compile,
@@ -63,7 +63,7 @@ def _bench_per_call(args, dtypes) -> int:
     classes = SIZE_CLASSES if args.n is None and args.N is None else (
         (args.n or SIZE_CLASSES[0][0], args.N or SIZE_CLASSES[0][1]),)
     paths = resolve_sequences(args.seq) if args.seq else default_sequences()
-    _require_gpu("bench")
+    require_gpu("bench")
     rows, bw = run_per_call(paths, dtypes, classes, seed=args.seed, torch_compile=not args.no_torch_compile,
                             log=log.info)
     env = environment(shlex.join(["kfuse", *args.argv]))
@@ -110,7 +110,7 @@ def cmd_report(args) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise KfuseError(f"--out {args.out}: is a folder; give a file name")
-    _require_gpu("report")          # before the output folder is made
+    require_gpu("report")          # before the output folder is made
     if args.random:
         paths = random_scripts(out.parent / f"{out.stem}-scripts", args.random, args.seed)
     else:
@@ -137,9 +137,9 @@ def measure_commands(sub) -> None:
                        description="Measure the copy bandwidth, then check (against a float64 NumPy reference) "
                                    "and time kfuse's plan, cuBLAS through CuPy, PyTorch eager and torch.compile "
                                    "on each sequence; write results.md, results.csv, env.json and PNG charts.")
-    p.add_argument("--n", type=_bench_size, default=None, help="size of every dimension of a script with a matrix "
+    p.add_argument("--n", type=bench_size, default=None, help="size of every dimension of a script with a matrix "
                    "(default 8192; --per-call: 1024 and 8192)")
-    p.add_argument("--N", type=_bench_size, default=None, help="size of every dimension of a script without a "
+    p.add_argument("--N", type=bench_size, default=None, help="size of every dimension of a script without a "
                    "matrix (default 2^26; --per-call: 2^20 and 2^26)")
     p.add_argument("--per-call", action="store_true",
                    help="wall time per call from a Python loop (plain, repeated and bound calls, cuBLAS, torch "
@@ -149,7 +149,7 @@ def measure_commands(sub) -> None:
                    help="element type (repeatable, or 'both'; default float32)")
     p.add_argument("--seq", action="append", default=None, metavar="NAME",
                    help="sequence: an example's name (gemver) or a .kf path (repeatable; default all examples)")
-    p.add_argument("--reps", type=_positive, default=100, help="timed repetitions, median reported (default 100)")
+    p.add_argument("--reps", type=positive_int, default=100, help="timed repetitions, median reported (default 100)")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before timing (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--out", default="bench-out", help="output folder (default bench-out)")
@@ -174,13 +174,13 @@ def measure_commands(sub) -> None:
                                       "times to plan and search (the paper's Tables 4 and 5; GPU)")
     p.add_argument("--seq", action="append", default=None, metavar="NAME",
                    help="sequence: an example's name or a .kf path (repeatable; default all examples)")
-    p.add_argument("--top", type=_positive, default=20, metavar="K", help="plans measured per sequence (default 20)")
-    p.add_argument("--n", type=_bench_size, default=8192, help="every dimension of a script with a matrix "
+    p.add_argument("--top", type=positive_int, default=20, metavar="K", help="plans measured per sequence (default 20)")
+    p.add_argument("--n", type=bench_size, default=8192, help="every dimension of a script with a matrix "
                    "(default 8192)")
-    p.add_argument("--N", type=_bench_size, default=2**26, help="every dimension of a script without a matrix "
+    p.add_argument("--N", type=bench_size, default=2**26, help="every dimension of a script without a matrix "
                    "(default 2^26)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="element type (default float32)")
-    p.add_argument("--reps", type=_positive, default=20, help="timed repetitions per plan, median (default 20)")
+    p.add_argument("--reps", type=positive_int, default=20, help="timed repetitions per plan, median (default 20)")
     p.add_argument("--retime", type=int, default=5, metavar="R",
                    help="time the first choice and the measured best again in turns, R rounds (default 5; 0: not)")
     p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")

@@ -15,7 +15,7 @@ EXIT_INTERRUPTED = 130
 MAX_SIZE = 2**48    # no array dimension beyond this (a size, or a power such as 2^26)
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     try:
         value = int(text)
@@ -30,7 +30,7 @@ class GpuRequiredError(KfuseError):
     """A command that runs kernels found no usable GPU (``"kind": "no_gpu"`` under --json)."""
 
 
-def _require_gpu(what: str) -> None:
+def require_gpu(what: str) -> None:
     """Refuse a command that measures or runs on a GPU when none is usable (checked before it
     writes anything)."""
     from ..runtime.gpu import have_gpu
@@ -40,7 +40,7 @@ def _require_gpu(what: str) -> None:
                          "work without one")
 
 
-def _write_output(path: str, text: str) -> None:
+def write_output(path: str, text: str) -> None:
     """Write ``text`` to ``path`` with an error that says what is wrong (folder missing, a folder
     given, no permission) instead of a traceback."""
     out = Path(path)
@@ -54,7 +54,7 @@ def _write_output(path: str, text: str) -> None:
         raise KfuseError(f"-o {path}: cannot write it ({e.strerror or e})") from None
 
 
-def _check_memory(program, dims: dict[int, int], dtype: str) -> None:
+def check_memory(program, dims: dict[int, int], dtype: str) -> None:
     """Refuse sizes whose arrays cannot be allocated, before allocating any: every vector and
     matrix of the script on the device (and its free memory when a GPU is known), and the float64
     copies of the reference on the host."""
@@ -70,15 +70,15 @@ def _check_memory(program, dims: dict[int, int], dtype: str) -> None:
         physical = None
     sizes = ", ".join(f"{d.name}={dims[d.id]}" for d in program.dims)
     if physical and host > physical:
-        raise KfuseError(f"sizes {sizes}: the check needs about {_bytes(host)} of host memory for the "
-                         f"float64 reference, more than this machine has ({_bytes(physical)}); give smaller --size")
-    free = _device_free()
+        raise KfuseError(f"sizes {sizes}: the check needs about {byte_text(host)} of host memory for the "
+                         f"float64 reference, more than this machine has ({byte_text(physical)}); give smaller --size")
+    free = device_free()
     if free is not None and device > free:
-        raise KfuseError(f"sizes {sizes}: the script's arrays take {_bytes(device)} on the GPU, more than "
-                         f"its free memory ({_bytes(free)}); give smaller --size")
+        raise KfuseError(f"sizes {sizes}: the script's arrays take {byte_text(device)} on the GPU, more than "
+                         f"its free memory ({byte_text(free)}); give smaller --size")
 
 
-def _device_free() -> int | None:
+def device_free() -> int | None:
     try:
         import cupy as cp
         return int(cp.cuda.Device().mem_info[0])
@@ -86,7 +86,7 @@ def _device_free() -> int | None:
         return None
 
 
-def _bytes(n: float) -> str:
+def byte_text(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n < 1024 or unit == "PiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
@@ -94,7 +94,7 @@ def _bytes(n: float) -> str:
     return f"{n} B"
 
 
-def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
+def parse_sizes(program, specs: list[str]) -> dict[int, int]:
     """--size NAME=V (a dimension of the script) or --size V (every dimension not named)."""
     default = None
     named: dict[str, int] = {}
@@ -125,7 +125,7 @@ def _parse_sizes(program, specs: list[str]) -> dict[int, int]:
     return dims
 
 
-def _plan_json(plan) -> dict:
+def plan_json(plan) -> dict:
     from ..ir.plan import plan_to_json
     kernels = plan_to_json(plan)
     for n, k in enumerate(kernels):
@@ -134,7 +134,7 @@ def _plan_json(plan) -> dict:
     return {"predicted_us": None if plan.predicted is None else round(plan.predicted * 1e6, 3), "kernels": kernels}
 
 
-def _plan_line(plan, full: bool) -> str:
+def plan_line(plan, full: bool) -> str:
     """One line per plan for ``plan --all``: calls, loop, unroll, span, serial iterations (when not
     automatic), instances per block (when more than one), variants and every macro of each kernel
     (``wide16/TC256``: BY first), so that plans that differ print differently; ``full``: spelled
@@ -160,7 +160,7 @@ def plan_dot(prog) -> str:
                                               for n, k in enumerate(prog.plan.kernels)])
 
 
-def _bench_size(text: str) -> int:
+def bench_size(text: str) -> int:
     """An integer, or a power written 2^26 / 2**26 (at most 2^48)."""
     t = text.replace("**", "^")
     try:

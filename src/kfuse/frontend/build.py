@@ -22,7 +22,7 @@ from ..library.schema import AXES, Function, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
 from ..library import ewexpr, synth
-from .build_nodes import walk as _walk
+from .build_nodes import walk
 from .ewbuild import SCALAR_OPS, ElementwiseStatements
 
 ELEMENTWISE_NAMES = (*ewexpr.FUNCTIONS, *synth.REDUCTIONS, *synth.AXIS_SUMS)   # expression statements' names
@@ -161,7 +161,7 @@ class ProgramBuilder(ElementwiseStatements):
             items.append(self.current[tok.text])
             reads = [self.current[tok.text]]
         else:
-            bad = next((n for n in _walk(node) if n[0] not in SCALAR_OPS), None)
+            bad = next((n for n in walk(node) if n[0] not in SCALAR_OPS), None)
             if bad is not None:
                 raise self.error("a return statement returns names and scalar arithmetic; assign "
                                  f"{'the call' if bad[0] in ('call', 'libcall') else 'the expression'} to a name "

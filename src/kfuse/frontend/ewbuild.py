@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import KfuseError
 from ..library import ewexpr, synth
-from .build_nodes import walk as _walk
+from . import build_nodes
 from .tokens import Tok
 
 SCALAR_OPS = ("num", "name", "neg", "sqrt", "+", "-", "*", "/")    # what a ScalarArg computes
@@ -161,13 +161,13 @@ class ElementwiseStatements:
     def _scalar_arithmetic(self, node: tuple) -> bool:
         """``node`` is arithmetic of scalars only (what a ScalarArg computes), found without
         recursion: scalar arguments and assignments of thousands of terms stay as they were."""
-        nodes = list(_walk(node))
+        nodes = list(build_nodes.walk(node))
         return all(n[0] in SCALAR_OPS for n in nodes) and all(self._name_rank(n[1], csr=True) == 0 for n in nodes
                                                                if n[0] == "name")
 
     def _bounded(self, node: tuple) -> tuple:
         """``node``, refused if it has more nodes than the recursive walks below take."""
-        if sum(1 for _ in _walk(node)) > MAX_NODES:
+        if sum(1 for _ in build_nodes.walk(node)) > MAX_NODES:
             raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
                              "over several statements", node[1])
         return node

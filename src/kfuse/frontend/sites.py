@@ -46,7 +46,7 @@ def definition_site(fn) -> Site:
                 linecache.getline(code.co_filename, code.co_firstlineno).rstrip("\n"))
 
 
-def _raised_at(e: BaseException, default: Site) -> Site:
+def raised_at(e: BaseException, default: Site) -> Site:
     """The innermost frame of an exception's traceback in the user's code: outside kfuse, Python's
     own library and installed packages (NumPy raising for the user's call names the user's line)."""
     site, tb = default, e.__traceback__

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import KfuseError, TraceError
 from ..library.schema import Library
-from .sites import Site, _raised_at, definition_site, user_site   # Site ...: the front end imports them here
+from .sites import Site, raised_at, definition_site, user_site   # Site ...: the front end imports them here
 from . import ewtrace, traceops as ops
 from .tracenode import RANK_WORDS, TYPE_RANKS, ArgSpec, Node, lit   # noqa: F401 - the front end imports them here
 
@@ -414,7 +414,7 @@ def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
     except KfuseError:
         raise
     except Exception as e:      # noqa: BLE001 - the user's own Python failed while tracing: say where
-        raise TraceError(f"{type(e).__name__} while tracing {fn.__name__}: {e}", _raised_at(e, here)) from None
+        raise TraceError(f"{type(e).__name__} while tracing {fn.__name__}: {e}", raised_at(e, here)) from None
     finally:
         _state.tracer = prev
     single = not isinstance(out, (tuple, list))

@@ -25,8 +25,8 @@ from ..errors import FusionError
 from ..ir.graph import DependencyGraph
 from ..library.schema import Library
 from ..ir.program import Program
-from .choices import loops_of as _loops, macro_choices as _choices, middle as _middle, strip_widths, \
-    mixed_nesting, sampled_variants as _sampled_variants, variant_choices, variant_indices, whole_choice
+from .choices import loops_of, macro_choices, middle, strip_widths, \
+    mixed_nesting, sampled_variants, variant_choices, variant_indices, whole_choice
 from .legality import why_not
 from .prune import MAX_SPAN_LOOP_J, Prune
 from .reasons import NoImplementation, Refusal, call_set
@@ -170,8 +170,8 @@ def count_builds(program: Program, graph: DependencyGraph, calls: frozenset[int]
         for variants in product(*variant_indices(program, order)):
             if not keep(order, variants):
                 continue
-            by, others, ipb = _choices(program, order, variants, nesting)
-            n = len(by) * len(_loops(program, order, variants, nesting)) * len(ipb)
+            by, others, ipb = macro_choices(program, order, variants, nesting)
+            n = len(by) * len(loops_of(program, order, variants, nesting)) * len(ipb)
             for o in others:
                 n *= len(o)
             total += n
@@ -187,7 +187,7 @@ def implementations(program: Program, graph: DependencyGraph, lib: Library, call
     """Buildable implementations of a fusion (or of a single call), with pruning counts; a nested
     kernel's span is one of ``spans`` (instances across the loop axis per block).  ``sampled``
     (bounded search of a large script): one call order, the variant choices of
-    ``_sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed).
+    ``sampled_variants`` (or ``variants_of(order)``), one value of each macro (BY 8 where allowed).
     ``shapes`` (a dict kept by the caller) remembers the implementations of each fusion shape
     (``fusion_shape``): a fusion of a shape seen before gets them, its own calls put in, unbuilt.
     ``memo`` (one per program) keeps the kernels' analyses (codegen/schedule.py ``ScheduleMemo``).
@@ -222,7 +222,7 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
     kernel_calls = memo.calls if memo is not None else None
     refused = dominated = unrolled = 0          # pruned, counted (added to ``pruned`` at the end)
     for order in orders:
-        var_choices = ((variants_of or (lambda o: _sampled_variants(program, o, memo)))(order) if sampled else
+        var_choices = ((variants_of or (lambda o: sampled_variants(program, o, memo)))(order) if sampled else
                        product(*variant_indices(program, order)))
         for variants in var_choices:
             if not keep(order, variants):
@@ -234,8 +234,8 @@ def _implementations(program: Program, graph: DependencyGraph, lib: Library, cal
                                      for i, v in zip(order, variants)) else spans
             copies_of = _copies_of(loops, spans_here)
             if sampled:
-                by_choices = [8] if 8 in by_choices else _middle(by_choices)
-                other_choices = [_middle(o) for o in other_choices]
+                by_choices = [8] if 8 in by_choices else middle(by_choices)
+                other_choices = [middle(o) for o in other_choices]
             elif dims is not None and nesting == 2:
                 fitting = strip_widths(program, order, variants, other_choices, dims)
                 skipped = prod(len(o) for o in other_choices) - prod(len(o) for o in fitting)

@@ -14,13 +14,13 @@ from typing import Any
 
 from ..errors import LibraryError
 from . import cusource
-from .files import parse_toml as _parse_toml, read_folder
-from .expr_fields import flops_field as _flops, reference_field as _reference
+from .files import parse_toml, read_folder
+from .expr_fields import flops_field, reference_field
 from .mappings import MAPPINGS
 from .param_fields import check_sizes, reach_field, size_field
-from .variant_fields import (PLAIN, cluster_field as _cluster, locals_field as _locals, macros_field as _macros,
-                             sources_field as _sources, triangle_field as _triangle, triangle_tiles, triangles_agree,
-                             whole_field as _whole)
+from .variant_fields import (PLAIN, cluster_field, locals_field, macros_field,
+                             sources_field, triangle_field, triangle_tiles, triangles_agree,
+                             whole_field)
 from .stencil_fields import stencil_fields
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
@@ -115,7 +115,7 @@ def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
     for n, (root, found) in enumerate(zip(roots, files)):
         meta = root / "library.toml"
         meta_bytes = found.get("library.toml")
-        lib = _parse_toml(meta, meta_bytes) if meta_bytes is not None else {}
+        lib = parse_toml(meta, meta_bytes) if meta_bytes is not None else {}
         ctx = _Ctx(meta)
         ctx.unknown_keys(lib, {"library", "elements"}, "")
         table = ctx.get(lib, "library", "", dict, {})
@@ -144,7 +144,7 @@ def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
             data = found[fname]
             assert data is not None             # only .cu links are None
             digest.update(fname.encode() + data)
-            functions.extend(_load_file(root / fname, data, (sv,), tl, found))
+            functions.extend(load_file(root / fname, data, (sv,), tl, found))
         if len(functions) == before:
             # a folder given by mistake (a script's folder, the wrong level of a library) would
             # otherwise only change the library's digest, so that no calibration matches it
@@ -168,10 +168,10 @@ def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
                    by_name={k: tuple(v) for k, v in by_name.items()}, sources=sources)
 
 
-def _load_file(path: Path, raw: bytes, subvector: tuple[int], tile: tuple[int, int],
+def load_file(path: Path, raw: bytes, subvector: tuple[int], tile: tuple[int, int],
                sources: dict[str, bytes | None]) -> list[Function]:
     ctx = _Ctx(path, sources)
-    data = _parse_toml(path, raw)
+    data = parse_toml(path, raw)
     ctx.unknown_keys(data, {"function"}, "")
     tables = ctx.get(data, "function", "", list)
     return triangle_tiles(ctx, [_load_function(ctx, t, f"function[{n}]") for n, t in enumerate(tables)], tile)
@@ -224,8 +224,8 @@ def _load_function(ctx: _Ctx, t: dict, where: str) -> Function:
                            f"{name} ({', '.join(w.name for w in variants if w is not v)})")
     return Function(name=name, aliases=aliases, kind=kind, doc=ctx.get(t, "doc", where, str, ""),
                     math=ctx.get(t, "math", where, str, ""), params=params, variants=variants,
-                    file=ctx.file, reference=_reference(ctx, t, where, params),
-                    flops=_flops(ctx, t, where, params), grid=grid, boundary=boundary, radius=radius)
+                    file=ctx.file, reference=reference_field(ctx, t, where, params),
+                    flops=flops_field(ctx, t, where, params), grid=grid, boundary=boundary, radius=radius)
 
 
 def _load_param(ctx: _Ctx, p: dict, where: str, axes: tuple[str, ...]) -> Param:
@@ -285,9 +285,9 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                          "resident_threads"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
-    sources = _sources(ctx, v, where)
+    sources = sources_field(ctx, v, where)
     source = sources[0]
-    macros = _macros(ctx, ctx.get(v, "macros", where, dict, {}), where)
+    macros = macros_field(ctx, ctx.get(v, "macros", where, dict, {}), where)
     threads = _threads(ctx, ctx.get(v, "threads", where, list), f"{where}.threads", macros)
     on_rows = nesting == 1 and "whole" in v         # runs on the rows of a nested kernel's strips
     if nesting == 1 and threads[1] != 1 and not on_rows:
@@ -299,8 +299,8 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
             raise ctx.fail(f"{where}.tile", "only a 2-level function's instances (and a 1-level variant on "
                            "the rows of strips, whole = [\"j\"]) are tiles")
         tile = _threads(ctx, v["tile"], f"{where}.tile", macros, "[rows, columns]")
-    whole = _whole(ctx, v, where, params, nesting, tile)
-    cluster = _cluster(ctx, v, where, macros, whole)
+    whole = whole_field(ctx, v, where, params, nesting, tile)
+    cluster = cluster_field(ctx, v, where, macros, whole)
     if on_rows and cluster:
         raise ctx.fail(f"{where}.cluster", "a variant on the rows of strips runs once per strip: the blocks "
                        "of a cluster share one strip")
@@ -310,14 +310,14 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
         raise ctx.fail(f"{where}.instances_per_block", "expected a non-empty list of positive ints")
     if nested and ipb != (1,):
         raise ctx.fail(f"{where}.instances_per_block", "a nested function runs one instance per block")
-    locals_ = _locals(ctx, v, where, params, macros)
+    locals_ = locals_field(ctx, v, where, params, macros)
     routines = tuple(_load_routine(ctx, r, f"{where}.routines[{n}]", params, locals_, macros, threads)
                      for n, r in enumerate(ctx.get(v, "routines", where, list)))
     for loc in locals_:
         if loc.buffers > 1 and any(a.name == loc.name and a.mode == "acc" for r in routines for a in r.elements):
             raise ctx.fail(f"{where}.locals", f"local {loc.name} has {loc.buffers} copies: it is written "
                            "(mode w) and read, never accumulated (a clear would reach the other copy)")
-    triangle = _triangle(ctx, v, where, nesting, tile, whole)
+    triangle = triangle_field(ctx, v, where, nesting, tile, whole)
     resident = ctx.get(v, "resident_threads", where, int, 0)
     if resident and resident not in RESIDENT_THREADS:         # (ctx.get refuses a bool)
         raise ctx.fail(f"{where}.resident_threads", f"expected a power of two from {RESIDENT_THREADS[0]} to "

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..errors import KfuseError
 from . import ewexpr
-from .registry import SOURCES as _SOURCES
+from .registry import SOURCES
 
 KINDS = ("scalar", "vector", "matrix", "row", "col")      # an input's kind
 REDUCTIONS = ("sum", "max", "min", "mean", "count")    # count: the entries of its vector (a mean's divisor)
@@ -73,7 +73,7 @@ def synthesize(expr: tuple, kinds: tuple[str, ...], reduce: str | None = None, c
 
 
 def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int, body: str):
-    from .loader import SHIPPED, _load_file, shipped_library
+    from .loader import SHIPPED, load_file, shipped_library
     if any(k in ("matrix", "row", "col") for k in kinds):
         if reduce is not None and reduce not in AXIS_SUMS:
             raise KfuseError(f"{reduce} of a matrix expression: kfuse reduces vector expressions, and sums a "
@@ -90,13 +90,13 @@ def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int,
     name = f"{reduce or 'map'}_{hashlib.sha256(body.encode()).hexdigest()[:10]}"
     shipped = shipped_library()
     for f in _SHIPPED_FILES:
-        _SOURCES.setdefault(str(SHIPPED / f), shipped.sources[str(SHIPPED / f)])
+        SOURCES.setdefault(str(SHIPPED / f), shipped.sources[str(SHIPPED / f)])
     cu = _cuda(name, expr, kinds, pnames, reduce, level)
     toml = _toml(name, expr, kinds, pnames, reduce, level, carrier)
-    _SOURCES[str(SHIPPED / f"{name}.cu")] = cu.encode()
+    SOURCES[str(SHIPPED / f"{name}.cu")] = cu.encode()
     files: dict[str, bytes | None] = {f: shipped.sources[str(SHIPPED / f)] for f in _SHIPPED_FILES}
     files[f"{name}.cu"] = cu.encode()
-    (fn,) = _load_file(SHIPPED / f"{name}.toml", toml.encode(), (shipped.subvector,), shipped.tile, files)
+    (fn,) = load_file(SHIPPED / f"{name}.toml", toml.encode(), (shipped.subvector,), shipped.tile, files)
     return replace(fn, priced_as=_priced_as(fn, kinds, pnames, reduce, level), synthesized=True)
 
 
