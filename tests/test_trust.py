@@ -503,3 +503,23 @@ def test_lookup_does_not_parse_unrelated_records(tmp_path, gemver, monkeypatch):
     monkeypatch.setattr(tstore.json, "loads", lambda s, *a, **k: (parsed.append(1), real(s, *a, **k))[1])
     assert st.lookup(tkey(gemver))["time_us"] == 42.0
     assert len(parsed) <= 2                                  # the header and the one matching record
+
+
+def test_a_stored_plan_is_built_once(tmp_path, gemver, monkeypatch):
+    """Issue 59 item 5: the stored winner is checked by the planner's rules and built once (the
+    store once built it to validate it and threw the kernels away; the pipeline built it again)."""
+    import kfuse
+    import kfuse.runtime.gpu as rgpu
+    from kfuse import codegen
+    from kfuse.compiler import pipeline
+    monkeypatch.setattr(rgpu, "gpu_name", lambda: "Fake GPU")
+    path = tmp_path / "tuning.jsonl"
+    unfused = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False, fuse=False)
+    TuningStore(path).append(tkey(gemver, "Fake GPU"), unfused.plan, 1.0)
+    built = []
+    real = codegen.generate
+    for module in (codegen, pipeline):          # wherever a build is asked for
+        monkeypatch.setattr(module, "generate", lambda plan, lib: built.append(plan) or real(plan, lib))
+    prog = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=path)
+    assert prog.from_store and prog.plan.kernels == unfused.plan.kernels != gemver.plan.kernels
+    assert built == [prog.plan]

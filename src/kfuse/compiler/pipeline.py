@@ -19,6 +19,7 @@
 ``Options`` are the compile options a compiler session (``session.py``) keys its artifacts by."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Mapping
@@ -29,6 +30,7 @@ from ..codegen import generate
 from ..codegen.kernel import KernelCode
 from ..codegen.module import module_source
 from ..frontend import parse_script
+from ..errors import KfuseError
 from ..fusion import stages
 from ..fusion.plans import PlanSearch, unfused_plan
 from ..fusion.stages import SearchOptions
@@ -59,6 +61,7 @@ class Planned:
     search: PlanSearch | None
     plan: Plan
     from_store: bool = False
+    kernels: tuple[KernelCode, ...] | None = None     # the plan built (a stored plan is built to be checked)
 
 
 def parse(source: str, lib: Library, file: str, name: str | None = None) -> Program:
@@ -80,7 +83,12 @@ def plan_program(program: Program, lib: Library, dtype: str, options: Options, m
     with timer("partition"):
         search = PlanSearch.of(stages.partition(ranked))
         stored = stored_plan(program, search, dtype, options.tuned)
-        return Planned(search, stored or search.best(), stored is not None)
+    if stored is not None:
+        try:                    # a record is data read from disk: its plan must still build
+            return Planned(search, stored, True, lower(stored, lib, timer))
+        except KfuseError as e:
+            logging.getLogger("kfuse").warning(f"stored plan for {program.name} ignored: {e}")
+    return Planned(search, search.best())
 
 
 def lower(plan: Plan, lib: Library, timer: PassTimes) -> tuple[KernelCode, ...]:

@@ -79,8 +79,8 @@ class CompilerSession:
 
     def _compiled(self, program: Program, planned: Planned, timer: PassTimes,
                   pinned: bool = False) -> CompiledScript:
-        return CompiledScript(program, self.library, self.dtype, planned.plan,
-                              lower(planned.plan, self.library, timer), planned.search, timings=timer,
+        kernels = planned.kernels if planned.kernels is not None else lower(planned.plan, self.library, timer)
+        return CompiledScript(program, self.library, self.dtype, planned.plan, kernels, planned.search, timings=timer,
                               tuned=self.options.tuned, from_store=planned.from_store, pinned=pinned, session=self)
 
     def _replanned(self, program: Program, dims: Mapping[int, int]) -> CompiledScript:

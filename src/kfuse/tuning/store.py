@@ -182,10 +182,11 @@ class TuningStore:
 
 
 def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
-    """The tuning store's winner for this GPU, script, library, dtype and size class, if any."""
+    """The tuning store's winner for this GPU, script, library, dtype and size class, if any, with
+    each of its kernels keeping the planner's fusion rules (the pipeline builds it once, and
+    ignores it there if it no longer builds: ``compiler/pipeline.plan_program``)."""
     if tuned is False:
         return None
-    from ..codegen import generate
     from ..fusion.legality import stored_kernel_problem
     from ..ir.graph import DependencyGraph
     from ..ir.plan import plan_from_json
@@ -207,7 +208,6 @@ def stored_plan(program: Program, search, dtype: str, tuned) -> Plan | None:
             refused = stored_kernel_problem(program, graph, frozenset(kc.call.index for kc in k.calls))
             if refused is not None:
                 raise KfuseError(f"kernel {k.name} breaks the fusion rules ({refused})")
-        generate(plan, search.lib)          # must still build
     except KfuseError as e:
         store.warn(f"stored plan for {program.name} ignored: {e}")
         return None
