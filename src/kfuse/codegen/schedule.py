@@ -204,7 +204,8 @@ class _Twin:
 
 class Scheduler:
     """Builds the elements and steps of a kernel's calls (``schedule``), mutable while it runs;
-    ``layout.analyse`` freezes what it built."""
+    ``layout.analyse`` freezes what it built.  One method per stage of scheduling (elements, loads,
+    computes, stores, exchanges) and a snapshot/restore for trial placements, hence their number."""
 
     def __init__(self, spec: KernelSpec, lib: Library, tile: tuple[int, int] | None):
         self.spec, self.lib, self.tile = spec, lib, tile

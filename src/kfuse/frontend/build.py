@@ -22,8 +22,7 @@ from ..library.schema import AXES, Function, Library
 from ..ir.program import SIZE_WORDS, Call, Dim, Program, ScalarArg, Value
 
 from ..library import ewexpr, synth
-from .build_nodes import walk
-from .ewbuild import SCALAR_OPS, ElementwiseStatements
+from .ewbuild import SCALAR_OPS, ElementwiseStatements, walk
 
 ELEMENTWISE_NAMES = (*ewexpr.FUNCTIONS, *synth.REDUCTIONS, *synth.AXIS_SUMS)   # expression statements' names
 RANKS = {"scalar": 0, "vector": 1, "matrix": 2, "csr": 3}   # csr: rows, cols, non-zeros

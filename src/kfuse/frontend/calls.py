@@ -59,6 +59,8 @@ def _sneg(a: Node) -> Node:
 
 
 class _Lowering:
+    """A traced graph turned into statements (see the module docstring): one method per kind of
+    node and per step of combining terms into BLAS calls, hence their number."""
     def __init__(self, trace: Trace):
         self.trace = trace
         self.body: list[Statement] = []

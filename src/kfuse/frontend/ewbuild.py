@@ -24,8 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import KfuseError
 from ..library import ewexpr, synth
-from . import build_nodes
 from .tokens import Tok
+
+
+def walk(node: tuple):
+    """The nodes of a builder's expression (``build.py``, this module), by an explicit stack (sums
+    of thousands of terms are flat)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(k for k in n[2:] if isinstance(k, tuple))
+
 
 SCALAR_OPS = ("num", "name", "neg", "sqrt", "+", "-", "*", "/")    # what a ScalarArg computes
 MAX_NODES = 1000        # an elementwise expression's nodes (its walks recurse; its C is one line)
@@ -161,13 +171,13 @@ class ElementwiseStatements:
     def _scalar_arithmetic(self, node: tuple) -> bool:
         """``node`` is arithmetic of scalars only (what a ScalarArg computes), found without
         recursion: scalar arguments and assignments of thousands of terms stay as they were."""
-        nodes = list(build_nodes.walk(node))
+        nodes = list(walk(node))
         return all(n[0] in SCALAR_OPS for n in nodes) and all(self._name_rank(n[1], csr=True) == 0 for n in nodes
                                                                if n[0] == "name")
 
     def _bounded(self, node: tuple) -> tuple:
         """``node``, refused if it has more nodes than the recursive walks below take."""
-        if sum(1 for _ in build_nodes.walk(node)) > MAX_NODES:
+        if sum(1 for _ in walk(node)) > MAX_NODES:
             raise self.error(f"an expression of vectors of more than {MAX_NODES} operations and operands: split it "
                              "over several statements", node[1])
         return node

@@ -34,7 +34,9 @@ def target_blocks(sms: int, max_threads_per_sm: int, threads: int) -> int:
 @quick_init
 @dataclass(frozen=True)
 class KernelCall:
-    """A call placed in a kernel, with the routine variant and macro values chosen for it."""
+    """A call placed in a kernel, with the routine variant and macro values chosen for it.  Its
+    methods are the questions the scheduler, the cost model and a plan's explanation ask of one
+    placed call (macros, nesting, shapes, routine facts, tiles), memoised on it, hence their number."""
     call: Call
     variant: Variant
     macros: tuple[tuple[str, int], ...] = ()

@@ -5,7 +5,7 @@ import tomllib
 from pathlib import Path
 
 from ..errors import LibraryError
-from .variant_fields import PLAIN
+from .fields import PLAIN
 
 
 def read_bytes(path: Path) -> bytes:

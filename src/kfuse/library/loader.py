@@ -15,13 +15,10 @@ from typing import Any
 from ..errors import LibraryError
 from . import cusource
 from .files import parse_toml, read_folder
-from .expr_fields import flops_field, reference_field
+from .fields import (PLAIN, check_sizes, cluster_field, flops_field, locals_field, macros_field, reach_field,
+                     reference_field, size_field, sources_field, stencil_fields, triangle_field, triangle_tiles,
+                     triangles_agree, whole_field)
 from .mappings import MAPPINGS
-from .param_fields import check_sizes, reach_field, size_field
-from .variant_fields import (PLAIN, cluster_field, locals_field, macros_field,
-                             sources_field, triangle_field, triangle_tiles, triangles_agree,
-                             whole_field)
-from .stencil_fields import stencil_fields
 from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, Function,
                      Library, Local, Param, Routine, Variant)
 

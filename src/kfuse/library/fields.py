@@ -1,17 +1,72 @@
-"""Variant fields of library metadata checked apart from the loader's main flow: ``locals``
-(private on-chip elements), and those that say where a variant's tiles reach and where its
-routines come from: ``whole`` (axes a tile spans whole), ``cluster`` (blocks of a thread-block
-cluster spanning that axis together), ``triangle`` (only the tiles on and above the diagonal) and
-``source`` (its routine files).  Checked like the rest
-of the metadata (``loader.py``): a problem is a LibraryError naming the file and the field."""
+"""The fields of library metadata checked apart from the loader's main flow (``loader.py``),
+each a LibraryError naming the file and the field:
+
+- parameters read beyond their element: ``reach`` (a csr matrix is always read through its
+  global view) and ``size`` (an input that follows no instance axis takes its sizes from other
+  parameters: a sparse mat-vec's x is as long as A has columns);
+- variants: ``macros`` (capped), ``locals`` (private on-chip elements), and where a variant's
+  tiles reach and where its routines come from: ``whole`` (axes a tile spans whole), ``cluster``
+  (blocks of a thread-block cluster spanning that axis together), ``triangle`` (only the tiles on
+  and above the diagonal) and ``source`` (its routine files);
+- a stencil's ``grid``, ``boundary`` and ``radius`` (docs/library-format.md, "Stencils");
+- the expressions ``reference`` and ``flops``, checked by :mod:`.expr` (never run as Python)."""
 from __future__ import annotations
 
 import re
 import reprlib
 from pathlib import Path
 
-from .schema import AXES, TRIANGLES, Local, Param
+from .expr import ExprError, check
+from .schema import AXES, BOUNDARIES, GRID_RANKS, MAX_RADIUS, REACHES, TRIANGLES, Local, Param
 
+
+# -- param fields --------------------------------------------------------------------
+SIZE_REF = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\.(len|rows|cols)")
+WORDS = {"vector": ("len",), "matrix": ("rows", "cols"), "csr": ("rows", "cols")}
+
+
+def size_field(ctx, p: dict, where: str, ptype: str, direction: str, index: tuple) -> tuple[str, ...]:
+    """The ``size`` field (empty when absent), and the csr type's index rule."""
+    size = tuple(ctx.get(p, "size", where, list, []))
+    if size and (not all(isinstance(s, str) and SIZE_REF.fullmatch(s) for s in size)
+                 or len(size) != {"vector": 1, "matrix": 2}.get(ptype, -1) or index):
+        raise ctx.fail(f"{where}.size", "a vector (one) or matrix (two) input with index = [] gives its sizes "
+                       "as dimensions of other parameters: \"A.cols\", \"x.len\", \"B.rows\"")
+    if ptype == "csr" and (direction != "in" or index != ("i",)):
+        raise ctx.fail(f"{where}.index", "a csr matrix is an input whose rows follow axis i: index = [\"i\"]")
+    return size
+
+
+def reach_field(ctx, p: dict, where: str, ptype: str, size: tuple[str, ...], element_only: bool) -> str:
+    """The ``reach`` field: one of REACHES, "element" for outputs, scalars and partial sums
+    (``element_only``), "any" for a csr matrix (its default), not "element" for an input with
+    ``size`` (it follows no instance axis, so it has no element)."""
+    reach = ctx.get(p, "reach", where, str, "any" if ptype == "csr" else "element")
+    if reach not in REACHES:
+        raise ctx.fail(f"{where}.reach", f"{reach!r} is not one of {', '.join(REACHES)}")
+    if reach != "element" and element_only:
+        raise ctx.fail(f"{where}.reach", "only vector or matrix inputs (not partial sums) are read beyond "
+                       "their element")
+    if ptype == "csr" and reach != "any":
+        raise ctx.fail(f"{where}.reach", "a csr matrix is read through its global view only: reach = \"any\"")
+    if size and reach == "element":
+        raise ctx.fail(f"{where}.size", "only inputs read beyond their element (reach = \"neighbours\" or "
+                       "\"any\") follow no instance axis")
+    return reach
+
+
+def check_sizes(ctx, params, where: str) -> None:
+    """Every ``size`` names a dimension of another parameter that follows the instance axes."""
+    for p in params:
+        for ref in p.size:
+            other, word = ref.split(".")
+            q = next((q for q in params if q.name == other and q is not p), None)
+            if q is None or word not in WORDS.get(q.type, ()) or q.size:
+                raise ctx.fail(f"{where}.params.{p.name}.size", f"{ref}: not a dimension of another parameter "
+                               "that follows the instance axes")
+
+
+# -- variant fields ------------------------------------------------------------------
 #: a variant's macros are searched as the product of their values (one routine set per
 #: combination): the caps keep a library from asking for millions of them (the shipped library
 #: has at most 5 values a macro, 4 macros and 60 combinations a variant)
@@ -215,3 +270,63 @@ def locals_field(ctx, v: dict, where: str, params: tuple[Param, ...], macros: di
             raise ctx.fail(f"{lw}.buffers", "a local has 1 copy or 2 (alternate instances along the loop axis)")
         locals_.append(Local(lname, element, shape, lpad, buffers))
     return locals_
+
+
+# -- stencil fields ------------------------------------------------------------------
+def stencil_fields(ctx, t: dict, where: str, kind: str, params: tuple[Param, ...]) -> tuple[int, str, int]:
+    """(grid, boundary, radius) of a stencil: a map whose inputs declared reach = "neighbours"
+    are read as a 2-D or 3-D grid (their routines get a ``KfGrid2``/``KfGrid3`` view with the
+    boundary rule compiled in).  A function without ``grid`` takes neither of the others."""
+    if "grid" not in t:
+        for key in ("boundary", "radius"):
+            if key in t:
+                raise ctx.fail(f"{where}.{key}", "only a stencil (a function declaring grid = 2 or 3) has one")
+        return 0, "zero", 0
+    grid = ctx.get(t, "grid", where, int)
+    if grid not in GRID_RANKS:
+        raise ctx.fail(f"{where}.grid", f"{grid} is not one of {', '.join(map(str, GRID_RANKS))} (the grid's rank)")
+    if kind != "map":
+        raise ctx.fail(f"{where}.grid", f"a stencil is a map over the grid's points, not a {kind}")
+    if not any(p.reach == "neighbours" for p in params):
+        raise ctx.fail(f"{where}.grid", "a stencil reads at least one input around its point: declare it "
+                       "reach = \"neighbours\"")
+    bad = [p.name for p in params if p.reach == "any"]
+    if bad:
+        raise ctx.fail(f"{where}.grid", f"{bad[0]} declares reach = \"any\"; a stencil's inputs are read "
+                       "around their point (\"neighbours\") or at it (\"element\")")
+    boundary = ctx.get(t, "boundary", where, str, "zero")
+    if boundary not in BOUNDARIES:
+        raise ctx.fail(f"{where}.boundary", f"{boundary!r} is not one of {', '.join(BOUNDARIES)}")
+    radius = ctx.get(t, "radius", where, int, 1)
+    if not 1 <= radius <= MAX_RADIUS:
+        raise ctx.fail(f"{where}.radius", f"{radius}: a stencil reads 1 to {MAX_RADIUS} points away along each axis")
+    return grid, boundary, radius
+
+
+# -- expr fields ---------------------------------------------------------------------
+def _expression(ctx, t: dict, where: str, key: str, names: set[str], syntax: str, what: str,
+                grid: bool = False) -> str | None:
+    """An optional expression field, checked by :mod:`.expr` (never run as Python): only the constructs
+    the library format documents (``grid``: a stencil's reference, with cross and box), names among ``names``."""
+    expr = ctx.get(t, key, where, str, None)
+    if expr is not None:
+        try:
+            check(expr, frozenset(names), "grid_reference" if grid and key == "reference" else key)
+        except ExprError as e:
+            msg = str(e)
+            if msg.startswith("syntax: "):
+                msg = f"{syntax}: {msg[8:]}"
+            raise ctx.fail(f"{where}.{key}", f"{msg} (in {expr[:80]!r})") from None
+    return expr
+
+
+def reference_field(ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
+    """A NumPy expression of the inputs giving the output (a tuple for several outputs)."""
+    names = {p.name for p in params if p.dir == "in"}
+    return _expression(ctx, t, where, "reference", names, "not a Python expression", "an input parameter",
+                       grid=t.get("grid", 0) in GRID_RANKS)
+
+
+def flops_field(ctx, t: dict, where: str, params: tuple[Param, ...]) -> str | None:
+    """Floating-point operations as an expression of the parameters' entry counts."""
+    return _expression(ctx, t, where, "flops", {p.name for p in params}, "not an expression", "a parameter")
