@@ -116,6 +116,7 @@ def peer(script: str, x: dict):
 
 def local_traffic(ds, n: int, rank: int) -> int:
     """This rank's compulsory bytes: every local segment's inputs read once and outputs written once."""
+    from kfuse.cost import counts
     sizes = {}
     for d, name in ds.part.dim_names.items():
         sizes[name] = n
@@ -124,7 +125,7 @@ def local_traffic(ds, n: int, rank: int) -> int:
     total = 0
     for c in ds.compiled:
         dims = {d.id: d.literal if d.literal is not None else sizes[d.name] for d in c.program.dims}
-        total += c.compulsory_traffic(dims)
+        total += counts.compulsory_traffic(c.program, c.dtype, dims)
     return total
 
 
@@ -158,7 +159,7 @@ def release(ds) -> None:
     torch's and CuPy's cached blocks -- two pools side by side would not leave room for the next."""
     import torch
     for c in ds.compiled:
-        c.release()
+        c.calls.release()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     try:

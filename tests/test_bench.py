@@ -19,6 +19,8 @@ from kfuse.cli.main import main
 from kfuse.reference import evaluate, random_inputs
 
 from conftest import EXAMPLES, ROOT
+from kfuse.compiler.callpath import CallPath
+from kfuse.cost import counts
 
 
 def compiled(name, dtype="float32"):
@@ -39,27 +41,27 @@ def test_bicgk_traffic_and_flops_by_hand():
     prog = compiled("bicgk")
     dims = harness.sequence_dims(prog.program, n, 1)
     # q = A p (2 n^2 flops), s = A^T r (2 n^2)
-    assert prog.flops(dims) == 4 * n * n == 40_000
+    assert counts.flops(prog.program, dims) == 4 * n * n == 40_000
     # one pass: A, p, r read once; q, s written once
-    assert prog.compulsory_traffic(dims) == (n * n + 4 * n) * 4 == 41_600
+    assert counts.compulsory_traffic(prog.program, prog.dtype, dims) == (n * n + 4 * n) * 4 == 41_600
     # two kernels (gemv, gemtv) each move A and two vectors; fused into one: A once
-    assert prog.traffic(dims) == {2: 2 * (n * n + 2 * n) * 4, 1: 41_600}[len(prog.kernels)]
+    assert counts.traffic(prog.program, prog.kernels, prog.dtype, dims) == {2: 2 * (n * n + 2 * n) * 4, 1: 41_600}[len(prog.kernels)]
     assert harness.input_bytes(prog.program, dims, "float32") == (n * n + 2 * n) * 4
     p64 = compiled("bicgk", "float64")
-    assert p64.compulsory_traffic(dims) == 2 * 41_600 and p64.flops(dims) == 40_000
+    assert counts.compulsory_traffic(p64.program, p64.dtype, dims) == 2 * 41_600 and counts.flops(p64.program, dims) == 40_000
 
 
 def test_single_call_and_vector_traffic_by_hand():
     n = 100
     prog = compiled("sgemv")                    # z = a A x + b y: one call, one kernel in any plan
     dims = harness.sequence_dims(prog.program, n, 1)
-    assert prog.traffic(dims) == prog.compulsory_traffic(dims) == (n * n + 3 * n) * 4 == 41_200
-    assert prog.flops(dims) == 2 * n * n + 3 * n == 20_300
+    assert counts.traffic(prog.program, prog.kernels, prog.dtype, dims) == counts.compulsory_traffic(prog.program, prog.dtype, dims) == (n * n + 3 * n) * 4 == 41_200
+    assert counts.flops(prog.program, dims) == 2 * n * n + 3 * n == 20_300
     N = 1000
     prog = compiled("axpydot")                  # z = w - a v (2N), r = z . u (2N)
     dims = harness.sequence_dims(prog.program, 1, N)
-    assert prog.flops(dims) == 4 * N
-    assert prog.compulsory_traffic(dims) == (4 * N + 1) * 4    # w, v, u, z and the scalar r
+    assert counts.flops(prog.program, dims) == 4 * N
+    assert counts.compulsory_traffic(prog.program, prog.dtype, dims) == (4 * N + 1) * 4    # w, v, u, z and the scalar r
 
 
 def test_metric_formulas():
@@ -452,6 +454,11 @@ def fake_cupy():
     return cp
 
 
+def numpy_outputs(calls, out=None, sync=False, **inputs):
+    """``CallPath.outputs`` stood in for by NumPy (the call path's compiled script's program)."""
+    return numpy_kfuse_call(calls._compiled, out, sync, **inputs)
+
+
 def numpy_kfuse_call(self, out=None, sync=False, **inputs):
     """kfuse's program evaluated by NumPy into the given outputs (stands in for the GPU)."""
     vals = evaluate(self.program, inputs)
@@ -472,7 +479,7 @@ def numpy_kfuse_bind(self, out=None, **inputs):
 def test_run_loop_on_numpy_stand_ins(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
     monkeypatch.setattr(kfuse.CompiledScript, "__call__", numpy_kfuse_call)
-    monkeypatch.setattr(kfuse.CompiledScript, "call_outputs", numpy_kfuse_call)
+    monkeypatch.setattr(CallPath, "outputs", numpy_outputs)
     monkeypatch.setattr(kfuse.CompiledScript, "bind", numpy_kfuse_bind)
     monkeypatch.setattr(peers, "load_torch", lambda: (None, "disabled in this test"))
     wrong = dict(peers.CUBLAS_SEQUENCES)

@@ -195,7 +195,7 @@ def test_compiled_script_and_artifact_are_immutable_and_a_shared_source_makes_ne
     assert prog.artifact is art and art.kernels == tuple(prog.kernels) and art.source == prog.cuda_source
     with pytest.raises(dataclasses.FrozenInstanceError):
         art.dtype = "float64"
-    assert prog.resolve_artifact({d.id: prog.search.dims[d.id] for d in prog.program.dims}, frozenset()) is art
+    assert prog.calls.resolve_artifact({d.id: prog.search.dims[d.id] for d in prog.program.dims}, frozenset()) is art
     with pytest.raises(dataclasses.FrozenInstanceError):
         prog.plan = None
     other = prog.share_source("// shared\n" + prog.cuda_source)      # a new compiled script; prog is unchanged

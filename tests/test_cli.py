@@ -311,12 +311,13 @@ def numpy_gpu(monkeypatch):
     import numpy as np
 
     from kfuse.runtime import timing
-    from test_bench import fake_cupy, numpy_kfuse_bind, numpy_kfuse_call
+    from test_bench import fake_cupy, numpy_kfuse_bind, numpy_kfuse_call, numpy_outputs
+    from kfuse.compiler.callpath import CallPath
     cp = fake_cupy()
     cp.asnumpy = np.asarray
     monkeypatch.setitem(sys.modules, "cupy", cp)
     monkeypatch.setattr(kfuse.CompiledScript, "__call__", numpy_kfuse_call)
-    monkeypatch.setattr(kfuse.CompiledScript, "call_outputs", numpy_kfuse_call)
+    monkeypatch.setattr(CallPath, "outputs", numpy_outputs)
     monkeypatch.setattr(kfuse.CompiledScript, "bind", numpy_kfuse_bind)
     monkeypatch.setattr(timing, "median_us", lambda fn, **k: (fn(), 12.5)[1])
     return cp

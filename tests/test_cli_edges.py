@@ -149,13 +149,14 @@ def test_run_json_says_its_failures(numpy_gpu, monkeypatch, capsys):  # noqa: F8
     """run --json printed nothing on a failure: a bad size, a failed launch, a wrong result."""
     e = _one_json_error(capsys, ["run", "gemver", "--size", "n=0", "--json"], 1)
     assert "sizes are at least 1" in e["message"]
+    from kfuse.compiler.callpath import CallPath
     from kfuse.errors import LaunchError
 
     def fail(*a, **k):
         raise LaunchError("the launch failed")
     with monkeypatch.context() as m:
         m.setattr(kfuse.CompiledScript, "__call__", fail)
-        m.setattr(kfuse.CompiledScript, "call_outputs", fail)
+        m.setattr(CallPath, "outputs", fail)
         e = _one_json_error(capsys, ["-q", "run", "gemver", "--size", "64", "--json"], 1)
     assert e["kind"] == "launch" and e["message"] == "the launch failed"
     from kfuse import reference

@@ -8,6 +8,7 @@ import kfuse
 from conftest import EXAMPLES
 from fusion_util import renamed
 from test_gpu_examples import TOL, run_checked
+from kfuse.compiler.pipeline import uncovered_at
 
 pytestmark = pytest.mark.gpu
 ATAX = next(p for p in EXAMPLES if p.stem == "atax")
@@ -62,7 +63,7 @@ def test_atax_class_plan_replanned_for_longer_rows(dtype):
     assert _one_pass(prog)
     errors = run_checked(prog, 4097)
     assert all(e < TOL[dtype] for e in errors.values()), errors
-    assert prog.for_sizes({0: 4097}).uncovered({0: 4097}) is None
+    assert uncovered_at(prog.for_sizes({0: 4097}).kernels, {0: 4097}) is None
 
 
 # ---- vector calls on the rows of strips: a gemv's result used by a dot or an axpy in its kernel

@@ -4,7 +4,7 @@ against a float64 NumPy reference by relative error (the scale: the magnitude of
 each call, with kfuse's outputs taken from a pool poisoned with NaN first (and outputs given
 with ``out=`` filled with NaN); scalar inputs as Python numbers (passed by value) and as 0-d
 device arrays (read by address); a CG step fed its own results; torch in -> torch out on torch's
-stream; a CuPy stream given with ``stream=``; ``bind`` and ``call_outputs``."""
+stream; a CuPy stream given with ``stream=``; ``bind`` and ``calls.outputs``."""
 import numpy as np
 import pytest
 
@@ -179,7 +179,7 @@ def test_a_stream_given_to_the_call(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_bind_and_call_outputs(dtype):
     """A bound call writes the same result arrays every call (new input data, new results);
-    ``call_outputs`` gives the program's outputs, the scalars the arithmetic reads included."""
+    ``calls.outputs`` gives the program's outputs, the scalars the arithmetic reads included."""
     import cupy as cp
     n = 33
     prog = kfuse.compile(NORMS, dtype=dtype, sizes={"r.len": n})
@@ -196,6 +196,6 @@ def test_bind_and_call_outputs(dtype):
         first = first or got
         assert got is first
         _check(prog, {"r": rh, "b": bh, "tol": 1.5}, got, dtype, cp.ndarray)
-    outs = prog.call_outputs(sync=True, r=rd, b=bd, tol=1.5)
+    outs = prog.calls.outputs(sync=True, r=rd, b=bd, tol=1.5)
     assert [o.shape for o in outs] == [(n,), (), ()]
     assert abs(float(outs[2]) - bh @ bh) <= TOL[dtype] * (bh @ bh)

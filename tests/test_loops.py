@@ -183,7 +183,7 @@ def _persistent_source(body, n, dtype):
     m = len(kernels)
     shape = persistent.Shape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
                              (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)
-    return r.persistent_source(persistent.kernel_text(shape, np.dtype(dtype))), r
+    return r.artifact.persistent_source(persistent.kernel_text(shape, np.dtype(dtype))), r
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -244,7 +244,7 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     assert body.index("kf_wait_prior();") < body.index(f"{first.name}_dev(kf_k, blockIdx.x, gridDim.x, kf_smem);")
     allowed = merged.kernel_text(merged.Shape(kernels, (1,) * len(kernels), allow=True), np.dtype(dtype), "kf_merged3")
     assert allowed.index("kf_allow_next();") < allowed.index("// phase 0")
-    src = r.persistent_source(text + "\n" + text2 + "\n" + head + "\n" + allowed)
+    src = r.artifact.persistent_source(text + "\n" + text2 + "\n" + head + "\n" + allowed)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
     nvcc_compile(nvcc, src, tmp_path, f"merged_{solver}_{n}")
 

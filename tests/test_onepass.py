@@ -14,6 +14,8 @@ from kfuse.ir.graph import DependencyGraph
 from conftest import EXAMPLES
 from fusion_util import renamed
 from test_nvcc import nvcc_compile
+from kfuse.cost import counts
+from kfuse.compiler.pipeline import uncovered_at
 
 ATAX = next(p for p in EXAMPLES if p.stem == "atax")
 
@@ -96,8 +98,8 @@ def test_one_pass_over_a_cluster_where_rows_do_not_fit_a_block(dtype, n, nc, blo
     # the row's tiles are counted in whole clusters: a block group is one cluster
     count = next(g for g in L.args if g.kind == "count" and g.name == "n_j")
     assert count.count({0: n}) == blocks and L.counts({0: n})[1] == blocks
-    assert prog.uncovered({0: n}) is None
-    assert prog.uncovered({0: blocks * nc + 1}) == (f"kernel {L.kernel} reads rows of {blocks * nc + 1} entries "
+    assert uncovered_at(prog.kernels, {0: n}) is None
+    assert uncovered_at(prog.kernels, {0: blocks * nc + 1}) == (f"kernel {L.kernel} reads rows of {blocks * nc + 1} entries "
                                                     f"in strips of {nc} x {blocks} blocks")
 
 
@@ -147,9 +149,9 @@ def test_size_class_plan_replanned_when_its_strips_are_too_narrow():
     prog = _search(None, 4096)
     assert prog.plan.kernels[0].calls[0].macro("NC") == 4096
     other = prog.for_sizes({0: 4097})          # the same size class (2^12), a longer row
-    assert other is not prog and other.uncovered({0: 4097}) is None
+    assert other is not prog and uncovered_at(other.kernels, {0: 4097}) is None
     assert other.plan.kernels[0].calls[0].macro("NC") == 8192
-    assert prog.uncovered({0: 4097}) == "kernel k0_gemv_gemtv reads rows of 4097 entries in strips of 4096"
+    assert uncovered_at(prog.kernels, {0: 4097}) == "kernel k0_gemv_gemtv reads rows of 4097 entries in strips of 4096"
     pinned = prog.with_plan(prog.plan)
     with pytest.raises(LaunchError, match="the given plan cannot run at these sizes: kernel k0_gemv_gemtv "
                                           "reads rows of 4097 entries in strips of 4096"):
@@ -222,7 +224,7 @@ def test_wide_strip_without_its_probe_is_priced_by_the_transfer_model():
     code, model = prog.kernels[0], prog.search.model
     cal = replace(model.cal, routines={k: v for k, v in model.cal.routines.items() if "NC=8192" not in k})
     dims = prog.search.dims
-    entries = prog.entries(dims)
+    entries = counts.entries(prog.program, dims)
     assert CalibratedModel(cal).kernel_time(code, dims, entries, 4) == transfer_kernel_time(code, dims, entries, 4)
     assert model.kernel_time(code, dims, entries, 4) != transfer_kernel_time(code, dims, entries, 4)
 

@@ -28,7 +28,7 @@ def test_modules_and_shapes_are_the_runtimes_per_artifact(standin, monkeypatch):
     art = prog.artifact
     fns = modules.functions(art, 0)
     assert [f.name for f in fns] == [k.launch.kernel for k in prog.kernels] and len(fns) == 2
-    assert modules.functions(art, 0) is fns and prog.functions(0) is fns      # the public API reads them
+    assert modules.functions(art, 0) is fns and prog.calls.functions(0) is fns      # the public API reads them
     assert modules.fill_function(art, 0).name == "kf_fill"
     dims = {d.id: 1000 for d in prog.program.dims}
     shape = order.launch_shape(art, dims, 0)

@@ -4,7 +4,7 @@ reads joining the outputs, the plan unchanged), the errors at their line and col
 ``kf_scalars`` module built with nvcc (operands by address, a number by value, shared operations
 computed once), ``describe`` and ``kfuse plan``, the float64 reference of the returns, and the
 call path with CuPy replaced by a stand-in (what the small kernel reads and writes, and what a
-call, ``call_outputs`` and ``bind`` give back)."""
+call, ``calls.outputs`` and ``bind`` give back)."""
 import subprocess
 import sys
 import types
@@ -128,9 +128,9 @@ def test_describe_and_kfuse_plan_name_the_returned_arithmetic(tmp_path, capsys):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_scalar_kernel_builds_with_nvcc(dtype, nvcc, tmp_path):
     prog = kfuse.compile(NORMS, dtype=dtype, calibration=False)
-    tail = prog.scalar_tail
+    tail = prog.calls.scalar_tail
     assert tail.reads == [("out", 0), ("out", 1), ("in", "tol")]
-    src = prog.scalars_source
+    src = prog.calls.scalars_source
     real = {"float32": "float", "float64": "double"}[dtype]
     assert f"typedef {real} real;" in src
     assert ('extern "C" __global__ void kf_scalars(real* __restrict__ o0, real* __restrict__ o1, '
@@ -143,9 +143,9 @@ def test_scalar_kernel_builds_with_nvcc(dtype, nvcc, tmp_path):
     assert ", real v2) {" in by_value and "(sqrt(t0) - v2)" in by_value
     chain = "vector x; scalar s0, " + ", ".join(f"s{k}" for k in range(1, 61)) + "; input x;\ns0 = dot(x, x);\n"
     chain += "".join(f"s{k} = s{k - 1} * s{k - 1};\n" for k in range(1, 61)) + "return s60, s0;\n"
-    long_src = kfuse.compile(chain, dtype=dtype, calibration=False).scalars_source
+    long_src = kfuse.compile(chain, dtype=dtype, calibration=False).calls.scalars_source
     assert long_src.count("const real t") == 59 and len(long_src) < 10_000     # linear, not 2^60
-    cg = kfuse.compile(CG, dtype=dtype, calibration=False).scalars_source
+    cg = kfuse.compile(CG, dtype=dtype, calibration=False).calls.scalars_source
     for k, text in enumerate([src, by_value, long_src, cg]):
         cu = tmp_path / f"scalars{k}.cu"
         cu.write_text(text)
@@ -156,7 +156,7 @@ def test_scalar_kernel_builds_with_nvcc(dtype, nvcc, tmp_path):
 
 def test_scripts_without_returned_arithmetic_have_no_scalar_kernel():
     prog = kfuse.compile(PLAIN, calibration=False)
-    assert prog.scalar_tail is None and prog.scalars_source is None
+    assert prog.calls.scalar_tail is None and prog.calls.scalars_source is None
 
 
 def test_reference_of_the_returns(lib):
@@ -228,7 +228,7 @@ def test_a_call_returns_the_arithmetic_computed_by_one_launch(tail_launches):
     assert args[3] == rr.data.ptr and args[5] == np.float32(0.5) and isinstance(args[5], np.float32)
     assert ", real v2) {" in tail_launches.sources[0]
     # the program's outputs without the arithmetic, and nothing launched for it
-    outs = prog.call_outputs(r=r, b=b, tol=0.5)
+    outs = prog.calls.outputs(r=r, b=b, tol=0.5)
     assert len(outs) == 2 and all(isinstance(o, FakeArray) for o in outs)
     assert len(tail_launches.launched) == 1
 

@@ -67,7 +67,7 @@ def test_share_source_returns_a_new_compiled_script():
     prog = kfuse.compile(BICGK, calibration=False, fuse=False)
     shared = prog.share_source("// shared\n" + prog.cuda_source)
     assert shared is not prog and shared.cuda_source.startswith("// shared")
-    assert not prog.cuda_source.startswith("// shared") and shared.own_source == prog.own_source
+    assert not prog.cuda_source.startswith("// shared") and shared.artifact.own_source == prog.artifact.own_source
     assert shared.artifact.shared is not None and prog.artifact.shared is None
 
 

@@ -13,6 +13,7 @@ from kfuse.errors import LibraryError
 from kfuse.library import expr
 from kfuse.library.loader import SHIPPED, load_library
 from test_library import FILE, SOURCE, gemv_function, make_library, scal_function, stub_sources
+from kfuse.cost import counts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +80,7 @@ def test_expressions_are_checked_again_when_evaluated(gemver):
             bad = dataclasses.replace(fn, **{field: "().__class__.__base__.__subclasses__()"})
             object.__setattr__(call, "function", bad)
             with pytest.raises(KfuseError, match="not allowed"):
-                gemver.flops(dims) if field == "flops" else evaluate(gemver.program, inputs)
+                counts.flops(gemver.program, dims) if field == "flops" else evaluate(gemver.program, inputs)
     finally:
         object.__setattr__(call, "function", fn)
 
@@ -104,7 +105,7 @@ def test_expressions_never_reach_eval(monkeypatch, lib):
     def no_eval(*a, **k):
         raise AssertionError("eval called")
     monkeypatch.setattr(builtins, "eval", no_eval)
-    assert prog.flops(dims) > 0
+    assert counts.flops(prog.program, dims) > 0
     env = evaluate(prog.program, inputs)
     assert all(np.all(np.isfinite(v)) for v in env.values())
 

@@ -59,7 +59,7 @@ def test_macro_lists_are_capped_at_load(tmp_path, macros, field, fragment):
 def test_macro_caps_leave_room_for_the_shipped_library(tmp_path):
     """The caps are well above what the shipped library uses (it loads), and a variant at the
     caps (two macros of 16 values: 256 combinations) is taken."""
-    from kfuse.library.variant_fields import macros_field
+    from kfuse.library.fields import macros_field
 
     class Ctx:
         def ident(self, name, where):

@@ -24,6 +24,7 @@ from . import peers
 from .records import (CONTENDERS, CUBLAS, ERROR, KFUSE, MISSING, NOT_AVAILABLE, OK, PAPER_ORDER, TORCH_COMPILE,
                       TORCH_EAGER, WRONG, BenchRun, Record, SequenceInfo, display_name)
 from .report import fmt_bytes
+from ..cost import counts
 
 DTYPES = ("float32", "float64")
 L2_DEFAULT_BYTES = 50 * 2**20       # H100's L2; the device's own size is used when known
@@ -405,7 +406,7 @@ class _Contenders:
 
     def kfuse(self):
         outs = self.outputs()
-        check = functools.partial(self.prog.call_outputs, out=outs[0], sync=True, **self.dev[0])
+        check = functools.partial(self.prog.calls.outputs, out=outs[0], sync=True, **self.dev[0])
         # timed calls are bound once: arguments checked and launches prepared outside the timing;
         # their outputs are kfuse's own, as a caller gets them without out= (reduced outputs in
         # one buffer, cleared by one memset)
@@ -461,8 +462,8 @@ def _run_sequence(run: BenchRun, path: Path, dtype: str, opts: BenchOptions, tim
     nbytes = input_bytes(p, dims, dtype)
     sets = rotation_sets(nbytes, run.l2_bytes)
     info = SequenceInfo(sequence=stem, dtype=dtype, sizes={d.name: dims[d.id] for d in p.dims},
-                        flops=prog.flops(dims), plan_bytes=prog.traffic(dims),
-                        onepass_bytes=prog.compulsory_traffic(dims), input_bytes=nbytes,
+                        flops=counts.flops(prog.program, dims), plan_bytes=counts.traffic(prog.program, prog.kernels, prog.dtype, dims),
+                        onepass_bytes=counts.compulsory_traffic(prog.program, prog.dtype, dims), input_bytes=nbytes,
                         kernels=len(prog.kernels), input_sets=sets, plan=prog.plan.summary(),
                         tuned=prog.from_store)
     run.sequences.append(info)

@@ -70,8 +70,8 @@ def _contenders(prog, stem: str, dev: dict, outs: dict, cb, torch, torch_fns: di
     import cupy as cp
     names = [v.name for v in prog.program.outputs]
     prep = {
-        PLAIN: lambda: (lambda: prog.call_outputs(sync=True, **dev), lambda: prog(**dev)),
-        REPEATED: lambda: (lambda: prog.call_outputs(out=outs, sync=True, **dev), lambda: prog(out=outs, **dev)),
+        PLAIN: lambda: (lambda: prog.calls.outputs(sync=True, **dev), lambda: prog(**dev)),
+        REPEATED: lambda: (lambda: prog.calls.outputs(out=outs, sync=True, **dev), lambda: prog(out=outs, **dev)),
     }
 
     def bound():

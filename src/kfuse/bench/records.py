@@ -63,9 +63,9 @@ class SequenceInfo:
     sequence: str
     dtype: str
     sizes: dict[str, int]       # script dimension name -> size
-    flops: int                  # prog.flops(dims)
-    plan_bytes: int             # prog.traffic(dims): what kfuse's plan moves
-    onepass_bytes: int          # prog.compulsory_traffic(dims): each input read once, each output written once
+    flops: int                  # cost.counts.flops
+    plan_bytes: int             # cost.counts.traffic: what kfuse's plan moves
+    onepass_bytes: int          # cost.counts.compulsory_traffic: each input read once, each output written once
     input_bytes: int            # bytes of the array inputs (what L2 rotation is sized by)
     kernels: int                # kernels kfuse launches per call
     input_sets: int = 1         # input sets rotated between repetitions (1: data larger than L2)

@@ -97,10 +97,13 @@ def lower(plan: Plan, lib: Library, timer: PassTimes) -> tuple[KernelCode, ...]:
         return tuple(generate(plan, lib))
 
 
-def emit(kernels: tuple[KernelCode, ...], lib: Library, dtype: str, title: str, timer: PassTimes) -> str:
-    """The emit stage: the kernels as one CUDA module, ``title`` in its head comment."""
-    with timer("emit"):
-        return module_source(list(kernels), lib, dtype, title=title)
+def emit(kernels: tuple[KernelCode, ...], lib: Library, dtype: str, title: str) -> str:
+    """The emit stage: the kernels as one CUDA module, ``title`` in its head comment.  Run when
+    the text is first needed (an artifact's ``own_source``: loading it on a GPU, or reading
+    ``cuda_source``), not by every compile: a plan asked for and not run is never emitted
+    (``kfuse plan``, the tuner's candidates, which share one module).  Whoever times it names
+    it (``kfuse plan --timings`` does)."""
+    return module_source(list(kernels), lib, dtype, title=title)
 
 
 def load(artifact: Artifact, device: int, orders: tuple[int, ...] = ()):
@@ -141,10 +144,9 @@ def describe_plan(program: Program, plan: Plan, kernels: tuple[KernelCode, ...])
     return "\n".join(lines)
 
 
-def _own_module(program: Program, plan: Plan, kernels: tuple[KernelCode, ...], lib: Library, dtype: str,
-                timer: PassTimes) -> str:
+def _own_module(program: Program, plan: Plan, kernels: tuple[KernelCode, ...], lib: Library, dtype: str) -> str:
     title = f"script {program.file} ({program.name})\n" + describe_plan(program, plan, kernels)
-    return emit(kernels, lib, dtype, title, timer)
+    return emit(kernels, lib, dtype, title)
 
 
 def _persistent_module(program: Program, plan: Plan, kernels: tuple[KernelCode, ...], lib: Library, dtype: str,
@@ -154,12 +156,12 @@ def _persistent_module(program: Program, plan: Plan, kernels: tuple[KernelCode, 
 
 
 def make_artifact(program: Program, plan: Plan, kernels: tuple[KernelCode, ...], lib: Library, dtype: str,
-             timer: PassTimes, shared: str | None = None) -> Artifact:
+                  shared: str | None = None) -> Artifact:
     """What the runtime runs: the program, its kernels and their module (``shared``, a module
     holding them among others, else their own, emitted on first use).  Its render callables hold
     the values they render, nothing else."""
     return Artifact(program, dtype, kernels,
-                    render_module=partial(_own_module, program, plan, kernels, lib, dtype, timer),
+                    render_module=partial(_own_module, program, plan, kernels, lib, dtype),
                     render_persistent=partial(_persistent_module, program, plan, kernels, lib, dtype),
                     shared=shared)
 

@@ -20,7 +20,7 @@ from ..ir.plan import Plan, plan_from_json, plan_to_json
 from ..ir.program import Program, size_class
 from ..library.schema import Library
 from ..progress import PassTimes
-from .pipeline import Options, Planned, lower, plan_program
+from .pipeline import Options, Planned, lower, plan_program, uncovered_at
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class CompilerSession:
         planned = plan_program(program, self.library, self.dtype, self.options, self.model,
                                 {d.name: dims[d.id] for d in program.dims}, timer)
         compiled = self._compiled(program, planned, timer)
-        if planned.from_store and compiled.uncovered(dims):     # a winner tuned at shorter rows of this class
+        if planned.from_store and uncovered_at(compiled.kernels, dims):     # a winner tuned at shorter rows of this class
             assert planned.search is not None
             compiled = self._compiled(program, Planned(planned.search, planned.search.best()), timer)
         return compiled
@@ -111,7 +111,7 @@ class CompilerSession:
             raise LaunchError(f"sizes must be positive integers: {', '.join(bad)}")
         search = compiled.search
         if search is None or compiled.pinned:
-            short = compiled.uncovered(dims)
+            short = uncovered_at(compiled.kernels, dims)
             if short:
                 raise LaunchError(f"the given plan cannot run at these sizes: {short}; compile without a "
                                   "given plan (or one for these sizes)")
@@ -119,11 +119,11 @@ class CompilerSession:
         exact = ("exact",) + tuple(dims[d.id] for d in program.dims)
         sizes: tuple = size_class(program, dims)
         if sizes == size_class(program, search.dims):
-            if not compiled.uncovered(dims):
+            if not uncovered_at(compiled.kernels, dims):
                 return compiled
             sizes = exact
         got = self._made.get(self.key(program, sizes))
-        if got is not None and got.uncovered(dims):
+        if got is not None and uncovered_at(got.kernels, dims):
             # the class's plan holds strips narrower than these rows: planned for these sizes
             sizes = exact
         return self._kept(self.key(program, sizes), lambda: self._replanned(program, dims))

@@ -204,7 +204,7 @@ class JitFunction:
                 return self.fn(*args)
             entry = self._entries[tkey] = self._entry(args)
         self.last = entry
-        res = entry.compiled.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
+        res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
         return res if entry.direct else entry.package(res, args)
 
     def _positional(self, args, kwargs) -> tuple:

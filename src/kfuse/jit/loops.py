@@ -244,7 +244,7 @@ class _Body:
     @property
     def executor(self):
         """The call path of the body's program (``runtime/loop.Instance`` binds through it)."""
-        return self.compiled.executor
+        return self.compiled.calls.executor
 
 
 _BODIES: dict = {}

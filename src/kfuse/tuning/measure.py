@@ -73,7 +73,7 @@ def compile_candidates(candidates: list, title: str, dims: dict[int, int], devic
     def build(c) -> float:
         t0 = time.perf_counter()
         with cupy().cuda.Device(device):
-            c.functions(device, launch_orders(c.artifact, dims, device, pdl))
+            c.calls.functions(device, launch_orders(c.artifact, dims, device, pdl))
         return time.perf_counter() - t0
     with ThreadPoolExecutor(len(groups)) as pool:
         return [c for g in groups for c in g], list(pool.map(build, [g[0] for g in groups]))
@@ -117,15 +117,15 @@ def measure_plans(compiled, plans, dims: dict[int, int], reps: int = 30, log=Non
         bar.step()
         for o in outs.values():
             o.fill(np.nan)                      # poisoned again for every candidate
-        got = c.call_outputs(out=outs, sync=True, **dev)
+        got = c.calls.outputs(out=outs, sync=True, **dev)
         got = got if isinstance(got, tuple) else (got,)
         err = max(_error_on_device(cp, g, *want[v.id]) for v, g in zip(prog.outputs, got))
         if not err < TOL[compiled.dtype]:
             log(f"  plan {n + 1:3d}: WRONG (error {err:.1e}), skipped")
-            c.release()
+            c.calls.release()
             continue
         t = median_us(c.bind(**dev), reps=reps, cold_l2=True)      # kfuse's own outputs, as without out=
-        c.release()
+        c.calls.release()
         results.append((t, n, c))
         log(f"  plan {n + 1:3d}: {t:9.1f} us (predicted {plans[n].predicted * 1e6:.1f})")
     bar.close()
@@ -151,5 +151,5 @@ def retime(compiled, plans, dims: dict[int, int], reps: int = 20, rounds: int = 
         for k, b in enumerate(bound):
             times[k].append(median_us(b, reps=reps, cold_l2=True))
     for c in candidates:
-        c.release()
+        c.calls.release()
     return [sorted(t)[len(t) // 2] for t in times]
