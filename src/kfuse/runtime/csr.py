@@ -14,13 +14,14 @@ int64, both compiled into every kernel (``KfCsr::wide`` picks one, uniformly, at
 values have the program's dtype.
 
 Checks.  Shapes and dtypes are checked on every new binding (host-side).  The structure --
-``indptr[0] == 0``, ``indptr[rows] == nnz``, row pointers non-decreasing, every column index in
-``[0, cols)`` -- takes reductions on the GPU and one synchronisation, so it runs when a binding is
-made and again only when the index arrays' pointers change from the call before (a fed-back loop
-over one matrix checks it once; values may change freely: they need no check).  Arrays changed in
-place behind the same pointers are not checked again; the kernels still read a column outside
-``[0, cols)`` as 0 instead of reading outside x (``kf_gather``), and row pointers are read only
-inside ``[0, rows]``.  Column indices need not be sorted within a row.
+``indptr[0] == 0``, ``indptr[rows] == nnz``, every row pointer in ``[0, nnz]``, row pointers
+non-decreasing, every column index in ``[0, cols)`` -- takes reductions on the GPU and one
+synchronisation, so it runs when a binding is made and again only when the index arrays' pointers
+change from the call before (a fed-back loop over one matrix checks it once; values may change
+freely: they need no check).  Arrays changed in place behind the same pointers are not checked
+again; the kernels still read a column outside ``[0, cols)`` as 0 instead of reading outside x
+(``kf_gather``), and row pointers are read only inside ``[0, rows]``.  Column indices need not be
+sorted within a row.
 
 Row mapping (docs/design.md, "Sparse mat-vec"): the same reductions give the mean and the longest
 row length, and the median row length.  The typical row length is the smaller of the mean and the
@@ -257,14 +258,18 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
         cp.cuda.Device(device).synchronize()        # arrays made on another stream are complete
         ip, ix = cp.asarray(c.indptr).astype(cp.int64), cp.asarray(c.indices)
         nnz = ix.shape[0]
-        d = ip[1:] - ip[:-1]
-        got = cp.stack([ip[0], ip[-1], d.min(), d.max(), ix.min().astype(cp.int64),
-                        ix.max().astype(cp.int64), cp.median(d).astype(cp.int64)]).get()
-    first, last, shortest, longest, lo, hi, median = (int(v) for v in got)
+        d = ip[1:] - ip[:-1]            # row lengths: they wrap where a pointer is outside [0, nnz]
+        got = cp.stack([ip[0], ip[-1], ip.min(), ip.argmin(), ip.max(), ip.argmax(), d.min(), d.max(),
+                        ix.min().astype(cp.int64), ix.max().astype(cp.int64), cp.median(d).astype(cp.int64)]).get()
+    first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got)
     if first != 0:
         raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
     if last != nnz:
         raise LaunchError(f"{name}: malformed CSR: indptr[{rows}] is {last}, but there are {nnz} column indices")
+    if lowest < 0 or highest > nnz:
+        at, bad = (at_lowest, lowest) if lowest < 0 else (at_highest, highest)
+        raise LaunchError(f"{name}: malformed CSR: indptr[{at}] is {bad}, outside [0, {nnz}] "
+                          f"(row pointers run from 0 to the {nnz} column indices)")
     if shortest < 0:
         raise LaunchError(f"{name}: malformed CSR: the row pointers decrease (a row of {shortest} entries)")
     if lo < 0 or hi >= cols:
