@@ -1,16 +1,11 @@
-"""Trust audit (issue 60) of CSR inputs on the CPU: row pointers outside [0, nnz] are a clean error
-(finding 7: wrapped differences passed the monotone check and ended in a MemoryError).
+"""Trust audit (issue 60) of CSR inputs on the CPU: a binding remembers the matrices it checked only
+while they live (finding 2: a new matrix whose arrays the memory pool returned at a dropped one's
+addresses took that matrix's row mapping unchecked), and row pointers outside [0, nnz] are a clean
+error (finding 7: wrapped differences passed the monotone check and ended in a MemoryError).
 
 The runtime's CuPy calls run on NumPy here (``NumPyCuPy``)."""
-from __future__ import annotations
 
-import contextlib
 import gc
-import io
-import re
-import subprocess
-import sys
-import time
 import types
 import weakref
 from pathlib import Path
@@ -24,7 +19,6 @@ from kfuse.runtime import args as runtime_args
 from kfuse.runtime import csr
 from kfuse.runtime.binding import Binding
 
-from test_nvcc import nvcc_compile
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARSE_CU = ROOT / "src" / "kfuse" / "blas" / "sparse.cu"
@@ -110,3 +104,101 @@ def test_good_row_pointers_still_give_the_row_mapping(gpu):
     got = csr.validate("A", csr.adapt_csr(matrix(indptr, np.arange(640) % 64, 64), "A"), 0, np.dtype(np.float64))
     assert (got.lanes, got.long_row) == (1, 256) and got.long is not None and got.long.grid == 1
     assert got.long.pieces.get().tolist() == [[63, 63, 640, 0, 1]]
+
+
+# -- finding 2: a dropped matrix's addresses, reused ---------------------------------------------------
+
+ROWS, NNZ, COLS = 64, 640, 64
+EVEN = np.arange(0, NNZ + 1, NNZ // ROWS)                           # rows of 10: streamed, no long row
+SKEWED = np.concatenate([[0], np.cumsum([577] + [1] * 63)])         # one row of 577 (long), 63 of 1
+
+
+class Pool:
+    """A memory pool's block, handing out new arrays (new objects) at the same addresses."""
+
+    def __init__(self):
+        self.block = np.zeros(2 * (ROWS + 1 + NNZ), np.int64)
+
+    def matrix(self, indptr, indices):
+        ip = self.block[:ROWS + 1].view(_Array)
+        ix = self.block[ROWS + 1:ROWS + 1 + NNZ].view(_Array)
+        ip[:], ix[:] = indptr, indices
+        return kfuse.CSR(ip, ix, _on(np.ones(NNZ)), (ROWS, COLS))
+
+
+def bound_to_one_csr_input(monkeypatch) -> tuple[Binding, list]:
+    """A Binding with only what ``check_csr`` reads: one csr input A (slots A, A#indices, A#data),
+    its captured graphs (one stale one), and the matrices ``validate`` was called with."""
+    b = object.__new__(Binding)
+    b.csr, b.array_inputs = ["A"], ["A", "A#indices", "A#data"]
+    b.csr_checked, b.csr_mapping, b.csr_long, b.csr_at = {"A": csr.Checks()}, {"A": [1, 0, 0, 0, 0, 0]}, {"A": None}, {}
+    b.device, b.dtype = 0, np.dtype(np.float64)
+    b.graphs = types.SimpleNamespace(execs={"a graph captured for the matrix before": None})
+    b._compose = lambda: None
+    validated = []
+    real = csr.validate
+
+    def counted(name, c, device, dtype):
+        validated.append(weakref.ref(c.indptr))        # not the arrays themselves: they must be free to go
+        return real(name, c, device, dtype)
+    monkeypatch.setattr(csr, "validate", counted)
+    return b, validated
+
+
+def test_a_new_matrix_at_a_dropped_matrixs_addresses_is_checked_again(gpu, monkeypatch):
+    """Issue 60, finding 2: the checks were kept by the (row pointers, column indices) pointer pair
+    alone, so a new matrix the pool placed where a dropped one was took the dropped one's row
+    mapping and long-row tables unchecked (and a malformed one was never refused).  An entry now
+    stands only while its matrix's arrays live."""
+    b, validated = bound_to_one_csr_input(monkeypatch)
+    pool = Pool()
+    A = pool.matrix(EVEN, np.arange(NNZ) % COLS)
+    at = csr.pointers(csr.adapt_csr(A, "A"))
+    b.check_csr({"A": A}, at)
+    assert len(validated) == 1 and b.csr_mapping["A"][:2] == [0, 0]            # streamed rows
+    b.check_csr({"A": A}, at)
+    assert len(validated) == 1                                                 # alive: not checked again
+    del A
+    gc.collect()
+    B = pool.matrix(SKEWED, np.arange(NNZ) % COLS)                             # the same addresses
+    at_b = csr.pointers(csr.adapt_csr(B, "A"))
+    assert at_b[:2] == at[:2]
+    b.check_csr({"A": B}, at_b)
+    assert len(validated) == 2 and validated[-1]() is B.indptr
+    assert b.csr_mapping["A"][:2] == [1, 256] and b.csr_long["A"] is not None  # B's mapping, B's long row
+    assert not b.graphs.execs                                                  # graphs holding A's mapping went
+    del B
+    gc.collect()
+    bad = np.arange(NNZ) % COLS
+    bad[5] = COLS                                                              # a column out of range
+    with pytest.raises(LaunchError, match="column index 64 out of range"):
+        b.check_csr({"A": pool.matrix(EVEN, bad)}, at)
+
+
+def test_matrices_kept_alive_are_checked_once_each(gpu, monkeypatch):
+    """Alternating between two live matrices (a loop's two operands) checks each once; their
+    mappings are switched without a check."""
+    b, validated = bound_to_one_csr_input(monkeypatch)
+    A = matrix(EVEN, np.arange(NNZ) % COLS, COLS)
+    B = matrix(SKEWED, np.arange(NNZ) % COLS, COLS)
+    ats = [csr.pointers(csr.adapt_csr(M, "A")) for M in (A, B)]
+    for _ in range(3):
+        for M, at, mapping in zip((A, B), ats, ([0, 0], [1, 256])):
+            b.check_csr({"A": M}, at)
+            assert b.csr_mapping["A"][:2] == mapping
+    assert len(validated) == 2 and b.graphs.execs                              # no entry dropped
+
+
+def test_checks_hold_their_matrices_weakly(gpu):
+    """The cache keeps no dropped matrix's index arrays in memory (a strong reference would keep up
+    to Checks.LIMIT of them), and an object that takes no weak reference is held strongly."""
+    checks, A = csr.Checks(), matrix(EVEN, np.arange(NNZ) % COLS, COLS)
+    owners = csr.owners(A)
+    assert owners[0] is A.indptr and owners[1] is A.indices
+    checks.put((1, 2), owners, csr.Checked(0, 0, None))
+    assert checks.get((1, 2)) == csr.Checked(0, 0, None)
+    del A, owners
+    gc.collect()
+    assert checks.get((1, 2)) is None
+    assert checks.put((3, 4), ([1],), csr.Checked(1, 0, None))                 # the dead entry dropped
+    assert len(checks) == 1 and checks.get((3, 4)) == csr.Checked(1, 0, None)  # a list: no weak reference
