@@ -1,11 +1,18 @@
 """Trust audit (issue 60) of CSR inputs on the CPU: a binding remembers the matrices it checked only
 while they live (finding 2: a new matrix whose arrays the memory pool returned at a dropped one's
-addresses took that matrix's row mapping unchecked), and row pointers outside [0, nnz] are a clean
-error (finding 7: wrapped differences passed the monotone check and ended in a MemoryError).
+addresses took that matrix's row mapping unchecked), row pointers outside [0, nnz] are a clean
+error (finding 7: wrapped differences passed the monotone check and ended in a MemoryError), and
+a warp streaming rows of int64 indices keeps its offsets in 64 bits (finding 3: 8 rows of 2^28
+entries summed to 0).
 
-The runtime's CuPy calls run on NumPy here (``NumPyCuPy``)."""
+The runtime's CuPy calls run on NumPy here (``NumPyCuPy``); the streamed mat-vec of
+``blas/sparse.cu`` is built for the host with nvcc and run by 32 threads standing for a warp."""
+
+from __future__ import annotations
 
 import gc
+import re
+import subprocess
 import types
 import weakref
 from pathlib import Path
@@ -19,6 +26,7 @@ from kfuse.runtime import args as runtime_args
 from kfuse.runtime import csr
 from kfuse.runtime.binding import Binding
 
+from test_nvcc import nvcc_compile
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARSE_CU = ROOT / "src" / "kfuse" / "blas" / "sparse.cu"
@@ -202,3 +210,211 @@ def test_checks_hold_their_matrices_weakly(gpu):
     assert checks.get((1, 2)) is None
     assert checks.put((3, 4), ([1],), csr.Checked(1, 0, None))                 # the dead entry dropped
     assert len(checks) == 1 and checks.get((3, 4)) == csr.Checked(1, 0, None)  # a list: no weak reference
+
+
+# -- finding 3: streamed rows of int64 indices past 2^31 entries ---------------------------------------
+
+def _stream_function() -> str:
+    return SPARSE_CU.read_text().split("KF_DEVICE void kf_spmv_stream(", 1)[1].split("\n}\n", 1)[0]
+
+
+def test_streamed_rows_keep_their_offsets_in_the_index_type():
+    """Issue 60, finding 3: kf_spmv_stream kept a warp's offsets from its first entry in ``int``; with
+    int64 indices they are of the index type (64-bit), with int32 ones 32-bit (8 rows of int32
+    indices hold fewer than 2^31 entries)."""
+    body = _stream_function()
+    assert "using O = I;" in body
+    for decl in ("const O rel = (O)(bound - lo);",
+                 "const O b = __shfl_sync(all, rel, j), e = __shfl_sync(all, rel, j + 1), hi = __shfl_sync(all, rel, 8);",
+                 "for (O c0 = 0;;)", "O c1 = ", "const O lb = __shfl_sync(all, rel, r), le = __shfl_sync(all, rel, r + 1);",
+                 "const O lb = __shfl_sync(all, rel, (__ffs(m) - 1) / 4);"):
+        assert decl in body, decl
+    assert not re.search(r"\bint (rel|b|e|hi|c0|c1|lb|le)\b", body)
+    spmv_rows = SPARSE_CU.read_text().split("KF_DEVICE void spmv_rows(", 1)[1]
+    assert re.search(r"if \(A\.wide\)\s+kf_spmv_stream<long long>\(", spmv_rows)      # int64 indices: O is 64-bit
+
+
+def _extract(text: str, start: str) -> str:
+    """The declaration of ``text`` that begins with ``start``, to its closing ``}`` at column 0."""
+    i = text.index(start)
+    j = text.index("\n}", i)
+    return text[i:j + 3]
+
+
+HARNESS = r"""
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <sys/mman.h>
+#include <thread>
+#include <vector>
+
+#define KF_DEVICE inline
+#define KF_SUB 32
+typedef double real;
+
+// one warp: 32 threads meeting at every collective, as the warp's lanes do
+struct Warp {
+    std::mutex m;
+    std::condition_variable cv;
+    int arrived = 0;
+    unsigned long long generation = 0;
+    long long slot[32];
+    void barrier() {
+        std::unique_lock<std::mutex> lock(m);
+        const unsigned long long g = generation;
+        if (++arrived == 32) { arrived = 0; ++generation; cv.notify_all(); }
+        else cv.wait(lock, [&] { return generation != g; });
+    }
+};
+static Warp warp;
+static thread_local int lane_id;
+
+template <class T> T __shfl_sync(unsigned, T v, int src) {
+    long long bits = 0;
+    std::memcpy(&bits, &v, sizeof v);
+    warp.slot[lane_id] = bits;
+    warp.barrier();
+    T got;
+    std::memcpy(&got, &warp.slot[src % 32], sizeof got);
+    warp.barrier();
+    return got;
+}
+template <class T> T __shfl_xor_sync(unsigned all, T v, int o) {
+    long long bits = 0;
+    std::memcpy(&bits, &v, sizeof v);
+    warp.slot[lane_id] = bits;
+    warp.barrier();
+    T got;
+    std::memcpy(&got, &warp.slot[lane_id ^ o], sizeof got);
+    warp.barrier();
+    (void)all;
+    return got;
+}
+unsigned __ballot_sync(unsigned, bool p) {
+    warp.slot[lane_id] = p;
+    warp.barrier();
+    unsigned bits = 0;
+    for (int l = 0; l < 32; ++l) bits |= warp.slot[l] ? 1u << l : 0u;
+    warp.barrier();
+    return bits;
+}
+void __syncwarp() { warp.barrier(); }
+int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+template <class T> T __ldg(const T* p) { return *p; }
+
+struct KfVec { real* p; long long n; };
+KFIX
+KFCSR
+KFGATHER
+SPARSE
+
+struct Slab { real d[4][128]; real& at(int w, int k) { return d[w][k]; } };
+struct Out { real d[32]; real& at(int r) { return d[r]; } };
+
+// a warp of 8 rows: rows r < 8 (ptr[r] .. ptr[r + 1]), entries k: column k % cols (of x[c] = c % 5 +
+// 0.5), value k % 7 - 3; rows longer than long_row read lsum[r] = 1000 + r.  Only the rows' own
+// entries are in memory (reserved address space elsewhere: a read outside them faults).
+template <class I>
+int check(const char* name, const long long (&ptr)[9], long long long_row) {
+    const long long first = ptr[0], nnz = ptr[8], cols = 96;
+    const size_t span = (size_t)nnz * sizeof(I) + 8 * 4096, vspan = (size_t)nnz * sizeof(real) + 8 * 4096;
+    char* ib = (char*)mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char* vb = (char*)mmap(nullptr, vspan, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ib == MAP_FAILED || vb == MAP_FAILED) { printf("%s: no address space\n", name); return 1; }
+    I* idx = (I*)ib;
+    real* val = (real*)vb;
+    real x[96], lsum[8], want[8];
+    for (int c = 0; c < 96; ++c) x[c] = c % 5 + 0.5;
+    for (int r = 0; r < 8; ++r) {
+        const long long b = ptr[r], e = ptr[r + 1];
+        lsum[r] = 1000 + r;
+        want[r] = 0;
+        if (long_row > 0 && e - b > long_row) { want[r] = lsum[r]; continue; }
+        if (e > b) {
+            auto open = [](char* base, size_t from, size_t to) {
+                from &= ~(size_t)4095;
+                to = (to + 4095) & ~(size_t)4095;
+                return mprotect(base + from, to - from, PROT_READ | PROT_WRITE) == 0;
+            };
+            if (!open(ib, b * sizeof(I), e * sizeof(I)) || !open(vb, b * sizeof(real), e * sizeof(real))) {
+                printf("%s: mprotect failed\n", name);
+                return 1;
+            }
+        }
+        for (long long k = b; k < e; ++k) {
+            idx[k] = (I)(k % cols);
+            val[k] = (real)(k % 7 - 3);
+            want[r] += val[k] * x[k % cols];
+        }
+    }
+    I ip[9];
+    for (int r = 0; r < 9; ++r) ip[r] = (I)ptr[r];
+    const KfCsr A{ip, idx, val, 8, cols, nnz, sizeof(I) == 8, 0, long_row, lsum};
+    const KfVec xv{x, cols};
+    static Slab slab;
+    static Out out;
+    for (auto& o : out.d) o = -1;
+    std::vector<std::thread> lanes;
+    for (int l = 0; l < 32; ++l)
+        lanes.emplace_back([&, l] {
+            lane_id = l;
+            const KfIx ix{l, 0, 0, 0};
+            kf_spmv_stream<I>(ix, A, xv, slab, out);
+        });
+    for (auto& t : lanes) t.join();
+    int bad = 0;
+    for (int r = 0; r < 8; ++r)
+        if (out.d[r] != want[r]) { printf("%s: row %d is %g, not %g\n", name, r, out.d[r], want[r]); ++bad; }
+    munmap(ib, span);
+    munmap(vb, vspan);
+    (void)first;
+    return bad;
+}
+
+int main() {
+    const long long L = (1ll << 31) / 7 + 1;     // 7 long rows: the 8th starts past 2^31 entries
+    const long long huge[9] = {0, L, 2 * L, 3 * L, 4 * L, 5 * L, 6 * L, 7 * L, 7 * L + 300};
+    const long long short_rows[9] = {12345, 12345, 12350, 12650, 12651, 12780, 12908, 12945, 13205};
+    const long long mixed[9] = {7, 2007, 2017, 4017, 6017, 6020, 6020, 8020, 8070};
+    int bad = check<long long>("int64, past 2^31 entries", huge, 1000);
+    bad += check<long long>("int64, short rows", short_rows, 0);
+    bad += check<int>("int32, short rows", short_rows, 0);
+    bad += check<long long>("int64, long rows", mixed, 1000);
+    bad += check<int>("int32, long rows", mixed, 1000);
+    printf("%d\n", bad);
+    return 0;
+}
+"""
+
+
+def test_a_warp_streams_rows_past_2_to_the_31_entries_of_int64_indices(nvcc, tmp_path):
+    """Issue 60, finding 3, run: kf_spmv_stream built for the host (sparse.cu as it is, its KfCsr
+    from sparse.cuh) and run by 32 threads standing for a warp's lanes.  A warp whose 8th row
+    starts past 2^31 entries after its first (7 long rows before it, summed by the pre-pass) sums
+    that row; with int offsets it wrapped negative and the row summed to 0.  Short rows across
+    chunk boundaries and long rows among short ones give the exact sums, int32 and int64."""
+    cuh, prelude = SPARSE_CUH.read_text(), PRELUDE.read_text()
+    source = (HARNESS.replace("KFIX", _extract(prelude, "struct KfIx {"))
+              .replace("KFCSR", _extract(cuh, "struct KfCsr {"))
+              .replace("KFGATHER", _extract(cuh, "KF_DEVICE real kf_gather("))
+              .replace("SPARSE", SPARSE_CU.read_text()))
+    cpp = tmp_path / "stream.cpp"
+    cpp.write_text(source)
+    exe = tmp_path / "stream"
+    done = subprocess.run([nvcc, "-std=c++17", "-O2", "-Xcompiler", "-pthread", "-o", str(exe), str(cpp)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip().splitlines()[-1] == "0", run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_spmv_module_builds_with_64_bit_stream_offsets(nvcc, tmp_path, dtype):
+    """The generated module of a CG step over a CSR matrix carries the changed kf_spmv_stream (both
+    index types instantiated by spmv_rows) and builds with warnings as errors."""
+    text = kfuse.compile("csr A;\nvector p, q;\nscalar pq;\ninput A, p;\nq = spmv(A, p);\npq = dot(p, q);\n"
+                         "return q, pq;\n", dtype=dtype, calibration=False, tuned=False).cuda_source
+    assert "using O = I;" in text and "kf_spmv_stream<long long>(" in text and "kf_spmv_stream<int>(" in text
+    nvcc_compile(nvcc, text, tmp_path, f"spmv_{dtype}")
