@@ -1,18 +1,21 @@
 """Trust audit (issue 60) of CSR inputs on the CPU: a binding remembers the matrices it checked only
 while they live (finding 2: a new matrix whose arrays the memory pool returned at a dropped one's
 addresses took that matrix's row mapping unchecked), row pointers outside [0, nnz] are a clean
-error (finding 7: wrapped differences passed the monotone check and ended in a MemoryError), and
-a warp streaming rows of int64 indices keeps its offsets in 64 bits (finding 3: 8 rows of 2^28
-entries summed to 0).
+error (finding 7: wrapped differences passed the monotone check and ended in a MemoryError), a
+warp streaming rows of int64 indices keeps its offsets in 64 bits (finding 3: 8 rows of 2^28
+entries summed to 0), and the sparse CG example checks its solutions in seconds (finding 20).
 
 The runtime's CuPy calls run on NumPy here (``NumPyCuPy``); the streamed mat-vec of
 ``blas/sparse.cu`` is built for the host with nvcc and run by 32 threads standing for a warp."""
-
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import re
 import subprocess
+import sys
+import time
 import types
 import weakref
 from pathlib import Path
@@ -418,3 +421,58 @@ def test_the_spmv_module_builds_with_64_bit_stream_offsets(nvcc, tmp_path, dtype
                          "return q, pq;\n", dtype=dtype, calibration=False, tuned=False).cuda_source
     assert "using O = I;" in text and "kf_spmv_stream<long long>(" in text and "kf_spmv_stream<int>(" in text
     nvcc_compile(nvcc, text, tmp_path, f"spmv_{dtype}")
+
+
+# -- finding 20: the sparse CG example's reference --------------------------------------------------
+
+def _host_cg(A, b, x=None, tol=1e-8, max_iterations=1000):
+    """sparse_cg.sparse_cg's iteration on the host (NumPy, the arrays' own dtype)."""
+    x = b * 0
+    r = b.copy()
+    p, rr, bb, k = r.copy(), r @ r, b @ b, 0
+    while rr > tol * tol * bb and k < max_iterations:
+        q = A @ p
+        a = rr / (p @ q)
+        x, r = x + a * p, r - a * q
+        rn = r @ r
+        p, rr, k = r + (rn / rr) * p, rn, k + 1
+    return x, float(rr), k
+
+
+def test_the_sparse_cg_example_checks_its_solutions_in_seconds(monkeypatch):
+    """Issue 60, finding 20: the example's reference was SciPy's direct solve, which fills in on
+    the skewed matrix (minutes).  Its demo, run with the GPU solve done on the host, now checks
+    each solution's float64 residual with a sparse mat-vec: no direct solve, seconds."""
+    import scipy.sparse.linalg as spla
+    sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+    try:
+        import sparse_cg
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "solvers"))
+
+    def no_direct_solve(*a, **k):
+        raise AssertionError("the example solved directly (spsolve fills in: minutes)")
+    monkeypatch.setattr(spla, "spsolve", no_direct_solve)
+    monkeypatch.setattr(sparse_cg, "sparse_cg", _host_cg)
+    sparse = types.ModuleType("cupyx.scipy.sparse")
+    sparse.csr_matrix = lambda A: A
+    scipy_ = types.ModuleType("cupyx.scipy")
+    scipy_.sparse = sparse
+    cupyx = types.ModuleType("cupyx")
+    cupyx.scipy = scipy_
+    cupy = types.ModuleType("cupy")
+    cupy.asarray, cupy.asnumpy = np.asarray, np.asarray
+    for name, mod in (("cupy", cupy), ("cupyx", cupyx), ("cupyx.scipy", scipy_), ("cupyx.scipy.sparse", sparse)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    out = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        sparse_cg.demo()
+    assert time.perf_counter() - start < 30
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 4 and all("||b - A x|| / ||b|| = " in line for line in lines), lines
+    res = [float(line.split("= ")[-1].split()[0]) for line in lines]
+    assert all(0 < r <= 1e-4 for r in res) and res[0] <= 1e-9 and res[2] <= 1e-9, res
+    with pytest.raises(AssertionError, match="relative residual"):                # the check can fail
+        A = sparse_cg.mesh_matrix(4)
+        sparse_cg.check(A, np.zeros(A.shape[0]), np.ones(A.shape[0]), 1e-3)
