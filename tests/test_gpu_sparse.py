@@ -228,6 +228,31 @@ def test_new_index_arrays_under_a_known_signature_are_checked_again():
         P(A=kfuse.CSR(good.indptr, bad_indices, good.data, (100, 50)), x=cp.ones(50))
 
 
+def test_a_warp_streams_a_row_past_2_to_the_31_entries_of_int64_indices():
+    """Issue 60, finding 3, on the GPU: a warp whose 8th row starts past 2^31 entries after its
+    first (7 long rows of about 3.07e8 entries before it, summed by the pre-pass; the other rows of
+    16 entries: streamed) sums that row.  With int offsets the warp's offsets wrapped negative and
+    its rows came out 0.  int64 indices and float64 values of 1: every row's sum is its length.
+    About 34 GB of GPU memory."""
+    import cupy as cp
+    m, cols = 1024, 1024
+    long = (1 << 31) // 7 + 1
+    lengths = np.array([long] * 7 + [16] * (m - 7), np.int64)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    nnz = int(indptr[-1])
+    assert indptr[7] > 2 ** 31
+    try:
+        indices = cp.arange(nnz, dtype=cp.int64)
+        cp.remainder(indices, cols, out=indices)
+        data = cp.ones(nnz)
+        A = kfuse.CSR(cp.asarray(indptr), indices, data, (m, cols))
+        y = prog(SPMV, "float64")(A=A, x=cp.ones(cols))
+        assert cp.asnumpy(y).tolist() == lengths.astype(np.float64).tolist()
+    finally:
+        A = indices = data = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+
 def test_wrong_dtypes_and_shapes_are_clean_errors():
     import cupy as cp
     P = prog(SPMV, "float64")
