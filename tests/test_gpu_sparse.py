@@ -228,6 +228,31 @@ def test_new_index_arrays_under_a_known_signature_are_checked_again():
         P(A=kfuse.CSR(good.indptr, bad_indices, good.data, (100, 50)), x=cp.ones(50))
 
 
+def test_a_warp_streams_a_row_past_2_to_the_31_entries_of_int64_indices():
+    """Issue 60, finding 3, on the GPU: a warp whose 8th row starts past 2^31 entries after its
+    first (7 long rows of about 3.07e8 entries before it, summed by the pre-pass; the other rows of
+    16 entries: streamed) sums that row.  With int offsets the warp's offsets wrapped negative and
+    its rows came out 0.  int64 indices and float64 values of 1: every row's sum is its length.
+    About 34 GB of GPU memory."""
+    import cupy as cp
+    m, cols = 1024, 1024
+    long = (1 << 31) // 7 + 1
+    lengths = np.array([long] * 7 + [16] * (m - 7), np.int64)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    nnz = int(indptr[-1])
+    assert indptr[7] > 2 ** 31
+    try:
+        indices = cp.arange(nnz, dtype=cp.int64)
+        cp.remainder(indices, cols, out=indices)
+        data = cp.ones(nnz)
+        A = kfuse.CSR(cp.asarray(indptr), indices, data, (m, cols))
+        y = prog(SPMV, "float64")(A=A, x=cp.ones(cols))
+        assert cp.asnumpy(y).tolist() == lengths.astype(np.float64).tolist()
+    finally:
+        A = indices = data = None
+        cp.get_default_memory_pool().free_all_blocks()
+
+
 def test_wrong_dtypes_and_shapes_are_clean_errors():
     import cupy as cp
     P = prog(SPMV, "float64")
@@ -392,6 +417,23 @@ def test_the_sparse_cg_example_matches_scipy():
     x, rr, steps = sparse_cg.sparse_cg(cps.csr_matrix(A), cp.asarray(b), tol=1e-10, max_iterations=5000)
     assert 0 < steps < 5000
     assert np.linalg.norm(b - A @ cp.asnumpy(x)) / np.linalg.norm(b) < 1e-9
+
+
+def test_the_sparse_cg_example_demo_runs_in_seconds(capsys):
+    """Issue 60, finding 20: the example as shipped (two matrices, two dtypes, each solution's
+    float64 residual checked with SciPy's sparse mat-vec, ``sparse_cg.check``) ends in seconds;
+    its reference was a direct solve that filled in (minutes)."""
+    import sys
+    import time
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "solvers"))
+    import sparse_cg
+    start = time.perf_counter()
+    sparse_cg.demo()
+    took = time.perf_counter() - start
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all("||b - A x|| / ||b|| = " in line for line in lines), lines
+    assert took < 120, f"the demo took {took:.0f} s"
 
 
 def test_a_loop_over_a_matrix_with_long_rows_sums_them_every_step():

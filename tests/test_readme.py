@@ -6,6 +6,7 @@ fits the headline script; the API example says it needs CuPy (and runs on a GPU)
 import contextlib
 import io
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -92,15 +93,19 @@ def test_command_1_installs_no_cupy_and_the_readme_says_so():
 
 def test_plan_output_is_what_kfuse_prints(tmp_path):
     """``kfuse plan examples/bicgk.kf`` prints the plan the README shows (the planning time aside),
-    and the script shown is the example's."""
+    and the script shown is the example's file, line for line: the plan's ``(line N)`` is line N
+    of the script shown, the call it names."""
     proc = subprocess.run([sys.executable, "-m", "kfuse", "plan", "examples/bicgk.kf"], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert _planned(proc.stdout) == _planned(_output_after("kfuse plan examples/bicgk.kf\n"))
-    example = [ln for ln in (ROOT / "examples" / "bicgk.kf").read_text().splitlines()
-               if ln.strip() and not ln.startswith("#")]
-    shown = _blocks("text")[0].strip().splitlines()
-    assert [" ".join(ln.split()) for ln in example] == shown
+    shown_plan = _output_after("kfuse plan examples/bicgk.kf\n")
+    assert _planned(proc.stdout) == _planned(shown_plan)
+    shown = _blocks("text")[0].splitlines()
+    assert shown == (ROOT / "examples" / "bicgk.kf").read_text().rstrip("\n").splitlines()
+    calls = re.findall(r"^\s+(\w+) = (\w+)\(.*\(line (\d+)\)", shown_plan, re.M)
+    assert len(calls) == 2
+    for out, fn, line in calls:
+        assert re.match(rf"{out} = s{fn}\(", shown[int(line) - 1]), (line, shown[int(line) - 1])
 
 
 def test_jit_example_prints_what_the_readme_shows(capsys):
@@ -145,7 +150,55 @@ def test_synopsis_names_only_real_commands():
     sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     block = README.split("## Command line", 1)[1].split("```text", 1)[1].split("```", 1)[0]
     named = {ln.split()[1] for ln in block.splitlines() if ln.startswith("kfuse ")}
-    assert named <= set(sub.choices) and set(sub.choices) <= named | {"report"}
+    assert named == set(sub.choices)                    # every command, and only those
+
+
+def test_inline_commands_parse():
+    """Every ``kfuse ...`` the README's prose names parses with the command line's parser (a command
+    that takes a script names one: ``kfuse plan SCRIPT --explain``, not ``kfuse plan --explain``)."""
+    from kfuse.cli import parser
+    spans = [" ".join(m.split()) for m in re.findall(r"`(kfuse [^`]*)`", README)]
+    assert any(s.startswith("kfuse plan ") and "--explain" in s for s in spans), spans
+    for span in spans:
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                parser().parse_args(shlex.split(span)[1:])
+            except SystemExit:
+                pytest.fail(f"README: `{span}` is not a kfuse command line")
+
+
+def test_loop_figures_are_the_performance_pages():
+    """The README's loop figures (CG float32, fori_loop and torch.compile's unrolled graph) are
+    those of docs/performance.md's float32 loops table."""
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    table = perf.split("## Loops: microseconds per iteration (H100, float32)", 1)[1].split("\n## ", 1)[0]
+    header = next(ln for ln in table.splitlines() if ln.startswith("| method |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    rows = {(r[0], r[1]): dict(zip(cols, r)) for r in
+            ([c.strip() for c in ln.strip("|").split("|")] for ln in table.splitlines() if ln.startswith("| cg |"))}
+    line = " ".join(README.split("Loops, CG float32", 1)[1].split("Every table", 1)[0].split())
+    big, small = rows["cg", "16384"], rows["cg", "1024"]
+    graph = "torch.compile reduce-overhead, 30 steps unrolled"
+    assert (f"{big['kfuse fori_loop']} at n = 16384, level with torch.compile ({big['torch.compile']})" in line
+            and f"{small['kfuse fori_loop']} at n = 1024 against {small[graph]} for torch.compile's CUDA graph"
+            in line), line
+
+
+def test_notices_from_python_read_as_the_command_lines(tmp_path):
+    """A jitted function planned from Python (no logging configured) writes its notices on stderr as
+    the command line does, ``kfuse: `` first: the README's sample notice, and a kernel priced by
+    the transfer model (no measurement of lap7's routine in the shipped calibration)."""
+    code = ("import numpy as np, kfuse\n"
+            "kfuse.jit(lambda A, x: A @ x).compile(np.zeros((64, 64), np.float32), np.zeros(64, np.float32))\n"
+            "kfuse.jit(lambda g: kfuse.lib.lap7(g)).compile(np.zeros((8, 8, 8), np.float32))\n")
+    env = {k: v for k, v in os.environ.items() if k != "KFUSE_CALIBRATION"}
+    env.update(KFUSE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT / "src"), CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    sample = re.search(r"^kfuse: no GPU here: plans are ranked with .*$", README, re.M).group(0)
+    assert lines[0] == sample and len(lines) == 2, lines
+    assert lines[1].startswith("kfuse: calibration ") and "priced by the transfer model" in lines[1]
 
 
 def test_every_linked_page_exists():

@@ -340,3 +340,29 @@ def test_fori_loop_bounds_out_of_range_are_a_clean_error(lower, upper):
     with pytest.raises(kfuse.TraceError, match="out of range") as e:
         kfuse.fori_loop(lower, upper, lambda i, s: s, (x,))
     assert e.value.file == __file__
+
+
+@pytest.mark.parametrize("lower, upper, name", [(0, 2 ** 24 + 5, "upper"), (-(2 ** 24) - 1, 0, "lower"),
+                                                (2 ** 30, 2 ** 30 + 3, "lower")])
+def test_fori_loop_bounds_past_a_float32_counter_are_a_clean_error(lower, upper, name):
+    """Issue 60, finding 8 (float32): the loop's counter has the state's dtype, and a float32 one
+    stops counting at 2^24 (2^24 + 1 rounds back to 2^24): the body's i went wrong.  Bounds beyond
+    2^24 in magnitude are a TraceError at the caller's line for a float32 state, nothing traced or
+    launched; a float64 state takes them (its counter is exact to 2^53)."""
+    x = np.zeros(4, np.float32)
+    with pytest.raises(kfuse.TraceError, match=f"fori_loop: {name} = -?\\d+ is out of range for a float32 loop") as e:
+        kfuse.fori_loop(lower, upper, lambda i, s: s, (x,))
+    assert e.value.file == __file__ and "2^24" in str(e.value)
+    body = loops._body
+    traced = []
+    loops._body = lambda *a: traced.append(a) or body(*a)
+    try:
+        with pytest.raises(kfuse.TraceError, match="float32 loop"):
+            kfuse.fori_loop(lower, upper, lambda i, s: s, (x,), unroll=4)
+    finally:
+        loops._body = body
+    assert not traced                                        # refused before anything is traced
+    try:
+        kfuse.fori_loop(lower, upper, lambda i, s: s, (np.zeros(4, np.float64),))
+    except KfuseError as e:         # refused later (NumPy arrays, or no CuPy here), not for its bounds
+        assert "out of range" not in str(e)

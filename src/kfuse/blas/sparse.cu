@@ -41,50 +41,55 @@ KF_DEVICE void kf_spmv_rows(const KfIx& ix, const KfCsr& A, const KfVec& x, VO& 
 // slab holds 4 a lane.
 #define KF_SPMV_CHUNK (16 / (int)sizeof(real))
 
+// Offsets from a warp's first entry have the index type O = I: the 8 rows of a matrix with int
+// (32-bit) indices hold fewer than 2^31 entries, those of one with long long indices may hold more
+// (8 rows of 2^28 entries: an int offset wrapped to -2^31 and every row summed to 0).  The loops
+// compare differences with the chunk's width, never c0 + width, so no offset overflows near 2^31.
 template <class I, class VS, class VO>
 KF_DEVICE void kf_spmv_stream(const KfIx& ix, const KfCsr& A, const KfVec& x, VS& slab, VO& out) {
+    using O = I;                                          // an offset into the warp's entries
     const unsigned all = 0xffffffffu;
     const int w = ix.tx / 32, lane = ix.tx % 32;
     const int j = lane / 4, q = lane % 4;                 // the row lane adds up (of 8), and its part
     const long long row0 = ix.i * KF_SUB + 8 * w;
-    // lane j <= 8 reads the start of row row0 + j (rows past the end start at nnz: empty); offsets
-    // from the warp's first entry are ints (8 rows of fewer than 2^31 entries)
+    // lane j <= 8 reads the start of row row0 + j (rows past the end start at nnz: empty)
     long long bound = 0;
     if (lane <= 8) bound = A.start<I>(row0 + lane < A.rows ? row0 + lane : A.rows);
     const long long lo = __shfl_sync(all, bound, 0);
-    const int rel = (int)(bound - lo);
-    const int b = __shfl_sync(all, rel, j), e = __shfl_sync(all, rel, j + 1), hi = __shfl_sync(all, rel, 8);
+    const O rel = (O)(bound - lo);
+    const O b = __shfl_sync(all, rel, j), e = __shfl_sync(all, rel, j + 1), hi = __shfl_sync(all, rel, 8);
     const bool is_long = A.long_row > 0 && e - b > A.long_row;
     const unsigned longs = __ballot_sync(all, is_long && q == 0);     // bit 4 j: row j is in A.lsum
     const I* idx = static_cast<const I*>(A.idx) + lo;
     const real* val = A.val + lo;
     real s = real(0);
-    for (int c0 = 0;;) {                                  // warp-uniform: c0, c1 are the same in every lane
+    for (O c0 = 0;;) {                                    // warp-uniform: c0, c1 are the same in every lane
         for (unsigned m = longs; m; m &= m - 1) {         // a chunk starting in a long row starts past it
             const int r = (__ffs(m) - 1) / 4;
-            const int lb = __shfl_sync(all, rel, r), le = __shfl_sync(all, rel, r + 1);
+            const O lb = __shfl_sync(all, rel, r), le = __shfl_sync(all, rel, r + 1);
             if (c0 >= lb && c0 < le) c0 = le;
         }
         if (c0 >= hi) break;
-        int c1 = c0 + 32 * KF_SPMV_CHUNK < hi ? c0 + 32 * KF_SPMV_CHUNK : hi;
+        O c1 = hi - c0 > 32 * KF_SPMV_CHUNK ? c0 + 32 * KF_SPMV_CHUNK : hi;
         for (unsigned m = longs; m; m &= m - 1) {         // ... and ends where the next long row starts
-            const int lb = __shfl_sync(all, rel, (__ffs(m) - 1) / 4);
+            const O lb = __shfl_sync(all, rel, (__ffs(m) - 1) / 4);
             if (lb > c0 && lb < c1) c1 = lb;
         }
+        const int width = (int)(c1 - c0);                // at most 32 KF_SPMV_CHUNK
         I c[KF_SPMV_CHUNK];
         real v[KF_SPMV_CHUNK];
 #pragma unroll
         for (int u = 0; u < KF_SPMV_CHUNK; ++u) {
-            const int k = c0 + lane + 32 * u;
-            c[u] = k < c1 ? idx[k] : I(-1);
-            v[u] = k < c1 ? val[k] : real(0);
+            const int k = lane + 32 * u;                  // entry c0 + k
+            c[u] = k < width ? idx[c0 + k] : I(-1);
+            v[u] = k < width ? val[c0 + k] : real(0);
         }
 #pragma unroll
         for (int u = 0; u < KF_SPMV_CHUNK; ++u) slab.at(w, lane + 32 * u) = v[u] * kf_gather(x, (long long)c[u]);
         __syncwarp();
-        if (!is_long) {
-            const int ke = e < c1 ? e : c1;
-            for (int k = (b > c0 ? b : c0) + q; k < ke; k += 4) s += slab.at(w, k - c0);
+        if (!is_long && b < c1 && e > c0) {               // row j's entries in this chunk: slab [kb, ke)
+            const int kb = b > c0 ? (int)(b - c0) : 0, ke = e < c1 ? (int)(e - c0) : width;
+            for (int k = kb + q; k < ke; k += 4) s += slab.at(w, k);
         }
         __syncwarp();                                     // the slab is the next chunk's
         c0 = c1;

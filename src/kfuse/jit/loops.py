@@ -416,6 +416,7 @@ def _predicate(cond, specs: list[ArgSpec], kind) -> tuple[tuple, list[float]]:
 
 # -- running ------------------------------------------------------------------------------------------
 COUNTER_MAX = 2 ** 53     # fori_loop's bounds: the counter is exact in a double up to here
+FLOAT32_COUNTER_MAX = 2 ** 24     # ... and in a float32 loop's counter (the state's dtype) up to here
 
 
 def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
@@ -431,6 +432,10 @@ def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
             digits = str(int(v))
             raise TraceError(f"fori_loop: {name} = {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
                              "range (at most 2^53 in magnitude, where the loop's counter stays exact)", user_site())
+        if abs(int(v)) > FLOAT32_COUNTER_MAX and _specs(_flatten(init_val)[0], "fori_loop")[1] == np.float32:
+            raise TraceError(f"fori_loop: {name} = {int(v)} is out of range for a float32 loop (at most 2^24 in "
+                             "magnitude, where its float32 counter stays exact; a float64 one counts to 2^53)",
+                             user_site())
     unroll = check_unroll(unroll)
     if unroll > 1 and int(upper) - int(lower) >= unroll:
         whole = (int(upper) - int(lower)) // unroll

@@ -182,10 +182,11 @@ class Binding:
         self.nbytes = {v.name: _entries(v, dims) * dtype.itemsize for v in prog.values if v.type != "csr"}
         # csr inputs: name -> [lanes, long_row, then the pointers of the long rows' lsum, pieces,
         # part and count] of the matrix now bound, its long rows' buffers (csr.LongRows or None),
-        # and the index pointers (row pointers, column indices) it was checked at (``check_csr``)
+        # the matrices checked (csr.Checks) and the index pointers (row pointers, column indices)
+        # of the one now bound (``check_csr``)
         self.csr = [v.name for v in prog.inputs if v.type == "csr"]
         self.csr_mapping: dict[str, list[int]] = {}
-        self.csr_checked: dict[str, dict[tuple[int, int], csr_inputs.Checked]] = {n: {} for n in self.csr}
+        self.csr_checked: dict[str, csr_inputs.Checks] = {n: csr_inputs.Checks() for n in self.csr}
         self.csr_long: dict[str, Any] = {n: None for n in self.csr}
         self.csr_at: dict[str, tuple[int, int]] = {}
         self.csr_wide: dict[str, bool] = {}
@@ -436,23 +437,20 @@ class Binding:
 
     def check_csr(self, inputs: dict, in_ptrs) -> None:
         """Before a call: the structure of each csr input checked and its row mapping set, where its
-        index arrays' pointers differ from the call before (``runtime/csr.py``); ``inputs`` as the
-        caller gave them."""
+        matrix was not checked before: its index arrays' pointers are new, or the matrix checked at
+        them is gone (``csr.Checks``; ``runtime/csr.py``); ``inputs`` as the caller gave them."""
         for name in self.csr:
             slot = self.array_inputs.index(name)
             at = (in_ptrs[slot], in_ptrs[slot + 1])
-            if self.csr_at.get(name) == at:
-                continue
             known = self.csr_checked[name]
             got = known.get(at)
+            if got is not None and self.csr_at.get(name) == at:
+                continue
             if got is None:
                 c = csr_inputs.adapt_csr(inputs[name], name)
                 got = csr_inputs.validate(name, c, self.device, self.dtype)
-                if len(known) >= 16:
-                    known.clear()
-                    if self.graphs is not None:    # captured graphs may read the long-row buffers dropped
-                        self.graphs.execs.clear()
-                known[at] = got
+                if known.put(at, csr_inputs.owners(inputs[name]), got) and self.graphs is not None:
+                    self.graphs.execs.clear()   # captured graphs may hold a dropped matrix's mapping and buffers
             long, before = got.long, self.csr_long[name]
             self.csr_mapping[name][:] = [got.lanes, got.long_row] + (
                 [facts(a)[4] for a in (long.lsum, long.pieces, long.part, long.count)] if long else [0, 0, 0, 0])

@@ -14,13 +14,16 @@ int64, both compiled into every kernel (``KfCsr::wide`` picks one, uniformly, at
 values have the program's dtype.
 
 Checks.  Shapes and dtypes are checked on every new binding (host-side).  The structure --
-``indptr[0] == 0``, ``indptr[rows] == nnz``, row pointers non-decreasing, every column index in
-``[0, cols)`` -- takes reductions on the GPU and one synchronisation, so it runs when a binding is
-made and again only when the index arrays' pointers change from the call before (a fed-back loop
-over one matrix checks it once; values may change freely: they need no check).  Arrays changed in
-place behind the same pointers are not checked again; the kernels still read a column outside
-``[0, cols)`` as 0 instead of reading outside x (``kf_gather``), and row pointers are read only
-inside ``[0, rows]``.  Column indices need not be sorted within a row.
+``indptr[0] == 0``, ``indptr[rows] == nnz``, every row pointer in ``[0, nnz]``, row pointers
+non-decreasing, every column index in ``[0, cols)`` -- takes reductions on the GPU and one
+synchronisation, so it runs when a binding is made and again only for a matrix not checked before
+(a fed-back loop over one matrix checks it once; values may change freely: they need no check).
+A binding remembers the matrices it checked by their index arrays' pointers (``Checks``), each
+only while the objects that own those arrays live: a new matrix that the memory pool gave a
+dropped one's addresses is checked again.  Arrays changed in place behind the same pointers are
+not checked again; the kernels still read a column outside ``[0, cols)`` as 0 instead of reading
+outside x (``kf_gather``), and row pointers are read only inside ``[0, rows]``.  Column indices
+need not be sorted within a row.
 
 Row mapping (docs/design.md, "Sparse mat-vec"): the same reductions give the mean and the longest
 row length, and the median row length.  The typical row length is the smaller of the mean and the
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -216,6 +220,62 @@ class Checked(NamedTuple):
     long: "LongRows | None"
 
 
+def owners(x) -> tuple:
+    """The objects whose life keeps a csr input's index arrays (row pointers, column indices) in
+    memory: a torch sparse tensor itself (its ``crow_indices()`` are new views at every call), else
+    the two arrays as given."""
+    if _torch_csr(x):
+        return (x,)
+    c = parts(x, "A")
+    return (c.indptr, c.indices)
+
+
+def _ref(x):
+    """A weak reference to ``x``, or a strong one (a function returning it) where ``x`` takes none."""
+    try:
+        return weakref.ref(x)
+    except TypeError:
+        return lambda: x
+
+
+class Checks:
+    """The matrices one csr input of a binding was checked with, by the pointers of their index
+    arrays (row pointers, column indices), at most ``LIMIT`` of them.  An entry holds its matrix's
+    ``owners`` weakly and stands only while they live: a new matrix whose arrays the memory pool
+    returned at a dropped matrix's addresses is checked again, never given that matrix's row
+    mapping and long-row buffers.  (Strong references would keep up to ``LIMIT`` dropped matrices'
+    index arrays in GPU memory.)"""
+    LIMIT = 16
+
+    def __init__(self):
+        self._entries: dict[tuple[int, int], tuple[Checked, tuple]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, at: tuple[int, int]) -> Checked | None:
+        """The check of the matrix at ``at``, or None where none stands (never checked, or the
+        matrix checked there is gone)."""
+        entry = self._entries.get(at)
+        if entry is None or any(r() is None for r in entry[1]):
+            return None
+        return entry[0]
+
+    def put(self, at: tuple[int, int], owners: tuple, checked: Checked) -> bool:
+        """Remember the check of the matrix at ``at``, owned by ``owners``.  True where entries were
+        dropped (a gone matrix's, or all of them at ``LIMIT``): launches captured for them (CUDA
+        graphs keyed by pointers) hold their row mapping and long-row buffers, and must go too."""
+        gone = [k for k, (_, refs) in self._entries.items() if any(r() is None for r in refs)]
+        for k in gone:
+            del self._entries[k]
+        dropped = bool(gone)
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+            dropped = True
+        self._entries[at] = (checked, tuple(_ref(o) for o in owners))
+        return dropped
+
+
 class LongRows(NamedTuple):
     """The pieces of a matrix's long rows, as ``kf_spmv_long_rows`` (sparse.cuh) reads them (5 int64
     a piece: row, first entry, end entry, the row's first piece, its pieces), and what it writes: a
@@ -257,14 +317,18 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
         cp.cuda.Device(device).synchronize()        # arrays made on another stream are complete
         ip, ix = cp.asarray(c.indptr).astype(cp.int64), cp.asarray(c.indices)
         nnz = ix.shape[0]
-        d = ip[1:] - ip[:-1]
-        got = cp.stack([ip[0], ip[-1], d.min(), d.max(), ix.min().astype(cp.int64),
-                        ix.max().astype(cp.int64), cp.median(d).astype(cp.int64)]).get()
-    first, last, shortest, longest, lo, hi, median = (int(v) for v in got)
+        d = ip[1:] - ip[:-1]            # row lengths: they wrap where a pointer is outside [0, nnz]
+        got = cp.stack([ip[0], ip[-1], ip.min(), ip.argmin(), ip.max(), ip.argmax(), d.min(), d.max(),
+                        ix.min().astype(cp.int64), ix.max().astype(cp.int64), cp.median(d).astype(cp.int64)]).get()
+    first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got)
     if first != 0:
         raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
     if last != nnz:
         raise LaunchError(f"{name}: malformed CSR: indptr[{rows}] is {last}, but there are {nnz} column indices")
+    if lowest < 0 or highest > nnz:
+        at, bad = (at_lowest, lowest) if lowest < 0 else (at_highest, highest)
+        raise LaunchError(f"{name}: malformed CSR: indptr[{at}] is {bad}, outside [0, {nnz}] "
+                          f"(row pointers run from 0 to the {nnz} column indices)")
     if shortest < 0:
         raise LaunchError(f"{name}: malformed CSR: the row pointers decrease (a row of {shortest} entries)")
     if lo < 0 or hi >= cols:
