@@ -8,9 +8,9 @@ from .library.loader import load_library
 from .jit.loops import LoopState, LoopWarning, fori_loop, while_loop
 from .jit.loopexplain import explain_loop
 from .runtime.csr import CSR
-from . import notices
+from .progress import install_notices
 
-notices.install()           # notices as ``kfuse: ...`` on stderr where the program configured no logging
+install_notices()           # notices as ``kfuse: ...`` on stderr where the program configured no logging
 
 __version__ = "0.1.0"
 __all__ = ["compile", "CompiledScript", "jit", "JitFunction", "lib", "outer", "sqrt", "load_library",
