@@ -1,7 +1,8 @@
 """The device loop's generated texts stay byte-identical: every case of ``loop_text_cases`` (the
 control module, the persistent and merged kernels, the head wrapper, the returned arithmetic's
 module and the C of conditions, for fixed arguments and synthetic step kernels) against the
-digests recorded at 7e4f7b9, before the text writers moved out of the runtime (issue 59)."""
+digests recorded at 7e4f7b9, before the text writers moved out of the runtime (issue 59) into
+``codegen/loop/``."""
 import json
 import types
 
@@ -14,14 +15,19 @@ RECORDED = ROOT / "tests" / "data" / "loop_texts.json"
 
 
 def _api():
-    """The text writers: in the runtime (7e4f7b9)."""
-    from kfuse.runtime import control, merged, persistent
+    """The text writers: the loop's writer (``codegen/loop.LoopWriter``, what a ``LoopArtifact``
+    hands the runtime), the C expression writer and the returned arithmetic's module."""
+    from kfuse.codegen.loop import LoopWriter
+    from kfuse.codegen.loop.cexpr import c_expr
+    from kfuse.codegen.loop.scalars import ScalarCode
+    from kfuse.ir import loop
+    w = LoopWriter()
     return types.SimpleNamespace(
-        control_source=control.control_source, c_expr=control.c_expr, Kernel=persistent.Kernel,
-        PShape=persistent.Shape, persistent_text=lambda s, d: persistent.kernel_text(s, np.dtype(d)),
-        MShape=merged.Shape, merged_text=lambda s, d, n: merged.kernel_text(s, np.dtype(d), n),
-        head_text=merged.head_text,
-        scalar_source=lambda d, e, r, nums: control.ScalarTail(d, e, r, numbers=True).source(nums))
+        control_source=lambda d, t, p, c, clears, saved, carried: w.control(d, t, p, c, clears, saved, carried),
+        c_expr=c_expr, Kernel=loop.Kernel,
+        PShape=loop.PersistentShape, persistent_text=lambda s, d: w.persistent(s, np.dtype(d)),
+        MShape=loop.MergedShape, merged_text=lambda s, d, n: w.merged(s, np.dtype(d), n), head_text=w.head,
+        scalar_source=lambda d, e, r, nums: ScalarCode(d, tuple(e), tuple(r), numbers=True).source(nums))
 
 
 def test_loop_texts_are_the_recorded_ones():

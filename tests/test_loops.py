@@ -10,7 +10,8 @@ import pytest
 
 import kfuse
 from kfuse import loops
-from kfuse.runtime.control import c_expr, control_source
+from kfuse.codegen.loop.cexpr import c_expr
+from kfuse.codegen.loop.control import control_source
 
 from conftest import ROOT
 
@@ -176,14 +177,15 @@ def _persistent_source(body, n, dtype):
     """The persistent kernel's module of a body's program at size n, with the argument struct
     types read from the device functions' own parameter structs (the runtime takes them from
     the bound launches; the static_assert in the kernel checks that both agree)."""
-    from kfuse.runtime import persistent
+    from kfuse.codegen.loop import WRITER
+    from kfuse.ir.loop import PersistentShape
     c = body.compiled
     r = c.resolve((), {d: n for d in range(len(c.program.dims))})
     kernels = _kernels_of(r, dtype)
     m = len(kernels)
-    shape = persistent.Shape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
-                             (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)
-    return r.persistent_source(persistent.kernel_text(shape, np.dtype(dtype))), r
+    shape = PersistentShape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
+                            (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)
+    return r.persistent_source(WRITER.persistent(shape, np.dtype(dtype))), r
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -208,11 +210,12 @@ def test_persistent_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("solver,n", [("cg", 37), ("bicgstab", 1000)])
 def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
-    """A step's kernels as phases of one block (runtime/merged.py), one of them over two blocks in
+    """A step's kernels as phases of one block (codegen/loop/merged.py), one of them over two blocks in
     turn, with the step's small work taken in: two clears, a copy, scalar arithmetic sharing an
     operation, the counter; and with a while loop's step end (condition, count, saves)."""
     from test_nvcc import nvcc_compile
-    from kfuse.runtime import merged
+    from kfuse.codegen.loop import merged
+    from kfuse.ir.loop import MergedShape
     mod = __import__(solver)
     Ah, vh, zh = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
     state = {"cg": (Ah, zh, vh, vh, vh, zh), "bicgstab": (Ah, zh, vh, vh, vh, vh, zh, zh)}[solver]
@@ -220,11 +223,11 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     _, r = _persistent_source(body, n, dtype)
     kernels = tuple(k for k in _kernels_of(r, dtype) if k.name != r.kernels[0].launch.kernel)
     half = ("*", ("leaf", 0), ("leaf", 1))
-    shape = merged.Shape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
-                         tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True,
-                         groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads,
-                         sizes=tuple(tuple((i, n if t is ctypes.c_longlong else 1) for i, t in enumerate(k.args[:-1])
-                                           if t in (ctypes.c_longlong, ctypes.c_int)) for k in kernels))
+    shape = MergedShape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
+                        tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True,
+                        groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads,
+                        sizes=tuple(tuple((i, n if t is ctypes.c_longlong else 1) for i, t in enumerate(k.args[:-1])
+                                          if t in (ctypes.c_longlong, ctypes.c_int)) for k in kernels))
     text = merged.kernel_text(shape, np.dtype(dtype), "kf_merged1")
     assert text.count("__syncthreads();") == len(kernels) + 1 and "const real t0 = " in text
     assert "for (long long b = 0; b < 2; ++b)" in text and "kf_loop_next" not in text
@@ -233,7 +236,7 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     assert f") = {n}LL;" in text and text.count("compiled in") == len(kernels)
     # a while loop's step end taken in: its condition over two pointers and a number, two saves
     pred = (">", ("leaf", 1), ("*", ("const", 0), ("leaf", 0)))
-    ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
+    ends = MergedShape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
     text2 = merged.kernel_text(ends, np.dtype(dtype), "kf_merged2")
     assert "kf_loop_next" in text2 and "s.ctl[2 - s.odd] = go;" in text2 and "cst[0]" in text2
     # the step's first kernel (the gemv) as a wrapper launched early: it waits before anything else,
@@ -242,7 +245,7 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     head = merged.head_text(first, ((1, n), (len(first.args) - 2, 1)), "kf_head")
     body = head.split("{", 1)[1]
     assert body.index("kf_wait_prior();") < body.index(f"{first.name}_dev(kf_k, blockIdx.x, gridDim.x, kf_smem);")
-    allowed = merged.kernel_text(merged.Shape(kernels, (1,) * len(kernels), allow=True), np.dtype(dtype), "kf_merged3")
+    allowed = merged.kernel_text(MergedShape(kernels, (1,) * len(kernels), allow=True), np.dtype(dtype), "kf_merged3")
     assert allowed.index("kf_allow_next();") < allowed.index("// phase 0")
     src = r.persistent_source(text + "\n" + text2 + "\n" + head + "\n" + allowed)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
@@ -267,6 +270,7 @@ def test_merged_runs_are_consecutive_one_block_kernels():
     no clusters, shared memory within a block's; the widest kernel sets the block, and the
     arithmetic and condition it takes in read no numbers passed by value."""
     from types import SimpleNamespace as NS
+    from kfuse.ir.loop import Kernel, MergedShape
     from kfuse.runtime import merged
 
     def launch(grid, threads=64):
@@ -278,9 +282,9 @@ def test_merged_runs_are_consecutive_one_block_kernels():
     C = [code(), code(), code(), code(), code(), code(), code(), code(cluster=2)]
     assert merged.runs(L, C, 4) == [(1, 4), (5, 6)]
     assert merged.runs([launch(1)] * 2, [code(), code(smem=1 << 20)], 8) == [(0, 1)]
-    k = (merged.Kernel("a", 64, 0, ()), merged.Kernel("b", 256, 0, ()))
-    assert merged.Shape(k, (1, 1)).threads == 256 and merged.Shape(k, (1, 1), block=512).threads == 512
-    assert merged.Shape(k, (1, 1), groups=(4, 1)).side_by_side(0) == 4 and merged.Shape(k, (1, 1)).side_by_side(0) == 1
+    k = (Kernel("a", 64, 0, ()), Kernel("b", 256, 0, ()))
+    assert MergedShape(k, (1, 1)).threads == 256 and MergedShape(k, (1, 1), block=512).threads == 512
+    assert MergedShape(k, (1, 1), groups=(4, 1)).side_by_side(0) == 4 and MergedShape(k, (1, 1)).side_by_side(0) == 1
     leaf, num = ("leaf", 0), ("num", 2.0)
     assert merged.foldable([("*", leaf, num)], (">", leaf, ("const", 0)))
     assert not merged.foldable([("*", leaf, ("const", 0))]) and not merged.foldable([("+", leaf, ("value", 1))])
@@ -288,11 +292,11 @@ def test_merged_runs_are_consecutive_one_block_kernels():
 
 
 def _kernels_of(r, dtype):
-    """persistent.Kernel of each of a resolved program's kernels, the argument types read from
+    """ir/loop.Kernel of each of a resolved program's kernels, the argument types read from
     its device function's parameter struct."""
     import ctypes
     import re
-    from kfuse.runtime import persistent
+    from kfuse.ir.loop import Kernel
     real = ctypes.c_double if dtype == "float64" else ctypes.c_float
     ct = {"real*": ctypes.c_void_p, "const real*": ctypes.c_void_p, "long long": ctypes.c_longlong,
           "int": ctypes.c_int, "real": real}
@@ -301,7 +305,7 @@ def _kernels_of(r, dtype):
         text, _ = k.device_function()
         members = re.search(r"struct \w+_args \{[^\n]*\n(.*?)\n\};", text, re.S).group(1)
         types = tuple(ct[m.strip().rstrip(";").rsplit(" ", 1)[0].strip()] for m in members.splitlines())
-        out.append(persistent.Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
+        out.append(Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
     return out
 
 

@@ -20,8 +20,11 @@ from kfuse import loops
 from kfuse.decorator import array_facts
 from kfuse.errors import KfuseError
 from kfuse.frontend.lower import _computed, _leaves
-from kfuse.runtime import control
-from kfuse.runtime.control import ScalarTail, c_expr, c_shared, control_source
+from kfuse.codegen.loop import cexpr, scalars
+from kfuse.codegen.loop.cexpr import c_expr, c_shared
+from kfuse.codegen.loop.control import control_source
+from kfuse.codegen.loop.scalars import ScalarCode
+from kfuse.ir.loop import LEAVES
 from kfuse.runtime import csr
 
 from test_nvcc import nvcc_compile
@@ -66,9 +69,9 @@ def test_returned_shared_squarings_trace_and_lower_in_linear_time():
         assert low.returns == [("expr", low.returns[0][1])] and low.outputs == ["s1"]
         (leaf,) = _leaves(low.returns[0][1])
         assert leaf.kind == "dot" and _computed(low.returns[0][1])
-        tail = ScalarTail.traced(np.float32, [low.returns[0][1]], low.leaves)
+        tail = ScalarCode.traced(np.float32, [low.returns[0][1]], low.leaves)
         src = tail.source()
-    assert tail.reads == [("out", 0)]
+    assert tail.reads == (("out", 0),)
     assert src.count("const real t") == STEPS - 1 and len(src) < 10_000      # linear, not 2^60
 
 
@@ -168,9 +171,9 @@ def test_condition_with_shared_squarings_builds_with_nvcc(dtype, nvcc, tmp_path)
 
 def _tree(e: tuple) -> str:
     """The C text of ``e`` written out in full (the expression as c_expr wrote it before)."""
-    if e[0] in control._LEAVES:
-        return control._c_leaf(e)
-    return control._c_op(e[0], [_tree(a) for a in e[1:]])
+    if e[0] in LEAVES:
+        return cexpr.c_leaf(e)
+    return cexpr.c_op(e[0], [_tree(a) for a in e[1:]])
 
 
 def test_shared_c_computes_what_the_full_text_computes(nvcc, tmp_path):
@@ -215,12 +218,12 @@ def test_shared_c_computes_what_the_full_text_computes(nvcc, tmp_path):
 
 
 def test_traced_tail_expression_keeps_shared_tuples():
-    """``control.expression`` maps each distinct traced node to one tuple (the tail's C stays
+    """``scalars.expression`` maps each distinct traced node to one tuple (the tail's C stays
     shared): the chain's 61 nodes, not 2^60 visits."""
     reads: list = []
     with within(20):
         low = kfuse.jit(squarings, calibration=False).trace(X, X)
-        e = control.expression(low.returns[0][1], low.leaves, lambda place: place, reads)
+        e = scalars.expression(low.returns[0][1], low.leaves, lambda place: place, reads)
     assert reads == [("out", 0)] and e[1] is e[2]
 
 

@@ -113,7 +113,7 @@ class CompiledScript:
 
     def persistent_source(self, kernel: str) -> str:
         """The module of a persistent kernel (``kernel``'s text, made by
-        ``runtime/persistent.py``) that runs this program's kernels as device functions, one after
+        ``codegen/loop/``) that runs this program's kernels as device functions, one after
         the other in one launch (a device loop's steps)."""
         return self._artifact.persistent_source(kernel)
 
@@ -146,11 +146,12 @@ class CompiledScript:
 
     @property
     def scalar_tail(self) -> "ScalarTail | None":
-        """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``),
-        or None when the script returns none."""
+        """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``, its
+        text ``codegen/loop/scalars.ScalarCode``'s), or None when the script returns none."""
         if self._calls.tail is None and self.program.returned_arithmetic():
+            from .codegen.loop.scalars import ScalarCode
             from .runtime.control import ScalarTail
-            self._calls.tail = ScalarTail.script(self.program, self.dtype)
+            self._calls.tail = ScalarTail(ScalarCode.script(self.program, self.dtype))
         return self._calls.tail
 
     @property

@@ -92,8 +92,9 @@ class _Entry:
         if not exprs:
             return None
         if self.tail is None:
+            from .codegen.loop.scalars import ScalarCode
             from .runtime.control import ScalarTail
-            self.tail = ScalarTail.traced(self.dtype, exprs, self.lowered.leaves)
+            self.tail = ScalarTail(ScalarCode.traced(self.dtype, exprs, self.lowered.leaves))
         return self.tail(outs, args)
 
     def _scalar(self, node, outs, args):

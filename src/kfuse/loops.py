@@ -53,7 +53,8 @@ from .errors import KfuseError, TraceError
 from .frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from .library.loader import shipped_library
 from .loopsteps import check_unroll, unrolled
-from .runtime.control import expression
+from .codegen.loop import WRITER, expression
+from .ir.loop import LoopArtifact
 
 INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
 
@@ -240,11 +241,11 @@ class _Body:
         self.indexed = any(src == ("index",) for src in self.inputs.values()) or any(
             s == ("copy", ("index",)) for s in self.sources) or ("index",) in self.tail_reads
         self.instances: OrderedDict = OrderedDict()
-
-    @property
-    def executor(self):
-        """The call path of the body's program (``runtime/loop.Instance`` binds through it)."""
-        return self.compiled.executor
+        # what the runtime runs (runtime/loop.Instance): the program, the state's layout, the writer
+        c = self.compiled
+        self.artifact = LoopArtifact(c.program, c.dtype, c.resolve_artifact, tuple(self.inputs.items()),
+                                     tuple(lowered.outputs), tuple(self.sources), tuple(self.out_leaf.items()),
+                                     tuple(self.hidden), tuple(self.tails), tuple(self.tail_reads), self.indexed, WRITER)
 
 
 _BODIES: dict = {}
@@ -475,10 +476,10 @@ def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
 
 def _instance(body: _Body, leaves: list, pred):
     from .runtime.loop import Instance
-    key = Instance.key(body, leaves, pred)
+    key = Instance.key(body.artifact, leaves, pred)
     inst = body.instances.get(key)
     if inst is None:
-        inst = Instance(body, leaves, pred)
+        inst = Instance(body.artifact, leaves, pred)
         body.instances[key] = inst
         if len(body.instances) > INSTANCES:
             body.instances.popitem(last=False)
