@@ -187,3 +187,69 @@ def test_the_runtime_is_handed_a_typed_resolve():
     assert hints["resolve"] is Resolve and "compiled" not in hints
     assert inspect.get_annotations(Binding.__init__, eval_str=True)["artifact"] is Artifact
     assert inspect.get_annotations(Resolve.__call__, eval_str=True)["return"] is Artifact
+
+
+RUNTIME_MAY_IMPORT = ("kfuse.ir", "kfuse.errors", "kfuse.env", "kfuse.runtime")
+
+
+def test_runtime_imports_only_the_ir_errors_and_env():
+    """The runtime launches what it is handed: it imports nothing of kfuse but the IR, the errors,
+    the environment and itself (lazy imports count) -- no code generation, front end or planner;
+    a device loop's CUDA text comes in its ``ir/loop.LoopArtifact``."""
+    graph = import_graph()
+    found = sorted(f"{mod} imports {t}" for mod in _runtime_modules() for t in graph[mod]
+                   if not any(t == a or t.startswith(a + ".") for a in RUNTIME_MAY_IMPORT))
+    assert found == []
+
+
+CUDA_WORDS = ("__global__", 'extern "C"', "__device__", "typedef", "#include", "blockIdx", "threadIdx")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (a module's, class's or function's first
+    statement)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                out.add(id(first.value))
+    return out
+
+
+def test_runtime_holds_no_cuda_text():
+    """No string of the runtime's code (docstrings aside) is CUDA kernel text: the texts it
+    compiles are written by code generation (``codegen/``, ``codegen/loop/``) and handed over."""
+    found = []
+    for mod, path in _runtime_modules().items():
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                found += [f"{mod}, line {node.lineno}: {w}" for w in CUDA_WORDS if w in node.value]
+    assert found == []
+
+
+def test_cuda_text_scan_finds_kernel_text():
+    tree = ast.parse('"""A docstring naming __global__."""\nX = \'extern "C" __global__ void k() {}\'\n')
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in _docstrings(tree)]
+    assert [w for n in strings for w in CUDA_WORDS if w in n.value] == ["__global__", 'extern "C"']
+
+
+def test_the_loop_runtime_is_handed_a_loop_artifact():
+    """A device loop's instance takes the typed ``LoopArtifact`` (its CUDA text from the writer it
+    holds, ``LoopKernelWriter``) and binds its program through the executor's public ``bind``."""
+    import inspect
+    from kfuse.ir.loop import LoopArtifact, LoopKernelWriter
+    from kfuse.runtime.binding import Binding
+    from kfuse.runtime.executor import Executor
+    from kfuse.runtime.loop import Instance
+    assert inspect.get_annotations(Instance.__init__, eval_str=True)["art"] is LoopArtifact
+    assert inspect.get_annotations(LoopArtifact, eval_str=True)["kernels"] is LoopKernelWriter
+    assert inspect.get_annotations(Executor.bind, eval_str=True)["return"] is Binding
+    # Executor._bind is called by runtime/executor.py alone (its class and the bound call beside it)
+    found = [f"{mod}, line {node.lineno}" for mod, path in _runtime_modules().items() if mod != "kfuse.runtime.executor"
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_bind"
+             and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "self")]
+    assert found == []

@@ -520,16 +520,16 @@ def test_closures_over_different_values_are_different_programs():
 
 
 def test_loop_bodies_closing_over_different_values_are_different_bodies():
-    """The same for device loops' traced bodies (loops._body): a lambda over one coefficient tuple
+    """The same for device loops' traced bodies (loops.traced_body): a lambda over one coefficient tuple
     is not the body traced for another."""
     from kfuse.jit import loops as loops
     x = np.zeros(37, np.float32)
 
     def body(c):
         return lambda i, s: (s[0] * c[0] + s[1], s[1])
-    b1, _ = loops._body(body((2.0,)), True, (x, x), "fori_loop")
-    b2, _ = loops._body(body((3.0,)), True, (x, x), "fori_loop")
-    b3, _ = loops._body(body((2.0,)), True, (x, x), "fori_loop")
+    b1, _ = loops.traced_body(body((2.0,)), True, (x, x), "fori_loop")
+    b2, _ = loops.traced_body(body((3.0,)), True, (x, x), "fori_loop")
+    b3, _ = loops.traced_body(body((2.0,)), True, (x, x), "fori_loop")
     assert b1 is not b2 and b1 is b3
 
 
@@ -549,7 +549,7 @@ def test_bodies_read_through_a_rebound_global_are_different_bodies():
         def made(x, y, c=c):
             return x * c + y, y
         _GLOBAL_BODY = made
-        b, _ = loops._body(lambda i, s: _GLOBAL_BODY(*s), True, (x, x), "fori_loop")
+        b, _ = loops.traced_body(lambda i, s: _GLOBAL_BODY(*s), True, (x, x), "fori_loop")
         scripts.append(b.lowered.script)
     assert "2.0" in scripts[0] and "3.0" in scripts[1] and "3.0" not in scripts[0]
     assert scripts[2] == scripts[0]
@@ -565,9 +565,9 @@ def test_bodies_read_through_a_rebound_global_are_different_bodies():
 def test_a_recursive_global_function_has_a_key():
     """A function that names itself (recursion through a module global) is keyed by identity
     where its key would contain itself: the key is made, and is the same twice."""
-    from kfuse.jit.decorator import _code_key
+    from kfuse.jit.decorator import code_key
 
-    assert _code_key(_countdown) == _code_key(_countdown)
+    assert code_key(_countdown) == code_key(_countdown)
 
 
 def _countdown(n):

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import kfuse
-from kfuse.jit import loops as loops
-from kfuse.runtime.control import c_expr, control_source
+from kfuse.jit import loops
+from kfuse.codegen.loop.cexpr import c_expr
+from kfuse.codegen.loop.control import control_source
 
 from conftest import ROOT
 
@@ -25,17 +26,17 @@ def _cg_state():
     return (A, Z, V, V, V, Z)
 
 
-def _specs():
-    return loops._specs(list(_cg_state()), "while_loop")[0]
+def state_specs():
+    return loops.state_specs(list(_cg_state()), "while_loop")[0]
 
 
 def test_cg_body_maps_its_state_onto_one_program():
     import cg
-    body, leaves = loops._body(cg.cg_body, False, _cg_state(), "while_loop")
+    body, leaves = loops.traced_body(cg.cg_body, False, _cg_state(), "while_loop")
     assert body.sources == [("keep",), ("keep",), ("out", 0), ("out", 1), ("out", 2), ("out", 3)]
     assert not body.tails and not body.hidden and not body.indexed
     assert len(leaves) == 6
-    again, _ = loops._body(cg.cg_body, False, _cg_state(), "while_loop")
+    again, _ = loops.traced_body(cg.cg_body, False, _cg_state(), "while_loop")
     assert again is body            # traced once per signature
 
 
@@ -43,7 +44,7 @@ def test_entries_passed_on_computed_and_the_counter():
     def body(i, s):
         x, y, c = s
         return y, x + i * y, (x @ y) / 2 + kfuse.sqrt(c * c)
-    b, _ = loops._body(body, True, (V, V, 1.5), "fori_loop")
+    b, _ = loops.traced_body(body, True, (V, V, 1.5), "fori_loop")
     assert b.sources[0] == ("copy", ("leaf", 1)) and b.sources[2] == ("tail", 0)
     assert b.indexed and b.hidden == [1]
     assert ("out", 1) in b.tail_reads and ("leaf", 2) in b.tail_reads
@@ -52,8 +53,8 @@ def test_entries_passed_on_computed_and_the_counter():
 def test_wrapper_bodies_of_different_functions_are_different_programs():
     def make(f):
         return lambda i, s: f(s)
-    b1, _ = loops._body(make(lambda s: (s[0] + s[0],)), True, (V,), "fori_loop")
-    b2, _ = loops._body(make(lambda s: (s[0] - s[0] * 2,)), True, (V,), "fori_loop")
+    b1, _ = loops.traced_body(make(lambda s: (s[0] + s[0],)), True, (V,), "fori_loop")
+    b2, _ = loops.traced_body(make(lambda s: (s[0] - s[0] * 2,)), True, (V,), "fori_loop")
     assert b1 is not b2 and b1.lowered.script != b2.lowered.script
 
 
@@ -68,15 +69,15 @@ def test_wrapper_bodies_of_different_functions_are_different_programs():
 ])
 def test_bad_conditions_are_trace_errors_at_the_users_line(cond, message):
     with pytest.raises(kfuse.TraceError, match=message) as e:
-        loops._predicate(cond, _specs(), tuple)
+        loops._predicate(cond, state_specs(), tuple)
     assert "test_loops.py" in str(e.value)
 
 
 def test_condition_numbers_are_passed_not_compiled():
     tol = 1e-6
-    e1, c1 = loops._predicate(lambda s: s[5] > tol * tol * s[1], _specs(), tuple)
+    e1, c1 = loops._predicate(lambda s: s[5] > tol * tol * s[1], state_specs(), tuple)
     tol = 1e-3
-    e2, c2 = loops._predicate(lambda s: s[5] > tol * tol * s[1], _specs(), tuple)
+    e2, c2 = loops._predicate(lambda s: s[5] > tol * tol * s[1], state_specs(), tuple)
     assert e1 == e2 and c1 != c2
     assert "cst[0]" in c_expr(e1)
 
@@ -176,14 +177,15 @@ def _persistent_source(body, n, dtype):
     """The persistent kernel's module of a body's program at size n, with the argument struct
     types read from the device functions' own parameter structs (the runtime takes them from
     the bound launches; the static_assert in the kernel checks that both agree)."""
-    from kfuse.runtime import persistent
+    from kfuse.codegen.loop import WRITER
+    from kfuse.ir.loop import PersistentShape
     c = body.compiled
     r = c.resolve((), {d: n for d in range(len(c.program.dims))})
     kernels = _kernels_of(r, dtype)
     m = len(kernels)
-    shape = persistent.Shape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
-                             (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)
-    return r.artifact.persistent_source(persistent.kernel_text(shape, np.dtype(dtype))), r
+    shape = PersistentShape(tuple(kernels), ((m - 1, True), (0, False), (m + 1, True)), 1,
+                            (("+", ("leaf", 0), ("num", 1.0)),), 1, True, True, (">", ("leaf", 1), ("const", 0)), 2)
+    return r.artifact.persistent_source(WRITER.persistent(shape, np.dtype(dtype))), r
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -196,7 +198,7 @@ def test_persistent_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     Ah, vh, zh = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
     state = {"cg": (Ah, zh, vh, vh, vh, zh), "bicg": (Ah, zh, vh, vh, vh, vh, vh, zh, zh),
              "bicgstab": (Ah, zh, vh, vh, vh, vh, zh, zh)}[solver]
-    body, _ = loops._body(getattr(mod, f"{solver}_body"), False, state, "while_loop")
+    body, _ = loops.traced_body(getattr(mod, f"{solver}_body"), False, state, "while_loop")
     src, r = _persistent_source(body, n, dtype)
     for k in r.kernels:
         assert f"{k.launch.kernel}_dev(s.k" in src and "__global__" not in k.device_function()[0]
@@ -208,23 +210,24 @@ def test_persistent_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("solver,n", [("cg", 37), ("bicgstab", 1000)])
 def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
-    """A step's kernels as phases of one block (runtime/merged.py), one of them over two blocks in
+    """A step's kernels as phases of one block (codegen/loop/merged.py), one of them over two blocks in
     turn, with the step's small work taken in: two clears, a copy, scalar arithmetic sharing an
     operation, the counter; and with a while loop's step end (condition, count, saves)."""
     from test_nvcc import nvcc_compile
-    from kfuse.runtime import merged
+    from kfuse.codegen.loop import merged
+    from kfuse.ir.loop import MergedShape
     mod = __import__(solver)
     Ah, vh, zh = np.zeros((n, n), dtype), np.zeros(n, dtype), np.zeros((), dtype)
     state = {"cg": (Ah, zh, vh, vh, vh, zh), "bicgstab": (Ah, zh, vh, vh, vh, vh, zh, zh)}[solver]
-    body, _ = loops._body(getattr(mod, f"{solver}_body"), False, state, "while_loop")
+    body, _ = loops.traced_body(getattr(mod, f"{solver}_body"), False, state, "while_loop")
     _, r = _persistent_source(body, n, dtype)
     kernels = tuple(k for k in _kernels_of(r, dtype) if k.name != r.kernels[0].launch.kernel)
     half = ("*", ("leaf", 0), ("leaf", 1))
-    shape = merged.Shape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
-                         tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True,
-                         groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads,
-                         sizes=tuple(tuple((i, n if t is ctypes.c_longlong else 1) for i, t in enumerate(k.args[:-1])
-                                           if t in (ctypes.c_longlong, ctypes.c_int)) for k in kernels))
+    shape = MergedShape(kernels, (1,) * (len(kernels) - 1) + (2,), clears=2, copies=1,
+                        tails=(("+", half, half), ("sqrt", half)), tail_reads=2, indexed=True,
+                        groups=(4,) + (1,) * (len(kernels) - 1), block=4 * kernels[0].threads,
+                        sizes=tuple(tuple((i, n if t is ctypes.c_longlong else 1) for i, t in enumerate(k.args[:-1])
+                                          if t in (ctypes.c_longlong, ctypes.c_int)) for k in kernels))
     text = merged.kernel_text(shape, np.dtype(dtype), "kf_merged1")
     assert text.count("__syncthreads();") == len(kernels) + 1 and "const real t0 = " in text
     assert "for (long long b = 0; b < 2; ++b)" in text and "kf_loop_next" not in text
@@ -233,7 +236,7 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     assert f") = {n}LL;" in text and text.count("compiled in") == len(kernels)
     # a while loop's step end taken in: its condition over two pointers and a number, two saves
     pred = (">", ("leaf", 1), ("*", ("const", 0), ("leaf", 0)))
-    ends = merged.Shape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
+    ends = MergedShape(kernels, (1,) * len(kernels), clears=1, pred=pred, pred_reads=2, consts=True, saved=2)
     text2 = merged.kernel_text(ends, np.dtype(dtype), "kf_merged2")
     assert "kf_loop_next" in text2 and "s.ctl[2 - s.odd] = go;" in text2 and "cst[0]" in text2
     # the step's first kernel (the gemv) as a wrapper launched early: it waits before anything else,
@@ -242,7 +245,7 @@ def test_merged_kernel_builds_with_nvcc(solver, n, dtype, nvcc, tmp_path):
     head = merged.head_text(first, ((1, n), (len(first.args) - 2, 1)), "kf_head")
     body = head.split("{", 1)[1]
     assert body.index("kf_wait_prior();") < body.index(f"{first.name}_dev(kf_k, blockIdx.x, gridDim.x, kf_smem);")
-    allowed = merged.kernel_text(merged.Shape(kernels, (1,) * len(kernels), allow=True), np.dtype(dtype), "kf_merged3")
+    allowed = merged.kernel_text(MergedShape(kernels, (1,) * len(kernels), allow=True), np.dtype(dtype), "kf_merged3")
     assert allowed.index("kf_allow_next();") < allowed.index("// phase 0")
     src = r.artifact.persistent_source(text + "\n" + text2 + "\n" + head + "\n" + allowed)
     assert "#define __restrict__" in src       # no load through the non-coherent cache
@@ -267,6 +270,7 @@ def test_merged_runs_are_consecutive_one_block_kernels():
     no clusters, shared memory within a block's; the widest kernel sets the block, and the
     arithmetic and condition it takes in read no numbers passed by value."""
     from types import SimpleNamespace as NS
+    from kfuse.ir.loop import Kernel, MergedShape
     from kfuse.runtime import merged
 
     def launch(grid, threads=64):
@@ -278,9 +282,9 @@ def test_merged_runs_are_consecutive_one_block_kernels():
     C = [code(), code(), code(), code(), code(), code(), code(), code(cluster=2)]
     assert merged.runs(L, C, 4) == [(1, 4), (5, 6)]
     assert merged.runs([launch(1)] * 2, [code(), code(smem=1 << 20)], 8) == [(0, 1)]
-    k = (merged.Kernel("a", 64, 0, ()), merged.Kernel("b", 256, 0, ()))
-    assert merged.Shape(k, (1, 1)).threads == 256 and merged.Shape(k, (1, 1), block=512).threads == 512
-    assert merged.Shape(k, (1, 1), groups=(4, 1)).side_by_side(0) == 4 and merged.Shape(k, (1, 1)).side_by_side(0) == 1
+    k = (Kernel("a", 64, 0, ()), Kernel("b", 256, 0, ()))
+    assert MergedShape(k, (1, 1)).threads == 256 and MergedShape(k, (1, 1), block=512).threads == 512
+    assert MergedShape(k, (1, 1), groups=(4, 1)).side_by_side(0) == 4 and MergedShape(k, (1, 1)).side_by_side(0) == 1
     leaf, num = ("leaf", 0), ("num", 2.0)
     assert merged.foldable([("*", leaf, num)], (">", leaf, ("const", 0)))
     assert not merged.foldable([("*", leaf, ("const", 0))]) and not merged.foldable([("+", leaf, ("value", 1))])
@@ -288,11 +292,11 @@ def test_merged_runs_are_consecutive_one_block_kernels():
 
 
 def _kernels_of(r, dtype):
-    """persistent.Kernel of each of a resolved program's kernels, the argument types read from
+    """ir/loop.Kernel of each of a resolved program's kernels, the argument types read from
     its device function's parameter struct."""
     import ctypes
     import re
-    from kfuse.runtime import persistent
+    from kfuse.ir.loop import Kernel
     real = ctypes.c_double if dtype == "float64" else ctypes.c_float
     ct = {"real*": ctypes.c_void_p, "const real*": ctypes.c_void_p, "long long": ctypes.c_longlong,
           "int": ctypes.c_int, "real": real}
@@ -301,7 +305,7 @@ def _kernels_of(r, dtype):
         text, _ = k.device_function()
         members = re.search(r"struct \w+_args \{[^\n]*\n(.*?)\n\};", text, re.S).group(1)
         types = tuple(ct[m.strip().rstrip(";").rsplit(" ", 1)[0].strip()] for m in members.splitlines())
-        out.append(persistent.Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
+        out.append(Kernel(k.launch.kernel, k.launch.threads, k.launch.smem_bytes_per_real, types))
     return out
 
 
@@ -336,21 +340,21 @@ def test_a_loop_step_is_priced_by_graph_nodes_and_merged_phases(dtype):
 
 
 def test_state_checks_are_remembered_for_numbers_and_dense_arrays():
-    """loops._specs answers a state of numbers and dense arrays seen before (same types, shapes and
+    """loops.state_specs answers a state of numbers and dense arrays seen before (same types, shapes and
     dtypes) without checking it again; anything else, and a state it refused, is checked each time."""
     from kfuse.jit import loops as KL
     KL._SPECS.clear()
     a, b = np.zeros(5, np.float32), np.zeros((5, 5), np.float32)
-    first = KL._specs([a, b, 1.0], "fori_loop")
+    first = KL.state_specs([a, b, 1.0], "fori_loop")
     assert len(KL._SPECS) == 1
-    again = KL._specs([np.ones(5, np.float32), np.ones((5, 5), np.float32), 2.0], "fori_loop")
+    again = KL.state_specs([np.ones(5, np.float32), np.ones((5, 5), np.float32), 2.0], "fori_loop")
     assert again == first and len(KL._SPECS) == 1
-    assert KL._specs([np.zeros(6, np.float32), b, 1.0], "fori_loop")[0][0].shape == (6,)
+    assert KL.state_specs([np.zeros(6, np.float32), b, 1.0], "fori_loop")[0][0].shape == (6,)
     for _ in range(2):          # refused each time, never remembered
         with pytest.raises(kfuse.TraceError, match="mixed dtypes"):
-            KL._specs([a, b.astype(np.float64)], "fori_loop")
+            KL.state_specs([a, b.astype(np.float64)], "fori_loop")
         with pytest.raises(kfuse.TraceError, match="bool"):
-            KL._specs([a, True], "while_loop")
+            KL.state_specs([a, True], "while_loop")
     assert len(KL._SPECS) == 2
     # a CSR matrix (its non-zeros are part of its spec) and other objects: not remembered
     assert KL._entry_key((np.zeros(3), np.zeros(2), np.zeros(2), (2, 2))) is None
@@ -384,7 +388,7 @@ def test_unrolled_bodies_count_their_steps_and_check_unroll():
     """``fori_loop(..., unroll=U)``'s body is the user's applied U times, step lower + U j + u
     reading its own counter value; a bad ``unroll`` is refused before anything runs."""
     from kfuse.jit.loopsteps import unrolled
-    b, _ = loops._body(unrolled(lambda i, s: s + i * s, 2, 5), True, V, "fori_loop")
+    b, _ = loops.traced_body(unrolled(lambda i, s: s + i * s, 2, 5), True, V, "fori_loop")
     script = b.lowered.script
     assert script.count("axpy(") + script.count("axpby(") + script.count("scal(") == 2, script
     assert "(2.0 * i) + 5.0" in script and "(2.0 * i) + 6.0" in script, script

@@ -17,6 +17,7 @@ from kfuse.errors import ScriptError
 from kfuse.frontend import parse_script
 from kfuse.ir.program import ScalarArg, Value
 from kfuse.reference import evaluate, returned
+from kfuse.codegen.loop.scalars import ScalarCode
 from kfuse.runtime.control import ScalarTail
 
 from test_callpath import FakeArray, fake  # noqa: F401 - the stand-in fixture
@@ -272,8 +273,8 @@ def test_a_single_returned_expression_is_not_a_tuple(tail_launches):
 
 def test_jitted_tails_are_unchanged():
     """The jit's tail: every leaf by address, the module text as before for unshared trees."""
-    tail = ScalarTail("float32", [("+", ("/", ("leaf", 0), ("num", 2.0)), ("sqrt", ("leaf", 1)))],
-                      [("out", 0), ("arg", 1)])
+    tail = ScalarTail(ScalarCode("float32", (("+", ("/", ("leaf", 0), ("num", 2.0)), ("sqrt", ("leaf", 1))),),
+                                 (("out", 0), ("arg", 1))))
     assert "*o0 = (real)((((*p0) / (real)2.0) + sqrt((*p1))));" in tail.source()
     assert tail.__call__(["host"], [1.0, 2.0]) is None       # host numbers: the framework computes those
 

@@ -318,14 +318,14 @@ def _cg_body(s):
 
 
 def test_a_loop_body_reads_a_csr_state_entry_in_place():
-    from kfuse.jit.loops import _body, _predicate, _specs
+    from kfuse.jit.loops import traced_body, _predicate, state_specs
     A, v, z = _host_csr(40, 40), np.ones(40), np.zeros(())
-    body, leaves = _body(_cg_body, False, (A, z, v, v, v, z), "while_loop")
+    body, leaves = traced_body(_cg_body, False, (A, z, v, v, v, z), "while_loop")
     assert body.sources[:2] == [("keep",), ("keep",)]
     assert [s[0] for s in body.sources[2:]] == ["out"] * 4
     assert body.lowered.program.inputs[0].type == "csr"
     assert "spmv(state0, state4)" in body.lowered.script
-    specs, _ = _specs(leaves, "while_loop")
+    specs, _ = state_specs(leaves, "while_loop")
     assert specs[0].kind == "csr" and specs[0].shape == (40, 40, 40)
     pred, consts = _predicate(lambda s: s[5] > 1e-6 * s[1], specs, tuple)
     assert consts == [1e-6]
@@ -333,18 +333,18 @@ def test_a_loop_body_reads_a_csr_state_entry_in_place():
 
 def test_a_loop_refuses_a_csr_state_entry_moved_or_changed():
     from kfuse.errors import TraceError
-    from kfuse.jit.loops import _body, _predicate, _specs
+    from kfuse.jit.loops import traced_body, _predicate, state_specs
     A, v = _host_csr(40, 40), np.ones(40)
     with pytest.raises(TraceError) as e:
-        _body(lambda s: (s[1], s[0], s[1] @ s[2]), False, (A, A, v), "while_loop")
+        traced_body(lambda s: (s[1], s[0], s[1] @ s[2]), False, (A, A, v), "while_loop")
     assert "in its own place" in str(e.value)
     with pytest.raises(TraceError) as e:
-        _body(lambda s: (s[0], 2.0 * s[0] @ s[1]), False, (A, v), "while_loop")
+        traced_body(lambda s: (s[0], 2.0 * s[0] @ s[1]), False, (A, v), "while_loop")
     assert "of a CSR matrix" in str(e.value)
     with pytest.raises(TraceError) as e:
-        _body(lambda s: (s[0], s[1]), False, (_FakeScipy(), v), "fori_loop")
+        traced_body(lambda s: (s[0], s[1]), False, (_FakeScipy(), v), "fori_loop")
     assert "host memory" in str(e.value)
-    specs, _ = _specs([A, v, np.zeros(())], "while_loop")
+    specs, _ = state_specs([A, v, np.zeros(())], "while_loop")
     with pytest.raises(TraceError) as e:
         _predicate(lambda s: s[0] > 1.0, specs, tuple)
     assert "csr state entry" in str(e.value)
@@ -353,11 +353,11 @@ def test_a_loop_refuses_a_csr_state_entry_moved_or_changed():
 def test_the_sparse_cg_example_traces_its_start_and_loop_body():
     import sys
     from pathlib import Path
-    from kfuse.jit.loops import _body
+    from kfuse.jit.loops import traced_body
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "solvers"))
     import sparse_cg
     A, v, z = _host_csr(50, 50), np.ones(50), np.zeros(())
     assert [line.split("#")[0].strip() for line in sparse_cg._start.trace(A, v, v).script.splitlines()[5:8]] == \
         ["v1 = spmv(A, x);", "v2 = axpy(-1.0, v1, b);", "s3 = dot(v2, v2);"]
-    body, _ = _body(lambda s: s[:2] + sparse_cg.cg_update(*s[:1], *s[2:]), False, (A, z, v, v, v, z), "while_loop")
+    body, _ = traced_body(lambda s: s[:2] + sparse_cg.cg_update(*s[:1], *s[2:]), False, (A, z, v, v, v, z), "while_loop")
     assert body.sources[:2] == [("keep",), ("keep",)] and "spmv(state0, state4)" in body.lowered.script

@@ -20,8 +20,11 @@ from kfuse.jit import loops as loops
 from kfuse.jit.decorator import array_facts
 from kfuse.errors import KfuseError
 from kfuse.frontend.calls import _computed, _leaves
-from kfuse.runtime import control
-from kfuse.runtime.control import ScalarTail, c_expr, c_shared, control_source
+from kfuse.codegen.loop import cexpr, scalars
+from kfuse.codegen.loop.cexpr import c_expr, c_shared
+from kfuse.codegen.loop.control import control_source
+from kfuse.codegen.loop.scalars import ScalarCode
+from kfuse.ir.loop import LEAVES
 from kfuse.runtime import csr
 
 from test_nvcc import nvcc_compile
@@ -66,9 +69,9 @@ def test_returned_shared_squarings_trace_and_lower_in_linear_time():
         assert low.returns == [("expr", low.returns[0][1])] and low.outputs == ["s1"]
         (leaf,) = _leaves(low.returns[0][1])
         assert leaf.kind == "dot" and _computed(low.returns[0][1])
-        tail = ScalarTail.traced(np.float32, [low.returns[0][1]], low.leaves)
+        tail = ScalarCode.traced(np.float32, [low.returns[0][1]], low.leaves)
         src = tail.source()
-    assert tail.reads == [("out", 0)]
+    assert tail.reads == (("out", 0),)
     assert src.count("const real t") == STEPS - 1 and len(src) < 10_000      # linear, not 2^60
 
 
@@ -109,9 +112,9 @@ def test_shared_squarings_as_a_coefficient_are_named_once_each():
 
 
 # -- finding 5: a while loop's condition with shared terms ----------------------------------------
-def _specs():
+def state_specs():
     v, z = np.zeros(37, np.float32), np.zeros((), np.float32)
-    return loops._specs([np.zeros((37, 37), np.float32), z, v, v, v, z], "while_loop")[0]
+    return loops.state_specs([np.zeros((37, 37), np.float32), z, v, v, v, z], "while_loop")[0]
 
 
 def _squared_condition(steps: int = STEPS):
@@ -120,7 +123,7 @@ def _squared_condition(steps: int = STEPS):
         for _ in range(steps):
             a = a * a
         return (a > 1e-6 * s[1]) & ~(a > 1e30)
-    return loops._predicate(cond, _specs(), tuple)[0]
+    return loops._predicate(cond, state_specs(), tuple)[0]
 
 
 def _first_small_chains_are_short():
@@ -168,9 +171,9 @@ def test_condition_with_shared_squarings_builds_with_nvcc(dtype, nvcc, tmp_path)
 
 def _tree(e: tuple) -> str:
     """The C text of ``e`` written out in full (the expression as c_expr wrote it before)."""
-    if e[0] in control._LEAVES:
-        return control._c_leaf(e)
-    return control._c_op(e[0], [_tree(a) for a in e[1:]])
+    if e[0] in LEAVES:
+        return cexpr.c_leaf(e)
+    return cexpr.c_op(e[0], [_tree(a) for a in e[1:]])
 
 
 def test_shared_c_computes_what_the_full_text_computes(nvcc, tmp_path):
@@ -215,12 +218,12 @@ def test_shared_c_computes_what_the_full_text_computes(nvcc, tmp_path):
 
 
 def test_traced_tail_expression_keeps_shared_tuples():
-    """``control.expression`` maps each distinct traced node to one tuple (the tail's C stays
+    """``scalars.expression`` maps each distinct traced node to one tuple (the tail's C stays
     shared): the chain's 61 nodes, not 2^60 visits."""
     reads: list = []
     with within(20):
         low = kfuse.jit(squarings, calibration=False).trace(X, X)
-        e = control.expression(low.returns[0][1], low.leaves, lambda place: place, reads)
+        e = scalars.expression(low.returns[0][1], low.leaves, lambda place: place, reads)
     assert reads == [("out", 0)] and e[1] is e[2]
 
 
@@ -353,14 +356,14 @@ def test_fori_loop_bounds_past_a_float32_counter_are_a_clean_error(lower, upper,
     with pytest.raises(kfuse.TraceError, match=f"fori_loop: {name} = -?\\d+ is out of range for a float32 loop") as e:
         kfuse.fori_loop(lower, upper, lambda i, s: s, (x,))
     assert e.value.file == __file__ and "2^24" in str(e.value)
-    body = loops._body
+    body = loops.traced_body
     traced = []
-    loops._body = lambda *a: traced.append(a) or body(*a)
+    loops.traced_body = lambda *a: traced.append(a) or body(*a)
     try:
         with pytest.raises(kfuse.TraceError, match="float32 loop"):
             kfuse.fori_loop(lower, upper, lambda i, s: s, (x,), unroll=4)
     finally:
-        loops._body = body
+        loops.traced_body = body
     assert not traced                                        # refused before anything is traced
     try:
         kfuse.fori_loop(lower, upper, lambda i, s: s, (np.zeros(4, np.float64),))

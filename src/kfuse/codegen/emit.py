@@ -32,7 +32,7 @@ def render(lay: Layout) -> tuple[str, tuple[str, ...]]:
 
 def render_device(lay: Layout) -> tuple[str, tuple[str, ...]]:
     """(the kernel as a device function, the shared-view struct definitions it needs), for a
-    persistent kernel that runs many kernels one after the other (``codegen/persistent.py``).
+    persistent kernel that runs many kernels one after the other (``codegen/loop/persistent.py``, ``merged.py``).
 
     The device function ``<name>_dev(args, block, blocks, smem)`` is the kernel's body for one
     block: ``<name>_args`` holds its parameters in the kernel's order (the argument block a

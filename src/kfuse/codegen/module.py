@@ -70,7 +70,7 @@ KF_DEVICE void kf_bar_sync(int n) { asm volatile("bar.sync 1, %0;" :: "r"(n) : "
 def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: str = "",
                   persistent: str | None = None) -> str:
     """The module of ``kernels``; with ``persistent`` (the text of a persistent kernel that calls
-    them, ``runtime/persistent.py``), the kernels as device functions (``emit.render_device``)
+    them, ``codegen/loop/``: persistent or merged), the kernels as device functions (``emit.render_device``)
     followed by that text."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")

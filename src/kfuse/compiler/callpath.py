@@ -67,12 +67,13 @@ class CallPath:
 
     @property
     def scalar_tail(self) -> "ScalarTail | None":
-        """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``),
-        or None when the script returns none."""
+        """The returned scalar arithmetic as one small kernel (``runtime/control.ScalarTail``, its
+        text ``codegen/loop/scalars.ScalarCode``'s), or None when the script returns none."""
         c = self._compiled
         if self._tail is None and c.program.returned_arithmetic():
+            from ..codegen.loop.scalars import ScalarCode
             from ..runtime.control import ScalarTail
-            self._tail = ScalarTail.script(c.program, c.dtype)
+            self._tail = ScalarTail(ScalarCode.script(c.program, c.dtype))
         return self._tail
 
     @property

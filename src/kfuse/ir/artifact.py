@@ -5,8 +5,8 @@
 (this program's own, or one it shares with other programs: one NVRTC compile for many candidate
 plans).  The texts are rendered on first use by callables the compiler hands over (the runtime
 never reaches into the compiler for them): the module of these kernels alone, and the module of a
-device loop's persistent kernel (its text made by ``runtime/persistent.py``) with these kernels
-as device functions.
+device loop's persistent or merged kernel (its text made by ``codegen/loop/``, ``ir/loop.py``'s
+writer) with these kernels as device functions.
 
 ``Resolve``: ``resolve(sizes, device_scalars) -> Artifact``, the artifact a call at ``sizes``
 (dimension id -> size) runs, with the scalar inputs ``device_scalars`` read by address.  The

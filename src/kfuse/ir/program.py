@@ -275,7 +275,7 @@ class Program:
     dim_of: dict[int, int] = field(default_factory=dict, compare=False)   # raw dim id -> class id
     # what a call returns, in the return statement's order, where that is not ``outputs``: values
     # among ``outputs`` and scalar arithmetic (a ``ScalarArg`` over computed scalars and scalar
-    # inputs, computed after the plan by one small kernel, runtime/control.py).  Empty: the
+    # inputs, computed after the plan by one small kernel, codegen/loop/scalars.py).  Empty: the
     # outputs.  ``outputs`` then also holds the computed scalars the arithmetic reads.
     returns: tuple[Value | ScalarArg, ...] = ()
 

@@ -92,8 +92,9 @@ class _Entry:
         if not exprs:
             return None
         if self.tail is None:
+            from ..codegen.loop.scalars import ScalarCode
             from ..runtime.control import ScalarTail
-            self.tail = ScalarTail.traced(self.dtype, exprs, self.lowered.leaves)
+            self.tail = ScalarTail(ScalarCode.traced(self.dtype, exprs, self.lowered.leaves))
         return self.tail(outs, args)
 
     def _scalar(self, node, outs, args):
@@ -233,8 +234,8 @@ class JitFunction:
             if isinstance(a, (int, float, np.generic)) or (isinstance(a, np.ndarray) and a.ndim == 0):
                 specs.append(ArgSpec(name, "scalar"))
                 continue
-            if _sparse(a):
-                cshape, dt = _csr_spec(self.fn.__name__, name, a)
+            if is_sparse(a):
+                cshape, dt = csr_spec(self.fn.__name__, name, a)
                 dtypes[name] = dt
                 specs.append(ArgSpec(name, "csr", cshape))
                 continue
@@ -259,7 +260,7 @@ class JitFunction:
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
         specs, dtype = self.specs(args)
-        return (_code_key(self.fn), self.library.digest, dtype.name,
+        return (code_key(self.fn), self.library.digest, dtype.name,
                 tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
 
     def trace(self, *args, **kwargs) -> Lowered:
@@ -281,7 +282,7 @@ class JitFunction:
 
     def _entry(self, args) -> _Entry:
         specs, dtype = self.specs(args)
-        key = (_code_key(self.fn), self.library.digest, dtype.name,
+        key = (code_key(self.fn), self.library.digest, dtype.name,
                tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
         entry = _SHARED.get(key)
         if entry is not None:
@@ -349,7 +350,7 @@ def jit(fn=None, *, library=None, fuse: bool = True, tuned=True, calibration=Tru
     ``@kfuse.jit`` or ``@kfuse.jit(library=...)``.  A signature's program is traced at its first
     call and kept (as JAX's jit keeps it): numbers and functions the function reads from its
     closure, defaults or module are constants of it, so after rebinding one, decorate anew
-    (programs are shared by what the function reads, ``_code_key``)."""
+    (programs are shared by what the function reads, ``code_key``)."""
     def wrap(f):
         if not callable(f) or not hasattr(f, "__code__"):
             raise KfuseError(f"@kfuse.jit decorates a Python function, got {type(f).__name__} {f!r:.60}")
@@ -381,7 +382,7 @@ def _code_digest(code) -> str:
     return hashlib.sha256(marshal.dumps(code)).hexdigest()[:16]
 
 
-def _code_key(fn, depth: int = 0, memo: dict | None = None) -> tuple:
+def code_key(fn, depth: int = 0, memo: dict | None = None) -> tuple:
     """The function's bytecode and constants (nested functions included) and what it reads from
     outside -- its closure, its parameters' defaults and the module globals its code names:
     numbers (constants of the compiled program), the keys of the functions it calls (a wrapper
@@ -431,9 +432,9 @@ def _value_key(v, depth: int, memo: dict):
         return (type(v).__name__, v.item())
     if depth < 8:
         if isinstance(v, JitFunction):
-            return _code_key(v.fn, depth + 1, memo)
+            return code_key(v.fn, depth + 1, memo)
         if callable(v) and hasattr(v, "__code__"):
-            return _code_key(v, depth + 1, memo)
+            return code_key(v, depth + 1, memo)
         if isinstance(v, (tuple, list)):
             return (type(v).__name__, tuple(_value_key(x, depth + 1, memo) for x in v))
         if isinstance(v, dict):
@@ -452,14 +453,14 @@ def _cell(c):
         return None
 
 
-def _sparse(a) -> bool:
+def is_sparse(a) -> bool:
     """A sparse matrix (SciPy, cupyx, torch sparse, kfuse.CSR or a 4-tuple): a csr input, not a
     dense array to trace."""
     from ..runtime.csr import is_csr
     return is_csr(a)
 
 
-def _csr_spec(fn: str, name: str, a) -> tuple[tuple[int, int, int], np.dtype]:
+def csr_spec(fn: str, name: str, a) -> tuple[tuple[int, int, int], np.dtype]:
     """(rows, cols, nnz) and the values' dtype of a CSR argument (its arrays are not read:
     NumPy arrays in a kfuse.CSR will do for tracing); errors at the caller's line."""
     from ..errors import LaunchError

@@ -4,7 +4,7 @@ rule's reason -- and both plans priced as device-loop steps (``cost/queued.py``)
 from __future__ import annotations
 
 from ..errors import KfuseError
-from .loops import _body, _specs, traced_shape
+from .loops import traced_body, state_specs, traced_shape
 from .loopsteps import check_unroll, unrolled
 
 
@@ -12,7 +12,7 @@ def _planned(body, leaves: list):
     """A traced body's program as a loop instance runs it at the state's sizes (device scalars
     read by address)."""
     from ..runtime.binding import bind_sizes
-    specs, _ = _specs(leaves, "explain_loop")
+    specs, _ = state_specs(leaves, "explain_loop")
     shapes, scalars = {}, set()
     for name, src in body.inputs.items():
         spec = specs[src[1]] if src[0] == "leaf" else None
@@ -35,8 +35,8 @@ def explain_loop(body_fun, init_val, unroll: int = 2) -> str:
     from ..ir.graph import DependencyGraph
     if check_unroll(unroll) < 2:
         raise KfuseError("explain_loop: unroll must be at least 2 (the steps shown together)")
-    one, leaves = _body(body_fun, True, init_val, "explain_loop")
-    many, _ = _body(unrolled(body_fun, unroll, 0), True, init_val, "explain_loop")
+    one, leaves = traced_body(body_fun, True, init_val, "explain_loop")
+    many, _ = traced_body(unrolled(body_fun, unroll, 0), True, init_val, "explain_loop")
     c1, cu = _planned(one, leaves), _planned(many, leaves)
     p1, pu = (step_price(c.search.model, c.kernels, c.search.dims, c.search.entries, c.search.itemsize)
               for c in (c1, cu))

@@ -48,12 +48,13 @@ from typing import Any
 
 import numpy as np
 
-from .decorator import JitFunction, _code_key, _csr_spec, _sparse, array_facts, lower_and_compile
+from .decorator import JitFunction, code_key, csr_spec, is_sparse, array_facts, lower_and_compile
 from ..errors import KfuseError, TraceError
 from ..frontend.trace import RANK_WORDS, ArgSpec, Proxy, Site, definition_site, trace, user_site
 from ..library.loader import shipped_library
 from .loopsteps import check_unroll, unrolled
-from ..runtime.control import expression
+from ..codegen.loop import WRITER, expression
+from ..ir.loop import LoopArtifact
 
 INSTANCES = 4             # buffer sets and graphs kept per loop body (least recently used dropped)
 
@@ -97,11 +98,11 @@ def _shown(fn):
     return inner if hasattr(inner, "__code__") else fn
 
 
-_SPECS: dict = {}       # _specs' answers by the entries' types, shapes and dtypes (dense arrays and numbers)
+_SPECS: dict = {}       # state_specs' answers by the entries' types, shapes and dtypes (dense arrays and numbers)
 
 
 def _entry_key(x):
-    """What ``_specs`` reads of a state entry that is a number or a dense CuPy, NumPy or torch
+    """What ``state_specs`` reads of a state entry that is a number or a dense CuPy, NumPy or torch
     array (its type, shape, dtype and layout), or None for anything else (checked every time)."""
     t = type(x)
     if t is int or t is float:
@@ -114,7 +115,7 @@ def _entry_key(x):
     return (t, tuple(x.shape), x.dtype)
 
 
-def _specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
+def state_specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
     """What tracing knows of each state entry, and the element type (errors at the user's line).
     A state of numbers and dense arrays seen before takes the answer then (a loop is called again
     and again with new arrays of the same shapes: the checks cost as much as several launches)."""
@@ -145,8 +146,8 @@ def _check_specs(leaves: list, what: str) -> tuple[list[ArgSpec], np.dtype]:
         if isinstance(x, (int, float, np.generic)):
             specs.append(ArgSpec(name, "dscalar"))
             continue
-        if _sparse(x):          # a CSR matrix: read in place (the body returns it unchanged)
-            cshape, dtypes[k] = _csr_spec(what, f"state entry {k}", x)
+        if is_sparse(x):          # a CSR matrix: read in place (the body returns it unchanged)
+            cshape, dtypes[k] = csr_spec(what, f"state entry {k}", x)
             specs.append(ArgSpec(name, "csr", cshape))
             continue
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
@@ -240,20 +241,20 @@ class _Body:
         self.indexed = any(src == ("index",) for src in self.inputs.values()) or any(
             s == ("copy", ("index",)) for s in self.sources) or ("index",) in self.tail_reads
         self.instances: OrderedDict = OrderedDict()
-
-    @property
-    def executor(self):
-        """The call path of the body's program (``runtime/loop.Instance`` binds through it)."""
-        return self.compiled.calls.executor
+        # what the runtime runs (runtime/loop.Instance): the program, the state's layout, the writer
+        c = self.compiled
+        self.artifact = LoopArtifact(c.program, c.dtype, c.calls.resolve_artifact, tuple(self.inputs.items()),
+                                     tuple(lowered.outputs), tuple(self.sources), tuple(self.out_leaf.items()),
+                                     tuple(self.hidden), tuple(self.tails), tuple(self.tail_reads), self.indexed, WRITER)
 
 
 _BODIES: dict = {}
 
 
-def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
+def traced_body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
     """The traced body for this state (made once per signature) and the state's entries."""
     leaves, kind = _flatten(init)
-    specs, dtype = _specs(leaves, what)
+    specs, dtype = state_specs(leaves, what)
     if isinstance(fn, JitFunction):
         library, options, fn = fn.library, fn._options, fn.fn
     else:
@@ -263,7 +264,7 @@ def _body(fn, indexed: bool, init, what: str) -> tuple[_Body, list]:
         # library it loaded): loading reads and hashes every source file, about 1 ms, and a loop
         # written with a lambda body is a new function at every call
         library, options = shipped_library(), (True, True, True, False)
-    key = (what, _code_key(fn), library.digest, dtype.name, indexed, kind,
+    key = (what, code_key(fn), library.digest, dtype.name, indexed, kind,
            tuple((s.kind, len(s.shape)) for s in specs), repr(options))
     body = _BODIES.get(key)
     if body is None:
@@ -432,7 +433,7 @@ def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
             digits = str(int(v))
             raise TraceError(f"fori_loop: {name} = {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
                              "range (at most 2^53 in magnitude, where the loop's counter stays exact)", user_site())
-        if abs(int(v)) > FLOAT32_COUNTER_MAX and _specs(_flatten(init_val)[0], "fori_loop")[1] == np.float32:
+        if abs(int(v)) > FLOAT32_COUNTER_MAX and state_specs(_flatten(init_val)[0], "fori_loop")[1] == np.float32:
             raise TraceError(f"fori_loop: {name} = {int(v)} is out of range for a float32 loop (at most 2^24 in "
                              "magnitude, where its float32 counter stays exact; a float64 one counts to 2^53)",
                              user_site())
@@ -443,7 +444,7 @@ def fori_loop(lower: int, upper: int, body_fun, init_val, unroll: int = 1):
         lower = int(lower) + whole * unroll
         if lower == int(upper):
             return init_val
-    body, leaves = _body(body_fun, True, init_val, "fori_loop")
+    body, leaves = traced_body(body_fun, True, init_val, "fori_loop")
     inst = _instance(body, leaves, None)
     steps = int(upper) - int(lower)
     inst.start(leaves, index=float(lower))
@@ -462,8 +463,8 @@ def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or not (
             0 <= max_iterations < 2**31):
         raise KfuseError(f"while_loop: max_iterations must be an int from 0 to 2^31 - 1, got {max_iterations!r}")
-    body, leaves = _body(body_fun, False, init_val, "while_loop")
-    specs, _ = _specs(leaves, "while_loop")
+    body, leaves = traced_body(body_fun, False, init_val, "while_loop")
+    specs, _ = state_specs(leaves, "while_loop")
     pred, consts = _predicate(cond_fun, specs, body.kind)
     inst = _instance(body, leaves, pred)
     inst.start(leaves, consts=consts, most=int(max_iterations))
@@ -480,10 +481,10 @@ def while_loop(cond_fun, body_fun, init_val, max_iterations: int | None = None):
 
 def _instance(body: _Body, leaves: list, pred):
     from ..runtime.loop import Instance
-    key = Instance.key(body, leaves, pred)
+    key = Instance.key(body.artifact, leaves, pred)
     inst = body.instances.get(key)
     if inst is None:
-        inst = Instance(body, leaves, pred)
+        inst = Instance(body.artifact, leaves, pred)
         body.instances[key] = inst
         if len(body.instances) > INSTANCES:
             body.instances.popitem(last=False)

@@ -188,6 +188,13 @@ class Executor:
             return None, None, None, False
         return tuple(keys), ptrs, scalars, torch_in
 
+    def bind(self, inputs: dict, outs: dict, pdl: bool | None = None) -> Binding:
+        """A binding of the program to ``inputs`` and the given outputs ``outs`` (every argument
+        adapted and checked, the artifact resolved for their sizes), kept by no table: for a
+        caller that patches its pointers itself (a device loop's steps, ``runtime/loop.py``).
+        ``pdl=False``: launches without programmatic dependence."""
+        return self._bind(inputs, outs, None, pdl)[0]
+
     def _bind(self, inputs: dict, out, key, pdl: bool | None = None):
         """The slow path: every argument adapted and checked, a binding built (and kept when the
         call had a signature).  ``pdl=False``: launches without programmatic dependence (for

@@ -1,8 +1,8 @@
 """A device loop bound to its arrays: two buffer sets for the state, the body's program bound to
 them, the small kernels around it, and the graphs of many steps (``runtime/loopgraph.py``).
 
-The body (``loops._Body``, read through its fields only) says where each state entry of the next
-step comes from; an ``Instance`` turns that into launches:
+The loop (``ir/loop.LoopArtifact``: the body's program, where each state entry of the next step
+comes from, and the writer of its CUDA text) is what an ``Instance`` turns into launches:
 
     step p (p = 0: set 0 -> set 1; p = 1: set 1 -> set 0):
         the program's kernels, patched to read set p and write set 1 - p (its fills left out)
@@ -27,11 +27,13 @@ import numpy as np
 
 from ..env import choice
 from ..errors import CompileError, LaunchError
+from ..ir.loop import LoopArtifact, counts
 from . import csr as csr_inputs
 from . import driver, loopends, loopgraph, merged, persistent
 from .args import adapt, facts, torch_tensor_type
 from .binding import OUT, TMP
-from .control import control_module, control_source, counts
+from .control import control_module
+from .executor import Executor
 from .gpu import cupy
 from .launch import KernelLaunch, PackedArgs
 
@@ -68,19 +70,23 @@ class Instance:
     """See the module docstring."""
 
     @staticmethod
-    def key(body, leaves: list, pred) -> tuple:
+    def key(art: LoopArtifact, leaves: list, pred) -> tuple:
+        """What an instance is made once for: the state's framework, device, stream and shapes,
+        the arrays read in place, the condition and the modes."""
         torch_in, device = _framework(leaves)
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
-        kept = tuple(_kept_key(leaves[j], j) for j, s in enumerate(body.sources)
+        kept = tuple(_kept_key(leaves[j], j) for j, s in enumerate(art.sources)
                      if s == ("keep",) and (hasattr(leaves[j], "shape") or csr_inputs.is_csr(leaves[j])))
         return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE,
                 persistent.MIN_BLOCKS, merged.MODE, merged.MAX_GRID, merged.BLOCK, merged.SIDE_BY_SIDE)
 
-    def __init__(self, body, leaves: list, pred):
+    def __init__(self, art: LoopArtifact, leaves: list, pred):
         cp = cupy()
-        self.body, self.pred = body, pred
+        self.art, self.pred = art, pred
         self.torch_in, self.device = _framework(leaves)
-        self.dtype = body.dtype
+        self.dtype = np.dtype(art.dtype)
+        self.executor = Executor(art.program, art.dtype, art.resolve)     # the body's call path
+        self._out_leaf = dict(art.out_leaf)
         with cp.cuda.Device(self.device):
             self._build(leaves, pred)
 
@@ -111,39 +117,36 @@ class Instance:
         return a
 
     def _build(self, leaves: list, pred) -> None:
-        body, cp = self.body, cupy()
+        art, cp = self.art, cupy()
         given = [self._leaf(x, j) for j, x in enumerate(leaves)]
         self.shapes = [tuple(a.shape) for a in given]
         self.nbytes = [int(np.prod(s, dtype=np.int64)) * self.dtype.itemsize for s in self.shapes]
         # set[p][j]: entry j in buffer set p; an entry read in place is the caller's array in both
-        self.sets = [[g if s == ("keep",) else self._empty(g.shape) for g, s in zip(given, body.sources)]
+        self.sets = [[g if s == ("keep",) else self._empty(g.shape) for g, s in zip(given, art.sources)]
                      for _ in range(2)]
-        for j, s in enumerate(body.sources):
+        for j, s in enumerate(art.sources):
             if s == ("keep",):
                 self.sets[1][j] = self.sets[0][j]
-        self.hidden = {k: self._empty(()) for k in body.hidden}     # outputs no entry takes: 0-d
+        self.hidden = {k: self._empty(()) for k in art.hidden}      # outputs no entry takes: 0-d
         self.index = self._empty(())
         self.ctl = cp.zeros(5, np.int32)
         # a while loop's result: the state of the last step counted (entries read in place aside)
-        self.carried = [j for j, s in enumerate(body.sources) if s != ("keep",)]
+        self.carried = [j for j, s in enumerate(art.sources) if s != ("keep",)]
         self.saved = {j: self._empty(self.shapes[j]) for j in self.carried} if pred is not None else {}
         self.cst = cp.zeros(max(1, counts((pred,))[1] if pred is not None else 0), self.dtype)
         self.ptr = [[_entry_ptr(a) for a in s] for s in self.sets]
         # the program bound to set 0 -> set 1 (checks every argument once), patched per step
-        ex = body.executor
-        ins = {name: self._source(src, 0) for name, src in body.inputs.items()}
-        outs = {body.lowered.outputs[k]: self._out(k, 0) for k in range(len(body.lowered.outputs))}
         self.pdl: bool | None = None       # False once a driver refused programmatic launches in a graph
-        self._bind(ex, ins, outs)
+        self._bind()
         self.tmp = cp.cuda.alloc(self.binding.tmp_bytes) if self.binding.tmp_bytes else None
         # the small kernels
         self._split_fills()
         # the WHILE node's kernels set a graph handle: relocatable, linked with the device runtime
         self.conditional = pred is not None and WHILE_GRAPH and driver.has_conditional_nodes()
 
-        def source(conditional: bool) -> str:
-            return control_source(self.dtype.name, body.tails, pred, conditional, clears=len(self.clears),
-                                  saved=len(self.saved), carried=len(self.carried))
+        def source(conditional: bool) -> str:      # the control module's text: the loop's writer's
+            return art.kernels.control(self.dtype.name, art.tails, pred, conditional, clears=len(self.clears),
+                                       saved=len(self.saved), carried=len(self.carried))
         try:
             module = control_module(source(self.conditional), relocatable=self.conditional)
         except CompileError:
@@ -152,7 +155,7 @@ class Instance:
             self.conditional = False            # no device runtime to link: chunks from the host
             module = control_module(source(False), relocatable=False)
         self.fn = {name: module.get_function(name) for name in
-                   (["kf_scalars"] if body.tails else []) + (["kf_loop_clear"] if self.clears else [])
+                   (["kf_scalars"] if art.tails else []) + (["kf_loop_clear"] if self.clears else [])
                    + ["kf_loop_set", "kf_loop_index", "kf_loop_copy"]
                    + (["kf_loop_start", "kf_loop_copies"] if self.carried else [])
                    + (["kf_loop_first", "kf_loop_next"] if pred is not None else [])
@@ -168,13 +171,18 @@ class Instance:
         # else the step's runs of one-block kernels as one launch each (runtime/merged.py)
         self.merged = merged.build(self, merged.folded(self)) if self.persistent is None else None
         # the caller's arrays read in place stay alive with the graphs that read them
-        self._keep = [g for g, s in zip(given, body.sources) if s == ("keep",)]
+        self._keep = [g for g, s in zip(given, art.sources) if s == ("keep",)]
 
-    def _bind(self, ex, ins, outs) -> None:
-        self.binding = ex._bind(ins, outs, None, self.pdl)[0]
+    def _bind(self) -> None:
+        """The body's program bound to buffer set 0 -> set 1 (every argument checked once), and
+        the pointers each step patches in (``patches[p]``: set p -> set 1 - p)."""
+        art = self.art
+        ins = {name: self._source(src, 0) for name, src in art.inputs}
+        outs = {name: self._out(k, 0) for k, name in enumerate(art.outputs)}
+        self.binding = self.executor.bind(ins, outs, self.pdl)
         b = self.binding
         self.patches = [([self._in_ptr(n, p) for n in b.array_inputs],
-                         [self._out_ptr(self.body.lowered.outputs.index(n), p) for n in b.out_names])
+                         [self._out_ptr(art.outputs.index(n), p) for n in b.out_names])
                         for p in (0, 1)]
         if b.csr:       # CSR matrices are read in place: their structure checked, row mappings set, once
             b.check_csr(ins, self.patches[0][0])
@@ -183,7 +191,7 @@ class Instance:
         """The pointer of a binding's array input slot in step p (a csr input A has three: A,
         A#indices, A#data)."""
         base, _, part = name.partition("#")
-        x = self._source(self.body.inputs[base], p)
+        x = self._source(self.art.input_source(base), p)
         if isinstance(x, csr_inputs.CSR):
             return facts(x[csr_inputs.PARTS.index(part or "indptr")])[4]
         return facts(x)[4]
@@ -236,7 +244,7 @@ class Instance:
         return self.sets[p][src[1]]
 
     def _out(self, k: int, p: int):
-        j = self.body.out_leaf.get(k)
+        j = self._out_leaf.get(k)
         return self.hidden[k] if j is None else self.sets[1 - p][j]
 
     def _ptr(self, src: tuple, p: int) -> int:
@@ -250,18 +258,18 @@ class Instance:
         """What step p does after its kernels, as pointers: (destination, source, entries) of each
         state entry copied from an input, the entries the returned arithmetic (``kf_scalars``)
         writes, and what that arithmetic reads."""
-        body, item = self.body, self.dtype.itemsize
+        art, item = self.art, self.dtype.itemsize
         copies = [(self.ptr[1 - p][j], self._ptr(src[1], p), self.nbytes[j] // item)
-                  for j, src in enumerate(body.sources) if src[0] == "copy"]
-        outs = [self.ptr[1 - p][j] for j, src in enumerate(body.sources) if src[0] == "tail"]
-        reads = [self._ptr(src, p) for src in body.tail_reads]
+                  for j, src in enumerate(art.sources) if src[0] == "copy"]
+        outs = [self.ptr[1 - p][j] for j, src in enumerate(art.sources) if src[0] == "tail"]
+        reads = [self._ptr(src, p) for src in art.tail_reads]
         return copies, outs, reads
 
     def step(self, p: int, clear: bool = True, then_next: bool = False):
         """The launches of step p, as a function of a stream (for capture); ``clear``: ending with
         the next step's clears (a while loop's kf_loop_next makes them instead); ``then_next``:
         ending with kf_loop_next (or a merged run that does its work)."""
-        b, body = self.binding, self.body
+        b, art = self.binding, self.art
         ins, outs = self.patches[p]
         tmp = self.tmp.ptr if self.tmp is not None else 0
         extra: list = []
@@ -269,9 +277,9 @@ class Instance:
         for dst, src, n in copies:
             extra.append(KernelLaunch(self.fn["kf_loop_copy"], loopends.blocks(n), 256, PackedArgs(
                 (dst, src, np.int64(n))), "kf_loop_copy"))
-        if body.tails:
+        if art.tails:
             extra.append(self._launch("kf_scalars", *outs_t, *reads))
-        if body.indexed:
+        if art.indexed:
             extra.append(self._launch("kf_loop_index", facts(self.index)[4]))
         if self.clears and clear:
             extra.append(self._clear(1 - p))
@@ -348,10 +356,7 @@ class Instance:
                         raise
                     # a driver that takes no programmatic launches in these graphs: plain launches
                     self.pdl = False
-                    body = self.body
-                    ins = {name: self._source(src, 0) for name, src in body.inputs.items()}
-                    outs = {body.lowered.outputs[k]: self._out(k, 0) for k in range(len(body.lowered.outputs))}
-                    self._bind(body.executor, ins, outs)
+                    self._bind()
                     self._split_fills()
                     self.graphs.clear()
                     g = make()
@@ -371,7 +376,7 @@ class Instance:
         launches."""
         if self._run_persistent(steps):
             return
-        per = max(1, self.binding.launch_count + len(self.body.tails) + int(self.body.indexed))
+        per = max(1, self.binding.launch_count + len(self.art.tails) + int(self.art.indexed))
         chunk = max(2, (CHUNK_LAUNCHES // per) // 2 * 2)
         chunk = min(chunk, steps - steps % 2) if steps >= 2 else 0
         if chunk:

@@ -5,15 +5,16 @@ arrays.
 
 Why one launch each: a run's host time before its graph launch is time the GPU waits, and a
 copy or a launch costs the host several microseconds to prepare.  ``kf_loop_start`` and
-``kf_loop_copies`` (``control.start_source``) take every copy as an argument triple; the launches
-are made once per instance and a run patches its sources, destinations and numbers.  A loop that
+``kf_loop_copies`` (written by ``codegen/loop/control.start_source``) take every copy as an
+argument triple; the launches are made once per instance and a run patches its sources,
+destinations and numbers.  A loop that
 carries no entry (its state all read in place) keeps the small launches and copies of its own."""
 from __future__ import annotations
 
 import numpy as np
 
+from ..ir.loop import counts
 from .args import facts
-from .control import counts
 from .gpu import cupy
 from .launch import KernelLaunch, PackedArgs
 
@@ -40,7 +41,7 @@ class Ends:
         if not inst.carried:
             return
         real = inst.dtype.type
-        args = [facts(inst.index)[4] if inst.body.indexed else 0, real(0),
+        args = [facts(inst.index)[4] if inst.art.indexed else 0, real(0),
                 facts(inst.ctl)[4] if inst.pred is not None else 0, np.int32(0), facts(inst.cst)[4]]
         args += [real(0)] * self.numbers
         args += [a for ptr, n, value in ranges for a in (ptr, np.int64(n), real(value))]
@@ -84,7 +85,7 @@ class Ends:
             self._host = (np.array([0, 1, 1, most, 1], np.int32), np.array(list(consts) or [0.0], inst.dtype))
             for dev, host in zip((inst.ctl, inst.cst), self._host):     # numbers past those read: not copied
                 cp.cuda.runtime.memcpyAsync(facts(dev)[4], host.ctypes.data, min(host.nbytes, dev.nbytes), H2D, stream)
-        if inst.body.indexed:
+        if inst.art.indexed:
             if "set" not in self._parts:
                 self._parts["set"] = inst._launch("kf_loop_set", facts(inst.index)[4], inst.dtype.type(0))
             self._parts["set"].args.values[1].value = index        # the counter's first value
