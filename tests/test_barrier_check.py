@@ -1,7 +1,194 @@
-"""The compiled barrier check (issue 60, finding 17): the PTX reader (no compiler)."""
+"""The compiled barrier check (issue 60, finding 17): routines that hide a block-wide barrier from
+the loader's text scan are refused from their PTX; routines without one (``__syncwarp`` allowed)
+and every shipped routine pass.  CPU, through ``nvcc -ptx`` (fails, not skips, without nvcc:
+the ``nvcc`` fixture); the hostile routines are compiled together, in one nvcc run."""
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+
+import kfuse
+from kfuse.codegen import barrier_check as bc
 from kfuse.codegen import ptx
+from kfuse.errors import CompileError, LibraryError
+from kfuse.library.loader import load_library
+from kfuse.runtime import compiler
+
+from test_library import SOURCE, make_library, scal_function
+
+# name -> (lines before the routine, its body, the PTX instruction found; None: passes).  Each hides
+# its barrier from the text scan (library/cusource.py), as the audit did.
+ROUTINES = {
+    "literals": ("", 'asm volatile("bar" ".sync 0;");', "bar.sync"),
+    "octal": ("", r'asm volatile("\142ar.sync 0;");', "bar.sync"),
+    "splice": ("", "__sync\\\nthreads();", "bar.sync"),
+    "digraph": ("#define KF_PASTE(a, b) a %:%: b\n", "KF_PASTE(__sync, threads)();", "bar.sync"),
+    "stringify": ("#define KF_STR(x) #x\n", "asm volatile(KF_STR(ba) KF_STR(r.sync 0;));", "bar.sync"),
+    "raw": ("", 'const char* q = R"x(")x" "/*"; asm volatile("bar.sync 0;"); const char* r = "*/"; (void)q; (void)r;',
+            "bar.sync"),
+    "mbarrier": ("", '__shared__ unsigned long long m; asm volatile("mbarrier.init.shared.b64 [%0], 32;" :: '
+                 '"r"((unsigned)__cvta_generic_to_shared(&m)));', "mbarrier.init.shared.b64"),
+    "cudabarrier": ("#include <cuda/barrier>\n", "__shared__ cuda::barrier<cuda::thread_scope_block> b; "
+                    "if (ix.tx == 0) init(&b, 32); b.arrive_and_wait();", "mbarrier."),
+    "noinline": ("__device__ __noinline__ void kf_helper_sync() { __sync\\\nthreads(); }\n", "kf_helper_sync();",
+                 "bar.sync"),
+    "syncwarp": ("", "__syncwarp(); a1(0) = a2 * a0(0);", None),
+    "plain": ("", "a1(0) = a2 * a0(0);", None),
+}
+HOSTILE = [name for name, (_, _, found) in ROUTINES.items() if found]
+
+
+def _function(name: str) -> dict:
+    f = scal_function()
+    f["name"], f["aliases"] = f"f_{name}", []
+    f["variant"][0]["routines"][1]["fn"] = f"{name}_compute"
+    return f
+
+
+def _script(name: str) -> str:
+    return f"vector x, y;\ninput x;\ny = f_{name}(2, x);\nreturn y;\n"
+
+
+def _source(routines: dict) -> str:
+    text = ("template <class T0, class T1>\nKF_DEVICE void blas1_load(const KfIx& ix, T0 g, T1 e) { e(0) = g.get(ix.i, 0); }\n"
+            "template <class T0, class T1>\nKF_DEVICE void blas1_store(const KfIx& ix, T0 e, T1 g) { g.put(ix.i, e(0)); }\n")
+    for name, (head, body, _) in routines.items():
+        text += (f"{head}template <class T0, class T1, class T2>\n"
+                 f"KF_DEVICE void {name}_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) {{ {body} }}\n")
+    return text
+
+
+@pytest.fixture(autouse=True)
+def _nvcc_path(monkeypatch, nvcc):
+    """The check's compiler is nvcc, as on a CPU machine with the toolkit (where CuPy is installed
+    too, NVRTC would be taken)."""
+    monkeypatch.setattr(bc, "available", bc.nvcc_compiler)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, nvcc):
+    """A library of one function per routine of ``ROUTINES``, every unit checked in one nvcc run
+    (the verdicts are kept: the tests below find them without compiling again)."""
+    folder = make_library(tmp_path_factory.mktemp("hostile") / "lib", [_function(n) for n in ROUTINES])
+    (folder / SOURCE).write_text(_source(ROUTINES))
+    lib = load_library(folder)              # the text scan passes every one of them
+    comp = bc.nvcc_compiler()
+    assert comp is not None
+    units = bc.library_units(lib, "float32")
+    t0 = time.perf_counter()
+    with pytest.raises(LibraryError):
+        bc.run(units, comp)
+    return SimpleNamespace(folder=folder, lib=lib, units=units, comp=comp, seconds=time.perf_counter() - t0)
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_barrier_hidden_from_the_text_scan_is_refused(hostile, name):
+    """Adjacent literals, an octal escape, a line splice, digraph token pasting, stringification,
+    a raw string, an mbarrier, cuda::barrier, a helper that is not inlined: each a LibraryError
+    naming the routine, its file and the PTX instruction, when the script's module is made."""
+    with pytest.raises(LibraryError) as info:
+        kfuse.compile(_script(name), library=[hostile.folder], fuse=False).cuda_source
+    err = info.value
+    assert err.file.endswith("fn.toml") and err.field == f"function f_{name}.variant.warp.routine.compute.fn"
+    assert f"{name}_compute (fn.cu;" in str(err) and "must not synchronise" in str(err)
+    assert f"block-wide barrier instruction '{ROUTINES[name][2]}" in str(err)
+
+
+@pytest.mark.parametrize("name", ["syncwarp", "plain"])
+def test_routines_without_a_block_barrier_pass(hostile, name):
+    """__syncwarp() is bar.warp.sync, a warp's own barrier (warp-wide routines are allowed)."""
+    src = kfuse.compile(_script(name), library=[hostile.folder], fuse=False).cuda_source
+    assert f"{name}_compute" in src
+    assert hostile.seconds < 30      # one nvcc run for all the routines (a hang, not a speed)
+
+
+def test_an_included_file_is_not_read(tmp_path):
+    """``#include "file"`` beside the library: the module holds the routine file's text, and the
+    check finds no file beside it (neither does CuPy's compile): a routine that does not build
+    alone is refused."""
+    folder = make_library(tmp_path / "lib", [_function("inc")])
+    (folder / "kf_sync.cuh").write_text("#define KF_SYNC() __syncthreads()\n")
+    (folder / SOURCE).write_text('#include "kf_sync.cuh"\n' + _source({"inc": ("", "KF_SYNC();", None)}))
+    load_library(folder)
+    with pytest.raises(LibraryError) as info:
+        kfuse.compile(_script("inc"), library=[folder], fuse=False).cuda_source
+    assert info.value.field.startswith("function f_inc.variant.warp.routine.")    # the file's first routine
+    assert "does not compile on its own" in str(info.value) and "kf_sync.cuh" in str(info.value)
+
+
+def test_without_a_compiler_the_runtime_checks_before_compiling(hostile, monkeypatch):
+    """No CuPy and no nvcc when the module is made: its text comes back, and load_module (where
+    NVRTC always is: played by nvcc here) checks the routines before compiling anything."""
+    monkeypatch.setattr(bc, "available", lambda: None)
+    for name, value in (("_required", []), ("_done", {}), ("_passed", set()), ("_failed", {})):
+        monkeypatch.setattr(bc, name, value)
+    monkeypatch.setattr(bc, "nvrtc_compiler", bc.nvcc_compiler)
+    monkeypatch.setattr(compiler, "_before", [])
+    monkeypatch.setattr(compiler, "_modules", {})
+    made = []
+
+    class RawModule:
+        def __init__(self, code, options, backend):
+            made.append(code)
+
+        def compile(self):
+            pass
+
+    cp = SimpleNamespace(RawModule=RawModule, cuda=SimpleNamespace(Device=lambda: SimpleNamespace(id=0)))
+    monkeypatch.setattr(compiler, "cupy", lambda: cp)
+    good = kfuse.compile(_script("plain"), library=[hostile.folder], fuse=False).cuda_source
+    bad = kfuse.compile(_script("literals"), library=[hostile.folder], fuse=False).cuda_source
+    assert "literals_compute" in bad and not bc._passed       # nothing checked yet
+    with pytest.raises(LibraryError) as info:
+        compiler.load_module(good)      # the process has made a module of the hostile routine
+    assert "'bar.sync'" in str(info.value) and made == []
+
+
+def test_passes_are_kept_on_disk_and_read_back_checked(hostile, tmp_path, monkeypatch):
+    """A unit passed is a file named by its key holding exactly PASSED and the key; another
+    process (a fresh memory) takes it without compiling; a file saying anything else is ignored."""
+    monkeypatch.setenv("KFUSE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(bc, "_passed", set())
+    units = [u for u in hostile.units if u.function.name == "f_plain"]
+    bc.run(units, hostile.comp)
+    keys = [bc._key(u, hostile.comp) for u in units]
+    files = [tmp_path / "cache" / "barrier-check" / k for k in keys]
+    assert all(f.read_bytes() == b"PASSED " + k.encode() + b"\n" for f, k in zip(files, keys))
+
+    def refuse(source, options):
+        raise CompileError("compiled again")
+    offline = bc.Compiler(hostile.comp.name, hostile.comp.ident, hostile.comp.options, refuse)
+    monkeypatch.setattr(bc, "_passed", set())
+    bc.run(units, offline)                       # from the files: no compile
+    files[0].write_bytes(b"PASSED " + keys[1].encode() + b"\n")
+    monkeypatch.setattr(bc, "_passed", set())
+    with pytest.raises(LibraryError) as info:
+        bc.run(units, offline)
+    assert "compiled again" in str(info.value)
+
+
+def test_every_shipped_routine_passes(lib, nvcc):
+    """The shipped library is trusted at run time (never compiled for the check); here every
+    routine of every variant is checked, with its macros' first values, float32 and float64
+    (one nvcc run each, side by side).  (Every value of every macro: 2,821 units a type, about
+    100 s of nvcc each on 2 cores, all passing when this check was written.)"""
+    comp = bc.nvcc_compiler()
+    assert comp is not None
+    units = {dtype: [u for fn in lib.functions for var in fn.variants for r in var.routines
+                     if (u := bc.unit(lib, dtype, fn, var, r, tuple((k, v[0]) for k, v in var.macros.items())))]
+             for dtype in ("float32", "float64")}
+    assert len(units["float32"]) > 200
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda us: bc.run(us, comp), units.values()))
+
+
+def test_shipped_and_synthesized_routines_are_trusted(lib):
+    assert all(bc.trusted(fn, var) for fn in lib.functions for var in fn.variants)
+    assert bc.check_kernels([], lib, "float32") is None
+
 
 # -- the PTX reader (no compiler) -------------------------------------------------------------
 PTX = """
