@@ -20,9 +20,9 @@ kfuse's own kernels refuses it).
 When and with what (``check``):
 
 * ``module_source`` checks the units of its kernels before returning the module's text, and the
-  calibration every unit of a library (``check_library``): with NVRTC where CuPy is there (the
-  architecture and options the runtime compiles the modules with), else with ``nvcc -ptx`` for
-  sm_90 where nvcc is on PATH;
+  calibration's ``probe_module`` those of its micro-kernels (``check_probes``): with NVRTC where
+  CuPy is there (the architecture and options the runtime compiles the modules with), else with
+  ``nvcc -ptx`` for sm_90 where nvcc is on PATH;
 * with neither, the check waits, and ``runtime/compiler.load_module`` -- the one way a module
   reaches the GPU, and where CuPy's NVRTC always is -- runs it before compiling any module: every
   unit the process generated a module with is checked, with the architecture and options the
@@ -361,6 +361,10 @@ def library_units(lib: Library, dtype: str, everything: bool = False) -> list[Un
     return out
 
 
-def check_library(lib: Library, dtype: str) -> None:
-    """The calibration's check: every unit of the library that kfuse does not trust."""
-    check(library_units(lib, dtype))
+def check_probes(lib: Library, dtype: str, probes) -> None:
+    """The calibration's check: the routines its micro-kernels call -- each probe's routine file(s),
+    C++ function and macro values -- in every variant kfuse does not trust that has them."""
+    wanted = {(tuple(p.files or (p.source,)), p.fn, tuple(p.macros)) for p in probes}
+    check(unit(lib, dtype, fn, var, r, m) for fn in lib.functions for var in fn.variants if not trusted(fn, var)
+          for r in var.routines for files, name, m in wanted
+          if name == r.fn and files == tuple(map(str, var.files)) and tuple(k for k, _ in m) == tuple(var.macros))
