@@ -62,9 +62,9 @@ def _source(routines: dict) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _nvcc_path(monkeypatch, nvcc):
+def _nvcc_path(monkeypatch):
     """The check's compiler is nvcc, as on a CPU machine with the toolkit (where CuPy is installed
-    too, NVRTC would be taken)."""
+    too, NVRTC would be taken); the tests that compile ask for the ``nvcc`` fixture."""
     monkeypatch.setattr(bc, "available", bc.nvcc_compiler)
 
 
@@ -105,7 +105,7 @@ def test_routines_without_a_block_barrier_pass(hostile, name):
     assert hostile.seconds < 30      # one nvcc run for all the routines (a hang, not a speed)
 
 
-def test_an_included_file_is_not_read(tmp_path):
+def test_an_included_file_is_not_read(tmp_path, nvcc):
     """``#include "file"`` beside the library: the module holds the routine file's text, and the
     check finds no file beside it (neither does CuPy's compile): a routine that does not build
     alone is refused."""
@@ -185,9 +185,14 @@ def test_every_shipped_routine_passes(lib, nvcc):
         list(pool.map(lambda us: bc.run(us, comp), units.values()))
 
 
-def test_shipped_and_synthesized_routines_are_trusted(lib):
+def test_kfuse_own_routines_are_never_compiled_at_run_time(lib, monkeypatch):
+    """The shipped library's routines and those of the functions synthesized from elementwise
+    expressions are kfuse's: a module of them asks for no check (no compiler run, no cost)."""
     assert all(bc.trusted(fn, var) for fn in lib.functions for var in fn.variants)
-    assert bc.check_kernels([], lib, "float32") is None
+    asked = []
+    monkeypatch.setattr(bc, "check", lambda units: asked.append(list(units)))
+    src = kfuse.compile("vector x, y, z; input x, y; z = x * y + exp(x) - 0.25; return z;").cuda_source
+    assert "exp" in src and asked and all(units == [] for units in asked)
 
 
 # -- the PTX reader (no compiler) -------------------------------------------------------------
