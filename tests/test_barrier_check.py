@@ -35,6 +35,9 @@ ROUTINES = {
                     "if (ix.tx == 0) init(&b, 32); b.arrive_and_wait();", "mbarrier."),
     "noinline": ("__device__ __noinline__ void kf_helper_sync() { __sync\\\nthreads(); }\n", "kf_helper_sync();",
                  "bar.sync"),
+    # pass here, refused in a module that opens otherwise (test_a_barrier_only_where_a_module_opens_...)
+    "persistent": ("", "\n#ifdef __restrict__\n__sync\\\nthreads();\n#endif\n", None),
+    "sparse": ("", "\n#ifdef KF_LONG_THREADS\n__sync\\\nthreads();\n#endif\n", None),
     "syncwarp": ("", "__syncwarp(); a1(0) = a2 * a0(0);", None),
     "plain": ("", "a1(0) = a2 * a0(0);", None),
 }
@@ -103,6 +106,19 @@ def test_routines_without_a_block_barrier_pass(hostile, name):
     src = kfuse.compile(_script(name), library=[hostile.folder], fuse=False).cuda_source
     assert f"{name}_compute" in src
     assert hostile.seconds < 30      # one nvcc run for all the routines (a hang, not a speed)
+
+
+def test_a_barrier_only_where_a_module_opens_otherwise_is_refused(hostile):
+    """A routine file may test what precedes it: a persistent kernel's module defines __restrict__
+    away, a module reading a csr matrix holds the sparse prelude first.  Each routine is checked
+    as the module that holds it opens (``module_source`` says which)."""
+    for name, env in (("persistent", {"persistent": True}), ("sparse", {"sparse": True})):
+        fn = next(f for f in hostile.lib.functions if f.name == f"f_{name}")
+        var = fn.variants[0]
+        u = bc.unit(hostile.lib, "float32", fn, var, var.routine("compute"), (), **env)
+        with pytest.raises(LibraryError) as info:
+            bc.run([u], hostile.comp)
+        assert "'bar.sync'" in str(info.value) and f"{name}_compute" in str(info.value)
 
 
 def test_an_included_file_is_not_read(tmp_path, nvcc):

@@ -44,7 +44,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from itertools import product
 from pathlib import Path
@@ -57,7 +57,7 @@ from ..library.loader import SHIPPED
 from ..library.schema import Function, Library, Routine, Variant
 from . import ptx
 from .checkwrap import wrappers
-from .moduleparts import PRELUDE, SPARSE_PRELUDE, element_defines, library_part
+from .moduleparts import PERSISTENT_HEAD, PERSISTENT_HELPERS, PRELUDE, SPARSE_PRELUDE, element_defines, library_part
 
 NVCC_ARCH = "sm_90"          # what the code is built for where no GPU says otherwise
 PASSED = b"PASSED "
@@ -72,13 +72,11 @@ class Unit:
     variant: Variant
     routine: Routine
     macros: tuple[tuple[str, int], ...]
+    persistent: bool                # its files open as in a persistent kernel's module (__restrict__ defined away)
+    sparse: bool                    # ... after the sparse prelude (a module reading a csr matrix)
     kernels: tuple[str, ...]        # its wrappers, each named @KF@<k> (``named``)
     views: tuple[str, ...]          # the shared-view structs they use
     digest: str                     # SHA-256 of its check module alone
-
-    @property
-    def sparse(self) -> bool:
-        return any(p.type == "csr" for p in self.function.params)
 
     def named(self, n: int) -> list[str]:
         return [k.replace("@KF@", f"kf_check{n}_") for k in self.kernels]
@@ -107,7 +105,9 @@ def module_text(units: list[Unit]) -> str:
     views = list(dict.fromkeys(v for u in units for v in u.views))
     code = "\n".join(views + kernels)
     parts = ["// kfuse: library routines called alone, checked for barriers (codegen/barrier_check.py)",
-             *element_defines(u0.lib, u0.dtype), '#line 1 "kfuse/prelude.cuh"', PRELUDE.read_text()]
+             *([PERSISTENT_HEAD] if u0.persistent else []),
+             *element_defines(u0.lib, u0.dtype), '#line 1 "kfuse/prelude.cuh"', PRELUDE.read_text(),
+             *([PERSISTENT_HELPERS] if u0.persistent else [])]
     if u0.sparse:
         parts += ['#line 1 "kfuse/sparse.cuh"', SPARSE_PRELUDE.read_text()]
     for f in dict.fromkeys(f for u in units for f in u.variant.files):
@@ -119,19 +119,21 @@ def module_text(units: list[Unit]) -> str:
 _units: dict[tuple, Unit | None] = {}      # (library digest, dtype, function, variant, routine, macros) -> unit
 
 
-def unit(lib: Library, dtype: str, fn: Function, var: Variant, r: Routine,
-         macros: tuple[tuple[str, int], ...]) -> Unit | None:
-    """The unit of a routine with these macros (None: its mappings do not fit its elements with
-    them, so no kernel holds it)."""
-    key = (lib.digest, dtype, fn.name, len(fn.inputs), var.name, r.name, macros)
+def unit(lib: Library, dtype: str, fn: Function, var: Variant, r: Routine, macros: tuple[tuple[str, int], ...],
+         persistent: bool = False, sparse: bool = False) -> Unit | None:
+    """The unit of a routine with these macros, its files opening as in a module of a persistent
+    kernel or with the sparse prelude (always for a function of a csr matrix) or neither: what a
+    file may test with ``#ifdef`` is what the check compiles (None: its mappings do not fit its
+    elements with these macros, so no kernel holds it)."""
+    sparse = sparse or any(p.type == "csr" for p in fn.params)
+    key = (lib.digest, dtype, fn.name, len(fn.inputs), var.name, r.name, macros, persistent, sparse)
     if key not in _units:
         made = wrappers(lib, fn, var, r, macros)
         if made is None:
             _units[key] = None
         else:
-            u = Unit(lib, dtype, fn, var, r, macros, tuple(made[0]), tuple(made[1]), "")
-            digest = hashlib.sha256(module_text([u]).encode()).hexdigest()
-            _units[key] = Unit(lib, dtype, fn, var, r, macros, u.kernels, u.views, digest)
+            u = Unit(lib, dtype, fn, var, r, macros, persistent, sparse, tuple(made[0]), tuple(made[1]), "")
+            _units[key] = replace(u, digest=hashlib.sha256(module_text([u]).encode()).hexdigest())
     return _units[key]
 
 
@@ -288,7 +290,7 @@ def run(units: Iterable[Unit], comp: Compiler) -> None:
         if _stored(key):
             _passed.add(key)
             continue
-        groups.setdefault((id(u.lib), u.dtype, u.sparse), {}).setdefault(key, u)
+        groups.setdefault((id(u.lib), u.dtype, u.persistent, u.sparse), {}).setdefault(key, u)
     for group in groups.values():
         for u, verdict in _verdicts(list(group.values()), comp).items():
             key = _key(u, comp)
@@ -336,10 +338,11 @@ def before_gpu_compile() -> None:
             _done[target] = max(_done.get(target, 0), count)
 
 
-def check_kernels(kernels, lib: Library, dtype: str) -> None:
+def check_kernels(kernels, lib: Library, dtype: str, persistent: bool = False, sparse: bool = False) -> None:
     """``module_source``'s check: the routines of the kernels' calls that kfuse does not trust,
-    with the macros each call chose."""
-    check(unit(lib, dtype, kc.call.function, kc.variant, r, kc.macros)
+    with the macros each call chose, their files opening as in the module (of a persistent kernel,
+    with the sparse prelude)."""
+    check(unit(lib, dtype, kc.call.function, kc.variant, r, kc.macros, persistent, sparse)
           for k in kernels for kc in k.spec.calls if not trusted(kc.call.function, kc.variant)
           for r in kc.variant.routines)
 

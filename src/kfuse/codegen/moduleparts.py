@@ -15,6 +15,17 @@ SPARSE_PRELUDE = Path(__file__).with_name("sparse.cuh")     # KfCsr: only where 
 DTYPES = {"float32": "float", "float64": "double"}
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
+# the head of a persistent kernel's module (``module.module_source``), and its helpers after the prelude
+PERSISTENT_HEAD = """\
+// A persistent kernel reads, later in its one launch, what its blocks wrote earlier: every load
+// must see those writes after a grid barrier, so no pointer is __restrict__ (which would let the
+// compiler use the non-coherent read-only cache).
+#define __restrict__"""
+PERSISTENT_HELPERS = """\
+// the local barrier of a kernel run by the first n threads of a wider block (n a multiple of 32)
+KF_DEVICE void kf_bar_sync(int n) { asm volatile("bar.sync 1, %0;" :: "r"(n) : "memory"); }
+"""
+
 
 def c_comment(text: str) -> str:
     """``text`` safe in a ``//`` comment and inside the quotes of a ``#line`` directive: a folder
