@@ -121,6 +121,19 @@ def test_a_barrier_only_where_a_module_opens_otherwise_is_refused(hostile):
         assert "'bar.sync'" in str(info.value) and f"{name}_compute" in str(info.value)
 
 
+def test_block_order_defines_come_after_the_routine_files():
+    """The runtime's ``#define KF_ORDER_<kernel>`` lines (a module built for block orders) go
+    after the library's files, just before the kernels: no routine file sees them."""
+    from kfuse.runtime.order import with_orders
+    src = kfuse.compile("vector x, y;\ninput x;\ny = scal(2, x);\nreturn y;\n", fuse=False).cuda_source
+    define = "#define KF_ORDER_k0 1\n"
+    built = with_orders(src, define)
+    assert built.replace(define, "") == src
+    assert built.index("library routines used by the kernels") < built.index(define)
+    assert built.split(define)[1].split("\n", 1)[0].endswith('"kfuse-generated.cu"')
+    assert with_orders("// no kernels of kfuse's\n", define) == define + "// no kernels of kfuse's\n"
+
+
 def test_an_included_file_is_not_read(tmp_path, nvcc):
     """``#include "file"`` beside the library: the module holds the routine file's text, and the
     check finds no file beside it (neither does CuPy's compile): a routine that does not build
