@@ -165,14 +165,14 @@ def _nvcc_ptx(nvcc: str, source: str, opts: tuple[str, ...]) -> str:
 
 def nvrtc_compiler() -> Compiler:
     """NVRTC through CuPy, with the architecture and options the runtime compiles modules with
-    (LaunchError without CuPy).  An ``#include "..."`` is looked for where CuPy's compile looks:
-    in no folder of the user's (``--no-source-include``: CuPy names the program in an empty
-    folder of its own), or from the working directory where CuPy compiles in memory
-    (``CUPY_CACHE_IN_MEMORY``: a program named "")."""
+    (LaunchError without CuPy), and ``-ftz=true``, which CuPy adds to them.  An ``#include "..."``
+    is looked for where CuPy's compile looks: in no folder of the user's (``--no-source-include``:
+    CuPy names the program in an empty folder of its own), or from the working directory where
+    CuPy compiles in memory (``CUPY_CACHE_IN_MEMORY``: a program named "")."""
     from ..runtime import compiler
     name, opts = compiler.ptx_target()
     in_memory = os.environ.get("CUPY_CACHE_IN_MEMORY", "0").strip().lower() not in ("", "0", "false", "no")
-    opts += (() if in_memory else ("--no-source-include",)) + compiler.toolkit_headers()
+    opts += ("-ftz=true",) + (() if in_memory else ("--no-source-include",)) + compiler.toolkit_headers()
     return Compiler(name, name, opts, lambda source, o: compiler.compile_ptx(source, o, "" if in_memory else "kfuse-check.cu"))
 
 
