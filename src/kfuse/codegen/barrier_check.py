@@ -173,7 +173,8 @@ def nvrtc_compiler() -> Compiler:
     name, opts = compiler.ptx_target()
     in_memory = os.environ.get("CUPY_CACHE_IN_MEMORY", "0").strip().lower() not in ("", "0", "false", "no")
     opts += ("-ftz=true",) + (() if in_memory else ("--no-source-include",)) + compiler.toolkit_headers()
-    return Compiler(name, name, opts, lambda source, o: compiler.compile_ptx(source, o, "" if in_memory else "kfuse-check.cu"))
+    program = "" if in_memory else "kfuse-check.cu"
+    return Compiler(name, name, opts, lambda source, o: compiler.compile_ptx(source, o, program))
 
 
 def nvcc_compiler() -> Compiler | None:
@@ -199,7 +200,7 @@ def available() -> Compiler | None:
 # -- checking ----------------------------------------------------------------------------------
 _passed: set[str] = set()            # keys of the units passed in this process
 _required: list[Unit] = []          # every unit a module was generated with, checked or waiting
-_done: dict[tuple, int] = {}         # compiler (name, options) -> how many of _required it passed
+_done: dict[tuple, int] = {}         # compiler (ident, options) -> how many of _required it passed
 
 
 def _key(u: Unit, comp: Compiler) -> str:
