@@ -217,7 +217,8 @@ def make_library(root: Path, functions: list[dict] | str | None = None, meta: st
 
 def stub_sources(functions: list[dict] | str, text: str) -> dict[str, str]:
     """Source file -> a definition of every routine its variants name, with the template
-    parameters the loader checks for (the variant's macros, then one class per element)."""
+    parameters the loader checks for (the variant's macros, then a class per argument: the
+    barrier check compiles them, codegen/barrier_check.py)."""
     if isinstance(functions, str):
         try:
             functions = tomllib.loads(text).get("function", [])
@@ -233,8 +234,7 @@ def stub_sources(functions: list[dict] | str, text: str) -> dict[str, str]:
                 if not isinstance(r, dict) or not isinstance(r.get("fn"), str) or not isinstance(r.get("args"), list):
                     continue
                 args = [a for a in r["args"] if isinstance(a, str)]
-                elems = [a for a in args if ":" in a]
-                tpl = [f"int {m}" for m in macros] + [f"class V{n}" for n in range(len(elems))]
+                tpl = [f"int {m}" for m in macros] + [f"class T{n}" for n in range(len(args))]
                 params = ["const KfIx& ix"] + [f"T{n} a{n}" for n in range(len(args))]
                 head = f"template <{', '.join(tpl)}>\n" if tpl else ""
                 out.setdefault(v["source"], {})[f"{head}KF_DEVICE void {r['fn']}({', '.join(params)}) {{ }}\n"] = None

@@ -39,7 +39,10 @@ def test_modules_and_shapes_are_the_runtimes_per_artifact(standin, monkeypatch):
     assert shared is not art and modules.module(shared, 0).code.startswith("// shared with others")
     # built for block orders the shared module lacks: this program's own module, with the orders
     built = modules.module(shared, 0, (1, 0))
-    assert built.code.startswith(f"#define KF_ORDER_{prog.kernels[0].launch.kernel} 1\n") and "shared with others" not in built.code
+    define = f"#define KF_ORDER_{prog.kernels[0].launch.kernel} 1\n"
+    assert "shared with others" not in built.code and define not in prog.cuda_source
+    head, kernels = built.code.split(define)      # after the library's files, before the kernels
+    assert kernels.startswith("#line") and kernels.split("\n", 1)[0].endswith('"kfuse-generated.cu"')
     assert art in modules._loaded and art in order._tables
     loaded, tables, gone = len(modules._loaded), len(order._tables), weakref.ref(art)
     del art, fns, prog

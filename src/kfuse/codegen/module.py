@@ -1,77 +1,23 @@
 """Assemble a complete CUDA module: prelude, library routines, shared views, kernels."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from ..library.cusource import blank_preprocessor, function_spans, strip_comments
 from ..library.schema import Library
+from .barrier_check import check_kernels
 from .kernel import KernelCode
+from .moduleparts import (DTYPES, PERSISTENT_HEAD, PERSISTENT_HELPERS, PRELUDE, SPARSE_PRELUDE, c_comment,
+                          element_defines, library_part, used_routines)
 
-PRELUDE = Path(__file__).with_name("prelude.cuh")
-SPARSE_PRELUDE = Path(__file__).with_name("sparse.cuh")     # KfCsr: only where a kernel reads a csr matrix
-DTYPES = {"float32": "float", "float64": "double"}
-_IDENT = re.compile(r"[A-Za-z_]\w*")
-
-
-def c_comment(text: str) -> str:
-    """``text`` safe in a ``//`` comment and inside the quotes of a ``#line`` directive: a folder
-    path may hold any character, and a newline, quote or backslash would end either early."""
-    return "".join(c if c.isprintable() and c not in '"\\' else "?" for c in text)
-
-
-def used_routines(text: str, code: str, rel: str) -> str:
-    """``text`` (a library .cu file) without the namespace-scope functions that ``code`` (the
-    kernels) never reaches, directly or through other functions or macros of the file.  Each
-    dropped definition (with the comment just above it) becomes a ``#line`` directive, so
-    compiler messages still point at the library file's own lines."""
-    clean = strip_comments(text)
-    blanked = blank_preprocessor(clean)
-    spans = function_spans(blanked)
-    macros = "\n".join(line for line in clean.splitlines() if line.lstrip().startswith("#"))
-    todo = set(_IDENT.findall(code)) | set(_IDENT.findall(macros))
-    keep: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name in spans and name not in keep:
-            keep.add(name)
-            todo |= {w for a, b in spans[name] for w in _IDENT.findall(blanked[a:b])}
-    drop = sorted(span for name, ss in spans.items() if name not in keep for span in ss)
-    out, at = [], 0
-    for a, b in drop:
-        start = text.rfind("\n", 0, a) + 1                 # the definition's whole first line
-        while start > at:                                    # and the comment lines just above it
-            prev = text.rfind("\n", 0, start - 1) + 1
-            if not text[prev:start].lstrip().startswith("//"):
-                break
-            start = prev
-        stop = text.find("\n", b)
-        stop = len(text) if stop < 0 else stop + 1
-        out.append(text[at:start])
-        out.append(f'#line {text.count(chr(10), 0, stop) + 1} "{rel}"\n')
-        at = stop
-    out.append(text[at:])
-    directive = rf'#line \d+ "{re.escape(rel)}"\n'
-    return re.sub(rf"(?:{directive}\s*)+({directive})", r"\1", "".join(out))   # one per gap
-
-
-# the head of a persistent kernel's module (``persistent`` below)
-PERSISTENT_HEAD = """\
-// A persistent kernel reads, later in its one launch, what its blocks wrote earlier: every load
-// must see those writes after a grid barrier, so no pointer is __restrict__ (which would let the
-// compiler use the non-coherent read-only cache).
-#define __restrict__"""
-PERSISTENT_HELPERS = """\
-// the local barrier of a kernel run by the first n threads of a wider block (n a multiple of 32)
-KF_DEVICE void kf_bar_sync(int n) { asm volatile("bar.sync 1, %0;" :: "r"(n) : "memory"); }
-"""
-
+__all__ = ["DTYPES", "PRELUDE", "SPARSE_PRELUDE", "c_comment", "module_source", "used_routines"]
 
 def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: str = "",
                   persistent: str | None = None) -> str:
     """The module of ``kernels``; with ``persistent`` (the text of a persistent kernel that calls
     them, ``codegen/loop/``: persistent or merged), the kernels as device functions (``emit.render_device``)
-    followed by that text."""
+    followed by that text.  The library routines the kernels call are checked for barriers
+    first, in a module that their files open as this one does (``barrier_check.check_kernels``:
+    a LibraryError for one that reaches a barrier)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     parts = [
@@ -79,25 +25,21 @@ def module_source(kernels: list[KernelCode], lib: Library, dtype: str, title: st
         *(f"// {line}" for line in title.splitlines()),
         f"// library {lib.name} v{lib.version} ({lib.digest}), element type {dtype}",
         *([PERSISTENT_HEAD] if persistent is not None else []),
-        f"typedef {DTYPES[dtype]} real;",
-        f"#define KF_SUB {lib.subvector}   // entries per subvector",
-        f"#define KF_TR {lib.tile[0]}    // tile rows",
-        f"#define KF_TC {lib.tile[1]}    // tile columns",
+        *element_defines(lib, dtype),
         '#line 1 "kfuse/prelude.cuh"',
         PRELUDE.read_text(),
         *([PERSISTENT_HELPERS] if persistent is not None else []),
     ]
     rendered = ([k.device_function() for k in kernels] if persistent is not None
                 else [(k.source, k.views) for k in kernels])
-    if any("KfCsr g_" in text for text, _ in rendered):
+    sparse = any("KfCsr g_" in text for text, _ in rendered)
+    check_kernels(kernels, lib, dtype, persistent is not None, sparse)
+    if sparse:
         parts += ['#line 1 "kfuse/sparse.cuh"', SPARSE_PRELUDE.read_text()]
     views = dict.fromkeys(v for _, vs in rendered for v in vs)
+    code = "\n".join([*views, *(text for text, _ in rendered)])
     for src in dict.fromkeys(s for k in kernels for s in k.sources):
-        path = Path(src)
-        rel = c_comment(f"{lib.name}/{path.name}" if path.parent == lib.root else str(path))
-        code = "\n".join([*views, *(text for text, _ in rendered)])
-        parts += [f"// ---- library routines used by the kernels: {rel}", f'#line 1 "{rel}"',
-                  used_routines(lib.source_text(path), code, rel)]
+        parts += library_part(lib, Path(src), code)
     line = "\n".join(parts).count("\n") + 2          # the line the directive itself lands on
     parts.append(f'#line {line + 1} "kfuse-generated.cu"')
     if views:

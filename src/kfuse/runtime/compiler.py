@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from ..env import nvrtc_options
 from ..errors import CompileError
@@ -27,6 +28,59 @@ def options() -> tuple[str, ...]:
 
 
 _modules: dict[tuple[str, tuple[str, ...], int], object] = {}
+_before: list[Callable[[], None]] = []
+
+
+def before_compile(check: Callable[[], None]) -> None:
+    """Run ``check`` before each module ``load_module`` compiles from now on: it raises to refuse
+    the compile (``codegen/barrier_check.py``: the library routines the process has put into
+    modules are checked for barriers first, with NVRTC, where no compiler could check them when
+    the module was generated).  Registered once however often it is given."""
+    if check not in _before:
+        _before.append(check)
+
+
+def ptx_target() -> tuple[str, tuple[str, ...]]:
+    """(NVRTC's name and version, the options to compile PTX with as ``load_module`` compiles
+    modules: the architecture CuPy chooses for the current device -- its private ``_get_arch``,
+    else the device's, else sm_90 -- then ``options()``).  Raises LaunchError without CuPy."""
+    cp = cupy()
+    from cupy_backends.cuda.libs import nvrtc
+    major, minor = nvrtc.getVersion()
+    try:
+        arch = str(cp.cuda.compiler._get_arch())       # the architecture CuPy compiles modules for
+    except Exception:   # noqa: BLE001 - another CuPy, no device: the device's, else sm_90
+        try:
+            arch = str(cp.cuda.Device().compute_capability)
+        except Exception:   # noqa: BLE001 - no device
+            arch = "90"
+    return f"nvrtc {major}.{minor}", (f"-arch=compute_{arch}",) + options()
+
+
+def toolkit_headers() -> tuple[str, ...]:
+    """``-I`` of the CUDA toolkit's headers where CuPy finds the toolkit."""
+    try:
+        root = cupy().cuda.get_cuda_path()
+    except Exception:   # noqa: BLE001 - no CuPy or no toolkit: NVRTC's own headers only
+        return ()
+    folder = os.path.join(root, "include") if root else ""
+    return (f"-I{folder}",) if folder and os.path.isdir(folder) else ()
+
+
+def compile_ptx(source: str, opts: tuple[str, ...], name: str = "kfuse-check.cu") -> str:
+    """NVRTC's PTX of ``source`` with ``opts`` (``ptx_target``'s, then ``-I`` folders);
+    CompileError with the log when NVRTC refuses it."""
+    cupy()
+    from cupy_backends.cuda.libs import nvrtc
+    prog = nvrtc.createProgram(source, name, (), ())
+    try:
+        nvrtc.compileProgram(prog, list(opts))
+        ptx = nvrtc.getPTX(prog)
+    except nvrtc.NVRTCError:
+        raise CompileError(f"NVRTC (options {' '.join(opts)}):\n{nvrtc.getProgramLog(prog)}") from None
+    finally:
+        nvrtc.destroyProgram(prog)
+    return ptx.decode() if isinstance(ptx, bytes) else str(ptx)
 
 
 def excerpt(source: str, log: str, context: int = 3, most: int = 3) -> str:
@@ -76,6 +130,8 @@ def load_module(source: str, relocatable: bool = False):
     key = (hashlib.sha256(source.encode()).hexdigest(), opts, device)
     mod = _modules.get(key)
     if mod is None:
+        for check in tuple(_before):
+            check()
         try:
             mod = cp.RawModule(code=source, options=opts, backend="nvrtc")
             mod.compile()

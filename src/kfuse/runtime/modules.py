@@ -7,7 +7,7 @@ from weakref import WeakKeyDictionary
 
 from ..ir.artifact import Artifact
 from .compiler import load_module
-from .order import order_defines
+from .order import order_defines, with_orders
 
 # artifact -> (kind, device, orders) -> the module or the functions
 _loaded: WeakKeyDictionary[Artifact, dict] = WeakKeyDictionary()
@@ -33,7 +33,7 @@ def module(artifact: Artifact, device: int, orders: tuple[int, ...] = ()):
             # module is smaller to compile than the shared one again
             source = artifact.own_source
             missing = order_defines(artifact.kernels, orders, source)
-        table[key] = load_module(missing + source)
+        table[key] = load_module(with_orders(source, missing))
     return table[key]
 
 

@@ -308,3 +308,18 @@ def order_defines(kernels: Sequence[LaunchedKernel], orders: Sequence[int], sour
     ``source`` has already (a module built for several programs at once)."""
     lines = [f"#define KF_ORDER_{k.launch.kernel} {o}\n" for k, o in zip(kernels, orders) if o]
     return "".join(line for line in lines if line not in source)
+
+
+GENERATED = '"kfuse-generated.cu"\n'     # the end of a module's #line directive before its kernels
+
+
+def with_orders(source: str, defines: str) -> str:
+    """``source`` with ``defines`` (``order_defines``') just before its generated kernels: after
+    the library's routine files, which never see them -- a routine is checked for barriers as its
+    file opens in the module (codegen/barrier_check.py), and an ``#ifdef KF_ORDER_...`` there
+    must not change it -- or first in a source without kernels of kfuse's."""
+    at = source.rfind(GENERATED)
+    if not defines or at < 0:
+        return defines + source
+    start = source.rfind("\n", 0, at) + 1
+    return source[:start] + defines + source[start:]

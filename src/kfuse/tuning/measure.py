@@ -16,7 +16,7 @@ from ..reference import device_case, evaluate
 from ..progress import Progress
 from ..runtime.gpu import cupy
 from ..runtime.launch import pdl_available
-from ..runtime.order import launch_orders, order_defines
+from ..runtime.order import launch_orders, order_defines, with_orders
 from ..runtime.timing import median_us
 
 TOL = {"float32": 1e-5, "float64": 1e-12}
@@ -33,8 +33,8 @@ def share_module(progs: list, title: str, dims: dict[int, int] | None = None) ->
     if dims is not None:
         device = cupy().cuda.Device().id
         pdl = pdl_available(device)
-        source = "".join(dict.fromkeys(line for p in progs for line in order_defines(
-            p.kernels, launch_orders(p.artifact, dims, device, pdl)).splitlines(keepends=True))) + source
+        source = with_orders(source, "".join(dict.fromkeys(line for p in progs for line in order_defines(
+            p.kernels, launch_orders(p.artifact, dims, device, pdl)).splitlines(keepends=True))))
     return source, [p.share_source(source) for p in progs]
 
 
