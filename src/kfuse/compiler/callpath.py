@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 
 class Compiled(Protocol):
     """What a call path reads of its compiled script (``compiled.CompiledScript``)."""
-    program: Program
-    dtype: str
+
+    @property
+    def program(self) -> Program: ...
+
+    @property
+    def dtype(self) -> str: ...
 
     @property
     def artifact(self) -> Artifact: ...
