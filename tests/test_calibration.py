@@ -108,7 +108,7 @@ def test_every_micro_kernel_compiles_with_nvcc(nvcc, tmp_path, lib):
     from kfuse.calibration.measure import CHUNK
     for dtype, subset in _probe_jobs(lib, every_environment=False):
         pieces = [probe_module(lib, dtype, subset[k:k + CHUNK], empty=k == 0) for k in range(0, len(subset), CHUNK)]
-        nvcc_compile_all(nvcc, pieces, tmp_path, f"probes_{dtype}")
+        nvcc_compile_all(nvcc, pieces, tmp_path, f"probes_{dtype}", optimise=False)
 
 
 @pytest.mark.slow
@@ -583,7 +583,7 @@ def test_probes_of_a_variant_of_two_routine_files_include_both_keyed_by_their_ow
     _, edited = probes_of(tmp_path / "b", "\n// an edit\n")
     assert all((edited[k].id == p.id) == (not k.endswith("/store_out")) for k, p in band.items())
     subset = [(p, p.environments()[0]) for p in {p.id: p for p in band.values()}.values()]
-    nvcc_compile(nvcc, probe_module(lib, "float64", subset), tmp_path, "band_probes")
+    nvcc_compile(nvcc, probe_module(lib, "float64", subset), tmp_path, "band_probes", optimise=False)
 
 
 def test_a_load_declared_to_overlap_is_priced_beside_the_streamed_ones(lib):

@@ -159,12 +159,14 @@ def test_explain_lists_counts_and_refusals():
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in ("gemver", "gesummv") else p
                                   for p in EXAMPLES], ids=lambda p: p.stem)      # those two: 25-35 s each
 def test_every_implementation_compiles(nvcc, tmp_path, path):
-    """One nvcc build per partition holding every implementation of every kernel of the example."""
+    """One nvcc build per partition holding every implementation of every kernel of the example,
+    unoptimised (``-Xcicc -O0 -Xptxas -O0``: parsed, checked and assembled whole, in a third of
+    the time; the examples' chosen plans are built optimised in test_nvcc.py)."""
     for n, progs in enumerate(covering_programs(path, "float32")):
         cu = tmp_path / f"m{n}.cu"
         cu.write_text(progs[0].cuda_source)
-        proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-o", str(tmp_path / "m.cubin"),
-                               str(cu)], capture_output=True, text=True)
+        proc = subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-std=c++17", "-Xcicc", "-O0", "-Xptxas", "-O0",
+                               "-o", str(tmp_path / "m.cubin"), str(cu)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-3000:]
 
 

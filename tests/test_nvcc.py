@@ -54,13 +54,13 @@ def nvcc_compile(nvcc, source, tmp_path, name="k", spills=False, arch="sm_90", o
         passed.write_text(f"{arch} {name}\n")
 
 
-def nvcc_compile_all(nvcc, sources, tmp_path, name="k", arch="sm_90"):
+def nvcc_compile_all(nvcc, sources, tmp_path, name="k", arch="sm_90", optimise=True):
     """Build each of ``sources`` (separate modules) as ``nvcc_compile`` does, as many at a time as
     there are cores: nvcc's time grows faster than a module's length (one module of 146,000 lines
     took 388 s, its 32 pieces about 80 s in all)."""
     def one(item):
         n, source = item
-        nvcc_compile(nvcc, source, tmp_path, f"{name}_{n}", arch=arch)
+        nvcc_compile(nvcc, source, tmp_path, f"{name}_{n}", arch=arch, optimise=optimise)
     with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:
         list(pool.map(one, enumerate(sources)))
 

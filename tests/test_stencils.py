@@ -187,10 +187,11 @@ def test_a_stencil_without_a_grid_shape_says_what_to_pass():
 
 # -- plans and generated code -------------------------------------------------------------------
 def _compiles(tmp_path: Path, nvcc: str, source: str, name: str) -> None:
+    """``source`` builds for sm_90, unoptimised (parsed, checked and assembled whole)."""
     cu = tmp_path / f"{name}.cu"
     cu.write_text(source)
-    subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-o", str(tmp_path / f"{name}.cubin"), str(cu)], check=True,
-                   capture_output=True)
+    subprocess.run([nvcc, "-arch=sm_90", "-cubin", "-Xcicc", "-O0", "-Xptxas", "-O0", "-o",
+                    str(tmp_path / f"{name}.cubin"), str(cu)], check=True, capture_output=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

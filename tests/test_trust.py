@@ -487,10 +487,10 @@ def test_concurrent_creation_writes_one_header(tmp_path, gemver):
 
 
 def test_concurrent_calibration_writers_lose_nothing(tmp_path, lib):
-    cals = {k: [synthetic(lib, lambda keys, p, env: 1.0, gpu=f"GPU {k}-{i}") for i in range(6)] for k in range(3)}
+    cals = {k: [synthetic(lib, lambda keys, p, env: 1.0, gpu=f"GPU {k}-{i}") for i in range(3)] for k in range(3)}
     path = tmp_path / "cal.json"
-    _forked(3, lambda k: (lambda p, i: write_entry(p, cals[k][i])), path, 6)
-    assert sorted(c.gpu for c in read_file(path)) == sorted(f"GPU {k}-{i}" for k in range(3) for i in range(6))
+    _forked(3, lambda k: (lambda p, i: write_entry(p, cals[k][i])), path, 3)
+    assert sorted(c.gpu for c in read_file(path)) == sorted(f"GPU {k}-{i}" for k in range(3) for i in range(3))
 
 
 def test_lookup_does_not_parse_unrelated_records(tmp_path, gemver, monkeypatch):
