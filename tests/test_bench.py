@@ -64,6 +64,16 @@ def test_single_call_and_vector_traffic_by_hand():
     assert counts.compulsory_traffic(prog.program, prog.dtype, dims) == (4 * N + 1) * 4    # w, v, u, z and the scalar r
 
 
+def test_a_csr_matrix_counts_its_three_arrays_as_the_planner_does():
+    """Values and column indices per non-zero, a row pointer per row (and one): not rows x cols x nnz."""
+    prog = kfuse.compile("csr A;\nvector x, y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n")
+    A, x, y = (next(v for v in prog.program.values if v.name == n) for n in "Axy")
+    rows, cols, nnz = 1000, 900, 7000
+    dims = {A.dims[0]: rows, A.dims[1]: cols, A.dims[2]: nnz}
+    assert counts.compulsory_traffic(prog.program, prog.dtype, dims) == (2 * nnz + rows + 1 + cols + rows) * 4
+    assert counts.traffic(prog.program, prog.kernels, prog.dtype, dims) == (2 * nnz + rows + 1 + cols + rows) * 4
+
+
 def test_metric_formulas():
     assert report.gflops(40_000, 2.0) == pytest.approx(20.0)
     sscal = 2 * 2**26 * 4                       # read x, write a x: 2^26 float32 each

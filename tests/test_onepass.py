@@ -10,11 +10,11 @@ from kfuse.frontend import parse_script
 from kfuse.fusion.legality import exchanges_on_chip, one_pass_exchanges, why_not
 from kfuse.fusion.plans import PlanSearch
 from kfuse.ir.graph import DependencyGraph
+from kfuse.ir.program import entries_of
 
 from conftest import EXAMPLES
 from fusion_util import renamed
 from test_nvcc import nvcc_compile
-from kfuse.cost import counts
 from kfuse.compiler.pipeline import uncovered_at
 
 ATAX = next(p for p in EXAMPLES if p.stem == "atax")
@@ -224,7 +224,7 @@ def test_wide_strip_without_its_probe_is_priced_by_the_transfer_model():
     code, model = prog.kernels[0], prog.search.model
     cal = replace(model.cal, routines={k: v for k, v in model.cal.routines.items() if "NC=8192" not in k})
     dims = prog.search.dims
-    entries = counts.entries(prog.program, dims)
+    entries = entries_of(prog.program, dims)
     assert CalibratedModel(cal).kernel_time(code, dims, entries, 4) == transfer_kernel_time(code, dims, entries, 4)
     assert model.kernel_time(code, dims, entries, 4) != transfer_kernel_time(code, dims, entries, 4)
 

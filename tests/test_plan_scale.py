@@ -12,7 +12,8 @@ from kfuse.fusion.blocks import BlockGraph
 from kfuse.cost.transfer import DEFAULT_MACHINE
 from kfuse.fusion.partition import greedy_partitions, kernel_order, ordered
 from kfuse.fusion.plans import PlanSearch
-from kfuse.fusion.rank import Ranker, entries_of, planning_dims, rank_space
+from kfuse.fusion.rank import Ranker, planning_dims, rank_space
+from kfuse.ir.program import entries_of
 from kfuse.fusion.legality import _read_index, saves_traffic, why_not
 from kfuse.fusion.space import build_space, grow_fusions
 from kfuse.ir.graph import DependencyGraph

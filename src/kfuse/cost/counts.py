@@ -1,5 +1,6 @@
 """What a compiled program moves and computes at given sizes, counted from its program, plan and
-kernels (the benchmarks' bytes and flops; no model, no GPU)."""
+kernels (the benchmarks' bytes and flops; no model, no GPU).  Entries are ``ir/program.entries``'s,
+the planner's: a csr matrix counts its three arrays (2 nnz + rows + 1), not rows x cols x nnz."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -8,25 +9,14 @@ import numpy as np
 
 from ..errors import KfuseError
 from ..ir.artifact import LaunchedKernel
-from ..ir.program import Program
+from ..ir.program import Program, entries_of
 from ..library import expr as library_expr
-
-
-def entries(program: Program, dims: Mapping[int, int]) -> dict[int, int]:
-    """Value id -> number of entries, for dimension sizes ``dims`` (dimension id -> size)."""
-    out = {}
-    for v in program.values:
-        n = 1
-        for d in v.dims:
-            n *= dims[d]
-        out[v.id] = n
-    return out
 
 
 def traffic(program: Program, kernels: Sequence[LaunchedKernel], dtype: str, dims: Mapping[int, int]) -> int:
     """Bytes a plan's ``kernels`` move through global memory: per kernel, each array it loads or
     stores once (re-reads of small invariant subvectors by several blocks are not counted)."""
-    n = entries(program, dims)
+    n = entries_of(program, dims)
     total = 0
     for k in kernels:
         moved = {a.value.id for a in k.launch.args if a.kind == "array" and a.value is not None}
@@ -36,14 +26,14 @@ def traffic(program: Program, kernels: Sequence[LaunchedKernel], dtype: str, dim
 
 def compulsory_traffic(program: Program, dtype: str, dims: Mapping[int, int]) -> int:
     """Bytes if every input were read once and every output written once."""
-    n = entries(program, dims)
+    n = entries_of(program, dims)
     vals = [v for v in program.inputs if v.type != "scalar"] + list(program.outputs)
     return sum(n[v.id] for v in vals) * np.dtype(dtype).itemsize
 
 
 def flops(program: Program, dims: Mapping[int, int]) -> int:
     """Floating-point operations of the program, from the library's per-function counts."""
-    n = entries(program, dims)
+    n = entries_of(program, dims)
     total = 0
     for c in program.calls:
         if c.function.flops is None:
@@ -53,4 +43,4 @@ def flops(program: Program, dims: Mapping[int, int]) -> int:
     return total
 
 
-__all__ = ["entries", "traffic", "compulsory_traffic", "flops"]
+__all__ = ["traffic", "compulsory_traffic", "flops"]

@@ -9,7 +9,7 @@ from ..codegen.kernel import KernelCode
 from ..cost.calibrated import resident_fraction
 from ..cost.transfer import H100_FACTS
 from ..ir.kernel import target_blocks
-from ..ir.program import Program, entries
+from ..ir.program import Program
 from .legality import fits_at, stalls_streams, without_fallbacks, without_serial_sections
 from .reasons import Misfit, NarrowerStrip, NoImplementation, Spills
 from .space import Implementation, Space
@@ -27,11 +27,6 @@ def planning_dims(program: Program, sizes: Mapping[str, int] | None) -> dict[int
     matrix_dims = {d for v in program.values if v.type == "matrix" for d in v.dims}
     return {d.id: sizes.get(d.name, d.literal or (DEFAULT_SIZE if d.id in matrix_dims else DEFAULT_VECTOR_SIZE))
             for d in program.dims}
-
-
-def entries_of(program: Program, dims: Mapping[int, int]) -> dict[int, int]:
-    """Value id -> its number of elements at these sizes."""
-    return {v.id: entries(v, dims) for v in program.values}
 
 
 class Ranker:

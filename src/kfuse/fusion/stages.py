@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.program import Program
+from ..ir.program import Program, entries_of
 from ..library.schema import Library
 from .horizontal import HorizontalInputs, Tried, horizontal_pass
 from .partition import Partition, exhaustive_partitions, greedy_partitions, ordered, refine_chosen
-from .rank import Ranked, Ranker, entries_of, planning_dims, rank_space
+from .rank import Ranked, Ranker, planning_dims, rank_space
 from .reasons import Misfit, NoImplementation
 from .space import SPANS, Space, build_space
 

@@ -248,6 +248,12 @@ def entries(v: Value, dims: Mapping[int, int]) -> int:
     return n
 
 
+def entries_of(program: "Program", dims: Mapping[int, int]) -> dict[int, int]:
+    """Value id -> its entries at sizes ``dims`` (``entries``): what the planner ranks with and
+    the benchmarks count bytes and flops by."""
+    return {v.id: entries(v, dims) for v in program.values}
+
+
 def size_class(program: "Program", dims: Mapping[int, int]) -> tuple[int, ...]:
     """Each dimension's size rounded to a power of two (its exponent): the sizes a plan is kept
     for (a compiler session's key, a tuning record's ``sizes``)."""
