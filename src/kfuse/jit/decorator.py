@@ -22,6 +22,10 @@ element type, the options -- so that a changed function or library never finds a
 Python numbers that the function takes from outside its arguments (globals, closures) are
 constants of the compiled program, like a number written in the function; pass them as
 arguments to vary them per call.
+
+Traced by ``torch.compile``, a call is one node of the graph, the torch custom operator
+``kfuse::call`` (``jit/torchop.py``); in eager, a torch tensor that requires grad is refused
+(kfuse computes no gradients: its results would leave the autograd graph silently).
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ from ..frontend.trace import ArgSpec, Proxy, Trace, trace, user_site
 from ..library.loader import load_library
 from ..library.schema import Library
 from ..progress import PassTimes
+from . import torchop
 
 _SHARED: dict = {}          # full key -> _Entry, across jitted functions (the same code and library)
 _NUMBER = "number"
@@ -83,6 +88,14 @@ class _Entry:
             else:
                 items.append(self._scalar(r[1], outs, args))
         return items[0] if self.single else tuple(items)
+
+    def scalars(self, outs, args) -> list:
+        """Every returned scalar arithmetic result, in the order of the return statement:
+        on the device by one launch (``_scalars``), else with the caller's framework."""
+        computed = self._scalars(outs, args)
+        if computed is not None:
+            return computed
+        return [self._scalar(r[1], outs, args) for r in self.lowered.returns if r[0] == "expr"]
 
     def _scalars(self, outs, args) -> list | None:
         """Every scalar arithmetic result, computed on the device by one small kernel launch on
@@ -132,6 +145,15 @@ class _Entry:
         return cupy.asarray(value, dtype=self.dtype)
 
 
+def _refuse_grad(function: str, name: str) -> None:
+    """A torch tensor that requires grad, where grad mode is on: kfuse computes no gradients, and
+    a result without a ``grad_fn`` would cut the graph silently."""
+    import torch
+    if torch.is_grad_enabled():
+        raise KfuseError(f"{function}(): argument {name} requires grad, and kfuse computes no gradients (its results "
+                         f"would have no grad_fn); call it under torch.no_grad(), or pass {name}.detach()")
+
+
 def array_facts(a, label: str) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and element type of an array argument of a jitted function or a loop's state entry
     (``label`` names it), checked: a duck-typed array's shape and dtype must be an array's, each
@@ -179,11 +201,28 @@ class JitFunction:
         self._code = fn.__code__
         self._entries: dict = {}        # fast key (per argument: type, rank, dtype) -> _Entry
         self.last: _Entry | None = None
+        self._names = tuple(sig.parameters)
+        self._defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not p.empty}
+        self.op_key = torchop.enrol(self)      # kfuse::call's number for it (jit/torchop.py)
+        torchop.register()                     # where torch is imported already
 
     # -- the call --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if torchop.compiling():                 # traced by torch.compile: one kfuse::call node
+            return torchop.traced_call(self, self._bound(args, kwargs))
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
+        entry = self._lookup(args)
+        if entry is None:                       # called from a function being traced: inlined
+            return self.fn(*args)
+        res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
+        return res if entry.direct else entry.package(res, args)
+
+    def _lookup(self, args: tuple, grad: bool = True) -> "_Entry | None":
+        """The entry of these arguments' signature (traced and compiled on its first call), kept as
+        ``last``; None for the arguments of a function being traced (``Proxy``: the caller inlines).
+        ``grad``: refuse torch tensors that require grad (not inside ``kfuse::call``, where torch
+        itself refuses a backward through the operator)."""
         if self.fn.__code__ is not self._code:      # the function was given new code
             self._code, self._entries = self.fn.__code__, {}
         key: list = []
@@ -192,6 +231,8 @@ class JitFunction:
             if t is float or t is int:
                 key.append(_NUMBER)
             elif t.__module__ == "torch":       # a dense or a sparse CSR tensor: its layout too
+                if grad and a.requires_grad:
+                    _refuse_grad(self.fn.__name__, self._names[len(key)])
                 key.append((t, a.ndim, a.dtype, a.layout))
             else:
                 try:
@@ -201,12 +242,55 @@ class JitFunction:
         tkey = tuple(key)
         entry = self._entries.get(tkey)
         if entry is None:
-            if any(isinstance(a, Proxy) for a in args):     # called from a function being traced: inlined
-                return self.fn(*args)
+            if any(isinstance(a, Proxy) for a in args):
+                return None
+            torchop.register()                  # a first call: where torch is imported now
             entry = self._entries[tkey] = self._entry(args)
         self.last = entry
-        res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
-        return res if entry.direct else entry.package(res, args)
+        return entry
+
+    def _bound(self, args, kwargs) -> tuple:
+        """The arguments in parameter order, by plain Python that TorchDynamo traces (no
+        ``inspect``): keyword arguments by name, then the defaults."""
+        if not kwargs and len(args) == self._n:
+            return args
+        bound = list(args)
+        for name in self._names[len(args):]:
+            if name in kwargs:
+                bound.append(kwargs[name])
+            elif name in self._defaults:
+                bound.append(self._defaults[name])
+            else:
+                raise KfuseError(f"{self.fn.__name__}(): missing argument {name!r}")
+        if len(bound) != self._n or any(k not in self._names[len(args):] for k in kwargs):
+            raise KfuseError(f"{self.fn.__name__}() takes {self._n} arguments ({', '.join(self._names)}); "
+                             f"got {len(args)} positional and {sorted(kwargs)}")
+        return tuple(bound)
+
+    def run_separately(self, args: tuple) -> list:
+        """The results ``kfuse::call`` returns for a call with ``args`` (jit/torchop.py): each
+        program output in a tensor of its own (no views of one block), then the returned scalar
+        arithmetic, in the order of ``torchop.form_of``; arguments passed through are not among them."""
+        from ..runtime.binding import result_shapes
+        entry = self._lookup(args, grad=False)
+        assert entry is not None
+        like = next(a for a in args if hasattr(a, "new_empty"))
+        shapes = {name: tuple(args[k].shape) for name, k in entry.inputs if hasattr(args[k], "shape")}
+        want = result_shapes(entry.lowered.program, shapes)
+        out = {name: like.new_empty(want[name]) for name in entry.lowered.outputs}
+        res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, out, False, None)
+        outs = res if isinstance(res, tuple) else (res,)
+        exprs = [r[1] for r in entry.lowered.returns if r[0] == "expr"]
+        values = entry.scalars(outs, args) if exprs else []
+        form = torchop.form_of(entry.lowered.returns, entry.single)
+        return [outs[k] if where == "out" else values[k] for where, k in form.computed]
+
+    def lowered(self, *args) -> tuple[Lowered, bool]:
+        """(``trace``'s lowered trace, whether the function returns one value rather than a
+        tuple) for these arguments."""
+        specs, _ = self.specs(args)
+        tr = trace(self.fn, specs, self.library)
+        return library_calls(tr, self.fn.__name__), tr.single
 
     def _positional(self, args, kwargs) -> tuple:
         try:
