@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/sparse.py results.md            # the whole table
     PYTHONPATH=src python benchmarks/sparse.py --quick results.md    # fewer cases and repetitions
+    PYTHONPATH=src python benchmarks/sparse.py --set results.md      # on benchmarks/matrices.py's set
 
 Mat-vec alone on ~10^6-row matrices with mean row lengths ~4, ~16, ~64 (columns in a band around
 the diagonal, as a mesh matrix's) and a skewed one (row lengths 1-40 and a few rows of 10^5
@@ -15,6 +16,13 @@ iteration in a ``kfuse.fori_loop``, the matrix in the loop's state), CuPy's cupy
 torch.compile loops.  Times are medians of CUDA-event timings; every result is checked against a
 float64 product (relative error per row, by |A| |x|).  Each peer runs in a try block: a failure
 is a "-" with its reason.
+
+``--set``: the same two tables on benchmarks/matrices.py's set at ``--rows`` (meshes, a power-law
+graph, a circuit, blocks, a band, a diagonal, random columns; ``--only`` picks some), each with
+int32 and with int64 indices: the mat-vec on every matrix, CG on the symmetric positive definite
+ones.  kfuse takes both index types (a kfuse.CSR of the arrays), torch too; CuPy's csr_matrix
+keeps int32 indices only (it would cast int64 ones), so its int64 cells say so instead of timing
+an int32 matrix.  A table of the matrices' row-length profiles comes first.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "solvers"))
+sys.path.insert(0, str(ROOT / "benchmarks"))      # matrices.py (--set); there already when run as a script
 
 
 def timed(fn, reps: int, warm: int = 3, calls: int = 1) -> float:
@@ -93,20 +102,26 @@ def check(y, ref, mag) -> float:
     return float(cp.max(cp.abs(y.astype(cp.float64) - ref) / cp.maximum(mag, 1e-300)))
 
 
-def spmv_rows(name, indptr, indices, dtype, reps, bw, lines):
+def spmv_rows(name, indptr, indices, dtype, reps, bw, lines, data64=None):
+    """A row of the mat-vec table: the m x m matrix (indptr, indices) (int32 or int64, CuPy) with
+    values ``data64`` (float64, CuPy; random normal where None) in ``dtype``, times a random x.
+    The reference is CuPy's float64 product (its csr_matrix casts the indices to int32: right while
+    nnz < 2^31)."""
     import cupy as cp
     import cupyx.scipy.sparse as cps
     import kfuse
     m = indptr.shape[0] - 1
     nnz = indices.shape[0]
-    data64 = cp.random.default_rng(1).standard_normal(nnz)
+    if data64 is None:
+        data64 = cp.random.default_rng(1).standard_normal(nnz)
     x64 = cp.random.default_rng(2).standard_normal(m)
     data, x = data64.astype(dtype), x64.astype(dtype)
     A64 = cps.csr_matrix((data.astype(cp.float64), indices, indptr), shape=(m, m))
     ref = A64 @ x.astype(cp.float64)
     mag = abs(A64) @ cp.abs(x.astype(cp.float64))
     item = np.dtype(dtype).itemsize
-    traffic = nnz * (item + 4) + (m + 1) * 4 + 2 * m * item
+    index = np.dtype(indices.dtype).itemsize
+    traffic = nnz * (item + index) + (m + 1) * index + 2 * m * item
     cells = {"limit": f"{traffic / bw * 1e6:.1f}"}
     tol = 1e-4 if dtype == "float32" else 1e-11
 
@@ -127,6 +142,7 @@ def spmv_rows(name, indptr, indices, dtype, reps, bw, lines):
 
     def cusparse():
         A = cps.csr_matrix((data, indices, indptr), shape=(m, m))
+        refuse_cast(A, indices)
         box = [A @ x]
         return (lambda: box.__setitem__(0, A @ x)), lambda: box[0]
 
@@ -148,6 +164,13 @@ def spmv_rows(name, indptr, indices, dtype, reps, bw, lines):
         cells.get(k, "-") for k in ("kfuse", "cuSPARSE", "torch", "torch.compile", "limit")) + " |")
 
 
+def refuse_cast(A, indices) -> None:
+    """Raise where CuPy's csr_matrix ``A`` holds other indices than ``indices``' type: it casts
+    int64 ones to int32, so timing it would time an int32 matrix under an int64 label."""
+    if A.indices.dtype != indices.dtype:
+        raise TypeError(f"CuPy's csr_matrix takes int32 indices only (refuses {indices.dtype})")
+
+
 def laplacian_2d(k: int):
     import cupyx.scipy.sparse as cps
     d = cps.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(k, k), format="csr")
@@ -156,38 +179,72 @@ def laplacian_2d(k: int):
     return (cps.kron(eye, d) + cps.kron(off, eye)).tocsr()
 
 
-def cg_rows(dtype, iters, reps, lines):
+def cg_rows(dtype, iters, reps, lines, name="2-D Laplacian 1000^2", csr=None):
+    """A row of the CG table: time per iteration of ``iters`` CG iterations on ``csr`` (indptr,
+    indices, float64 values, rows: CuPy arrays, int32 or int64 indices; a symmetric positive
+    definite matrix) in ``dtype``, or on the 2-D Laplacian of a 1000 x 1000 grid where None.
+    kfuse gets the Laplacian as a cupyx csr_matrix, a given matrix as a kfuse.CSR (either index
+    type); CuPy's cg is timed only on int32 indices (``refuse_cast``) and divided by the steps it
+    took (it stops early where the residual reaches 0)."""
     import cupy as cp
+    import cupyx.scipy.sparse as cps
     import cupyx.scipy.sparse.linalg as cpla
     import sparse_cg
     import kfuse
-    A = laplacian_2d(1000).astype(dtype)
-    A.indices = A.indices.astype(cp.int32)
-    A.indptr = A.indptr.astype(cp.int32)
-    m = A.shape[0]
+    if csr is None:
+        A = laplacian_2d(1000).astype(dtype)
+        A.indices = A.indices.astype(cp.int32)
+        A.indptr = A.indptr.astype(cp.int32)
+        indptr, indices, data, m = A.indptr, A.indices, A.data, A.shape[0]
+    else:
+        indptr, indices, data64, m = csr
+        data = data64.astype(dtype)
+        A = kfuse.CSR(indptr, indices, data, (m, m))
     b = cp.random.default_rng(3).standard_normal(m).astype(dtype)
     cells = {}
 
-    def per_iteration(fn) -> str:
+    def reason(e) -> str:
+        return f"- ({type(e).__name__}: {str(e)[:60]})"
+
+    def per_iteration(fn, steps=None) -> str:
         try:
-            return f"{timed(fn, reps, warm=1) / iters:.1f}"
+            us = timed(fn, reps, warm=1)
+            took = iters if steps is None else steps[0]
+            return f"{us / max(took, 1):.1f}" + ("" if took == iters else f" ({took} steps)")
         except Exception as e:  # noqa: BLE001
-            return f"- ({type(e).__name__}: {str(e)[:60]})"
+            return reason(e)
 
-    r0, rr0, _ = sparse_cg._start(A, b, b * 0)
+    try:                    # kfuse's first step outside the loop: a failure there is kfuse's cell only
+        r0, rr0, _ = sparse_cg._start(A, b, b * 0)
 
-    def kf():               # the example's iteration in a device loop, the matrix in the state
-        s = kfuse.fori_loop(0, iters, lambda i, s: (s[0],) + sparse_cg.cg_update(*s), (A, b * 0, r0, r0, rr0))
-        return s[1]
+        def kf():           # the example's iteration in a device loop, the matrix in the state
+            s = kfuse.fori_loop(0, iters, lambda i, s: (s[0],) + sparse_cg.cg_update(*s), (A, b * 0, r0, r0, rr0))
+            return s[1]
 
-    cells["kfuse"] = per_iteration(kf)
+        cells["kfuse"] = per_iteration(kf)
+    except Exception as e:  # noqa: BLE001
+        cells["kfuse"] = reason(e)
     kw = {"rtol" if "rtol" in inspect.signature(cpla.cg).parameters else "tol": 0.0}   # CuPy 14 names it rtol
-    cells["CuPy cg"] = per_iteration(lambda: cpla.cg(A, b, maxiter=iters, **kw))
+    steps = [0]
+
+    def count(_x):
+        steps[0] += 1
+
+    def cupy_cg():
+        steps[0] = 0
+        cpla.cg(A_cupy, b, maxiter=iters, callback=count, **kw)
+
+    try:
+        A_cupy = A if csr is None else cps.csr_matrix((data, indices, indptr), shape=(m, m))
+        refuse_cast(A_cupy, indices)
+        cells["CuPy cg"] = per_iteration(cupy_cg, steps)
+    except Exception as e:  # noqa: BLE001
+        cells["CuPy cg"] = reason(e)
 
     def torch_loop(compiled: bool):
         import torch
-        At = torch.sparse_csr_tensor(torch.as_tensor(A.indptr), torch.as_tensor(A.indices), torch.as_tensor(A.data),
-                                     size=A.shape)
+        At = torch.sparse_csr_tensor(torch.as_tensor(indptr), torch.as_tensor(indices), torch.as_tensor(data),
+                                     size=(m, m))
         bt = torch.as_tensor(b)
 
         def it(x, r, p, rr):
@@ -211,9 +268,59 @@ def cg_rows(dtype, iters, reps, lines):
         try:
             cells[label] = per_iteration(torch_loop(compiled))
         except Exception as e:  # noqa: BLE001
-            cells[label] = f"- ({type(e).__name__}: {str(e)[:60]})"
-    lines.append(f"| 2-D Laplacian 1000^2 | {dtype} | {m} | " + " | ".join(
+            cells[label] = reason(e)
+    lines.append(f"| {name} | {dtype} | {m} | " + " | ".join(
         cells.get(k, "-") for k in ("kfuse", "CuPy cg", "torch", "torch.compile")) + " |")
+
+
+MV_HEAD = ["| matrix | dtype | rows | nnz/row | kfuse | cuSPARSE (CuPy) | torch | torch.compile | traffic limit |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+CG_HEAD = ["| matrix | dtype | rows | kfuse | CuPy cg | torch | torch.compile |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+
+
+def _failure() -> str:
+    return traceback.format_exc(limit=1).splitlines()[-1][:80]
+
+
+def set_tables(rows, names, dtypes, reps, iters, cg_reps, bw) -> list[str]:
+    """The mat-vec and CG tables on benchmarks/matrices.py's set at about ``rows`` rows (``names``:
+    some of the set; None: all), each matrix with int32 and int64 indices (its row label names
+    the index type; int32 refused where the matrix is too large for it), CG on the symmetric
+    positive definite ones only; a table of the matrices' row-length profiles first.  One matrix
+    is on the GPU at a time."""
+    import cupy as cp
+    from matrices import matrix_set
+    profile = ["## The matrices (benchmarks/matrices.py)", "",
+               "| matrix | rows | nnz | mean row | median row | longest row | empty rows | SPD | what |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    mv = ["## CSR mat-vec, the matrix set", ""] + MV_HEAD
+    cg = ["## CG per iteration, the SPD matrices of the set", ""] + CG_HEAD
+    for mat in matrix_set(rows, names=names):
+        st = mat.stats()
+        profile.append(f"| {mat.name} | {mat.rows} | {mat.nnz} | {st['mean']:.1f} | {st['median']:.0f} | {st['max']} | "
+                       f"{st['empty']} | {'yes' if mat.spd else 'no'} | {mat.description} |")
+        for index in ("int32", "int64"):
+            label = f"{mat.name} {index}"
+            try:
+                host = mat.with_index(index)
+            except ValueError as e:
+                mv.append(f"| {label} | - | {mat.rows} | - | - ({str(e)[:80]}) | | | | |")
+                continue
+            indptr, indices, data = (cp.asarray(a) for a in (host.indptr, host.indices, host.data))
+            for dtype in dtypes:
+                try:
+                    spmv_rows(label, indptr, indices, dtype, reps, bw, mv, data64=data)
+                except Exception:  # noqa: BLE001
+                    mv.append(f"| {label} | {dtype} | - | - | - ({_failure()}) | | | | |")
+                if mat.spd:
+                    try:
+                        cg_rows(dtype, iters, cg_reps, cg, name=label, csr=(indptr, indices, data, mat.rows))
+                    except Exception:  # noqa: BLE001
+                        cg.append(f"| {label} | {dtype} | - | - ({_failure()}) | | | |")
+            del indptr, indices, data, host
+            cp.get_default_memory_pool().free_all_blocks()
+    return profile + [""] + mv + [""] + cg
 
 
 def main() -> None:
@@ -221,18 +328,33 @@ def main() -> None:
     ap.add_argument("out", type=Path, help="markdown file to write")
     ap.add_argument("--quick", action="store_true", help="fewer cases and repetitions")
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--set", action="store_true",
+                    help="run both tables on benchmarks/matrices.py's set at --rows (int32 and int64 indices) "
+                         "instead of the synthetic bands and the 2-D Laplacian")
+    ap.add_argument("--only", default=None, help="with --set: comma-separated names of the set (default: all)")
     args = ap.parse_args()
+    names = None if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
+    if names is not None:
+        from matrices import MATRICES          # benchmarks/ is on the path: this script's folder
+        unknown = [n for n in names if n not in MATRICES]
+        if unknown or not args.set:
+            ap.error(f"--only: unknown matrices {unknown}; the set has {list(MATRICES)}" if unknown
+                     else "--only goes with --set")
     import cupy as cp
     reps = 10 if args.quick else 50
     dtypes = ["float64"] if args.quick else ["float32", "float64"]
+    iters, cg_reps = (20, 3) if args.quick else (100, 7)
     m = args.rows
     bw = copy_bandwidth(reps)
     lines = [f"# Sparse mat-vec and CG ({cp.cuda.runtime.getDeviceProperties(0)['name'].decode()})", "",
              f"Copy bandwidth {bw / 1e9:.0f} GB/s. Times in microseconds (medians); mat-vec: one call / "
-             "per call of 20 in a row.", "",
-             "## CSR mat-vec", "",
-             "| matrix | dtype | rows | nnz/row | kfuse | cuSPARSE (CuPy) | torch | torch.compile | traffic limit |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "per call of 20 in a row.", ""]
+    if args.set:
+        lines += set_tables(m, names, dtypes, reps, iters, cg_reps, bw)
+        args.out.write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
+    lines += ["## CSR mat-vec", ""] + MV_HEAD
     cases = [("band ~4", lambda: banded(m, 4, 0)), ("band ~16", lambda: banded(m, 16, 1)),
              ("band ~64", lambda: banded(m, 64, 2)), ("skewed", lambda: skewed(m, 3))]
     for name, make in cases:
@@ -245,14 +367,13 @@ def main() -> None:
             try:
                 spmv_rows(name, indptr, indices, dtype, reps, bw, lines)
             except Exception:  # noqa: BLE001
-                lines.append(f"| {name} | {dtype} | - | - | - ({traceback.format_exc(limit=1).splitlines()[-1][:80]}) | | | | |")
-    lines += ["", "## CG per iteration", "", "| matrix | dtype | rows | kfuse | CuPy cg | torch | torch.compile |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+                lines.append(f"| {name} | {dtype} | - | - | - ({_failure()}) | | | | |")
+    lines += ["", "## CG per iteration", ""] + CG_HEAD
     for dtype in dtypes:
         try:
-            cg_rows(dtype, 20 if args.quick else 100, 3 if args.quick else 7, lines)
+            cg_rows(dtype, iters, cg_reps, lines)
         except Exception:  # noqa: BLE001
-            lines.append(f"| 2-D Laplacian | {dtype} | - | - ({traceback.format_exc(limit=1).splitlines()[-1][:80]}) | | | |")
+            lines.append(f"| 2-D Laplacian | {dtype} | - | - ({_failure()}) | | | |")
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
