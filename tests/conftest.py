@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.kf"))
+_MADE = "KFUSE_TESTS_MADE_CACHE"     # the cache folder a test session made (not the caller's)
 
 
 def gpu_available() -> bool:
@@ -17,14 +19,37 @@ def gpu_available() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    """pyproject's addopts ask for ``--numprocesses=auto`` (pytest-xdist, in the ``test`` extra);
+    where xdist is not installed the option is taken and the tests run in one process."""
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        parser.addoption("--numprocesses", default=None,
+                         help="workers (pytest-xdist is not installed: the tests run in one process)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``--numprocesses=auto``: a worker per core (at most 8) for CPU runs -- nvcc builds and planning keep
+    each busy; none (one process) where the marker expression selects GPU tests: they share one
+    device, whose memory and timing a second process would disturb."""
+    expr = config.getoption("markexpr") or ""
+    if re.search(r"(?<!not )\bgpu\b", expr) or re.search(r"\bmultigpu\b", expr):
+        return 0
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
 def pytest_configure(config):
     """The tests neither read nor write the user's kfuse stores (tuning store, calibration in
     ~/.cache/kfuse): a tuned winner or a calibration made there would change the plans the tests
     get, and the tuning tests would leave their winners there.  Unless KFUSE_CACHE_DIR is set
-    (the GPU suite's halves run side by side with one each), the session takes a fresh one."""
-    if not os.environ.get("KFUSE_CACHE_DIR"):
+    (the GPU suite's halves run side by side with one each), the session takes a fresh one; each
+    xdist worker takes its own (they inherit the controller's, which made it: ``_MADE``)."""
+    made = os.environ.get(_MADE)
+    if not os.environ.get("KFUSE_CACHE_DIR") or made == os.environ.get("KFUSE_CACHE_DIR"):
         root = tempfile.mkdtemp(prefix="kfuse-tests-")
-        os.environ["KFUSE_CACHE_DIR"] = root
+        os.environ["KFUSE_CACHE_DIR"] = os.environ[_MADE] = root
         config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
 
 
