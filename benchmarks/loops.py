@@ -1,8 +1,10 @@
 """Iterative methods, microseconds per iteration: kfuse's device loops (``kfuse.fori_loop``, and
-``kfuse.while_loop`` for the solvers), kfuse's plain loop (a jitted step fed back from Python), torch
-eager, torch.compile (default, the step fed back), torch.compile mode="reduce-overhead" over
-``--unroll`` steps unrolled into one CUDA graph, and CuPy's ``cupyx.scipy.sparse.linalg.cg``, side
-by side in one run.
+``kfuse.while_loop`` for the solvers), kfuse's plain loop (a jitted step fed back from Python, with
+CuPy arrays and with torch tensors), the jitted step inside a torch.compile'd step, torch eager,
+torch.compile (default, the step fed back), torch.compile mode="reduce-overhead" over ``--unroll``
+steps unrolled into one CUDA graph, and CuPy's ``cupyx.scipy.sparse.linalg.cg``, side by side in
+one run.  Two methods return scalar arithmetic from their step: Lanczos (a square root) and
+steepest descent (a quotient of two dot products).
 
 Each method is one Python function over operators, run unchanged by every contender and by NumPy
 in float64 (the reference: each contender's final iterate is compared with it after the same
@@ -60,9 +62,28 @@ def lsq(A, b, x, eta):
     return A, b, x - eta * (A.T @ (A @ x - b)), eta
 
 
+def lanczos(A, v, v_prev, beta):
+    """A Lanczos step (symmetric A): the next basis vector and beta, a returned square root."""
+    w = A @ v - beta * v_prev
+    w = w - (w @ v) * v
+    beta_new = kfuse.sqrt(w @ w)
+    return A, w / beta_new, v, beta_new
+
+
+def sd(A, b, x, r, rq):
+    """Steepest descent (symmetric positive definite A); rq, the Rayleigh quotient r.Ar / r.r of
+    the residual, is returned as scalar arithmetic (the reciprocal of the step length)."""
+    q = A @ r
+    rr, rq_new = r @ r, r @ q
+    alpha = rr / rq_new
+    return A, b, x + alpha * r, r - alpha * q, rq_new / rr
+
+
 # (step, passes over A, symmetric A, eigenvalue spread: none reaches rounding in the 30 steps timed)
 METHODS = {"cg": (cg, 1, True, 1e2), "bicg": (bicg, 1, False, 1e2), "bicgstab": (bicgstab, 2, False, 1e4),
-           "power": (power, 1, True, 1e2), "lsq": (lsq, 2, False, 1e2)}
+           "power": (power, 1, True, 1e2), "lsq": (lsq, 2, False, 1e2), "lanczos": (lanczos, 1, True, 1e2),
+           "sd": (sd, 1, True, 1e2)}
+RESULT = {"lsq": 2, "sd": 2}                        # the state entry compared with NumPy (else entry 1)
 SOLVERS = {"cg": 4, "bicg": 6, "bicgstab": 5}       # the state entry the while loop's condition reads
 
 
@@ -80,7 +101,8 @@ def problem(method: str, n: int, dtype: str, xp, seed: int = 0):
     bb = np.array(b @ b)
     init = {"cg": (A, z, b, b, bb), "bicg": (A, z, b, b, b, b, bb), "bicgstab": (A, z, b, b, b, bb),
             "power": (A, b / np.sqrt(bb), np.array(0.0)),
-            "lsq": (A, b, z, np.array(1.0 / (1.5 * spread) ** 2))}[method]
+            "lsq": (A, b, z, np.array(1.0 / (1.5 * spread) ** 2)),
+            "lanczos": (A, b / np.sqrt(bb), z, np.array(0.0)), "sd": (A, b, z, b, np.array(1.0))}[method]
     return tuple(xp(v, dtype) for v in init)
 
 
@@ -88,7 +110,7 @@ def reference(method: str, state, steps: int) -> np.ndarray:
     step = METHODS[method][0]
     for _ in range(steps):
         state = step(*state)
-    return state[1 if method != "lsq" else 2]
+    return state[RESULT.get(method, 1)]
 
 
 # -- contenders: each returns a function running ``steps`` steps from a state ------------------------------
@@ -98,6 +120,20 @@ def kfuse_plain(method):
     def run(state, steps):
         for _ in range(steps):
             state = jitted(*state)
+        return state
+    return run
+
+
+def kfuse_in_torch_compile(method):
+    """The jitted step inside a torch.compile'd step (fullgraph: one kfuse::call node), fed back."""
+    import torch
+    _dynamo()
+    jitted = kfuse.jit(METHODS[method][0])
+    step = torch.compile(lambda *s: jitted(*s), dynamic=False, fullgraph=True)
+
+    def run(state, steps):
+        for _ in range(steps):
+            state = step(*state)
         return state
     return run
 
@@ -239,9 +275,10 @@ def main(argv=None) -> int:
     ap.add_argument("--unroll", type=int, default=30, help="steps per torch.compile reduce-overhead graph")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--peers", nargs="*", default=["eager", "compile", "unrolled", "cupy"])
-    ap.add_argument("--kfuse", nargs="*", default=["modes", "while", "plain"],
+    ap.add_argument("--kfuse", nargs="*", default=["modes", "while", "plain", "torch.compile"],
                     help="kfuse contenders beside the device loop (default settings: graphs): the loop as one "
-                    "persistent kernel (modes), the while loop, the plain loop")
+                    "persistent kernel (modes), the while loop, the plain loop (CuPy arrays, and torch tensors), "
+                    "the jitted step inside a torch.compile'd step (torch.compile)")
     args = ap.parse_args(argv)
     import cupy as cp
     try:
@@ -274,6 +311,10 @@ def main(argv=None) -> int:
                     contenders.append(("kfuse while_loop", kfuse_while, "cupy"))
                 if "plain" in args.kfuse:
                     contenders.append(("kfuse plain loop", kfuse_plain, "cupy"))
+                    if torch is not None:
+                        contenders.append(("kfuse plain loop, torch", kfuse_plain, "torch"))
+                if "torch.compile" in args.kfuse and torch is not None:
+                    contenders.append(("kfuse inside torch.compile", kfuse_in_torch_compile, "torch"))
                 if torch is not None:
                     if "eager" in args.peers:
                         contenders.append(("torch eager", torch_eager, "torch"))
@@ -291,11 +332,11 @@ def main(argv=None) -> int:
                             state = problem(method, n, dtype, lambda v, d: torch.tensor(v, dtype=getattr(torch, d),
                                                                                         device="cuda"))
                             us, out = timed(make(method), state, args.steps, args.reps, torch_events, args.check)
-                            x = out[1 if method != "lsq" else 2].double().cpu().numpy()
+                            x = out[RESULT.get(method, 1)].double().cpu().numpy()
                         else:
                             state = problem(method, n, dtype, lambda v, d: cp.asarray(v, dtype=d))
                             us, out = timed(make(method), state, args.steps, args.reps, cupy_events, args.check)
-                            x = cp.asnumpy(out[1 if method != "lsq" else 2]).astype(np.float64)
+                            x = cp.asnumpy(out[RESULT.get(method, 1)]).astype(np.float64)
                         row["us"][name] = us
                         row["err"][name] = float(np.max(np.abs(x - ref)) / np.max(np.abs(ref)))
                     except Exception as e:     # noqa: BLE001 - a contender that fails is reported, not fatal
