@@ -283,3 +283,32 @@ def test_several_gpus_refuse_returned_arithmetic(lib):
     from kfuse.distributed.partition import partition
     with pytest.raises(kfuse.KfuseError, match=r"returns scalar arithmetic \(sqrt\(rr\)\); a script run over several"):
         partition(parse_script(NORMS, lib), lib, 2)
+
+
+def test_the_tail_tells_device_arrays_by_type_without_the_array_interface(monkeypatch):
+    """A torch tensor's __cuda_array_interface__ builds a dict on every read: the returned
+    arithmetic's call (on every call of a fed-back loop) tells CuPy arrays and torch CUDA tensors
+    by type and never reads it; a tensor on the host or a number is left to the framework."""
+    from kfuse.runtime import args as runtime_args, control
+
+    class Tensor:                               # a stand-in for torch.Tensor
+        def __init__(self, cuda=True):
+            self.is_cuda = cuda
+
+        @property
+        def __cuda_array_interface__(self):
+            raise AssertionError("read on the hot path")
+
+    class Array:                                # a stand-in for cupy.ndarray
+        __cuda_array_interface__: dict = {}
+    monkeypatch.setattr(runtime_args, "torch_tensor_type", lambda: Tensor)
+    monkeypatch.setattr(control, "cupy", lambda: types.SimpleNamespace(ndarray=Array))
+    tail = ScalarTail(ScalarCode("float32", (("sqrt", ("leaf", 0)),), (("out", 0), ("arg", 1))))
+    ran = []
+    monkeypatch.setattr(tail, "run", lambda like, sources: ran.append((like, sources)) or ["result"])
+    t, u = Tensor(), Tensor()
+    assert tail([t], [None, u]) == ["result"] and ran == [(t, [t, u])]
+    a = Array()
+    assert tail([a], [None, Array()]) == ["result"]
+    assert tail([t], [None, Tensor(cuda=False)]) is None and tail([t], [None, 2.0]) is None
+    assert len(ran) == 2

@@ -52,12 +52,15 @@ class ScalarTail:
         from .args import torch_tensor_type
         sources = [outs[k] if where == "out" else args[k] for where, k in self.reads]
         like = outs[0]
-        if any(not hasattr(x, "__cuda_array_interface__") for x in [like, *sources]):
-            return None           # a host number (or host arrays standing in for the device's)
+        # CuPy arrays and torch CUDA tensors only, told by type (a torch tensor's
+        # __cuda_array_interface__ builds a dict on every read: never read on this path)
         tensor = torch_tensor_type()
-        kinds = (cupy().ndarray,) if tensor is None else (cupy().ndarray, tensor)
-        if any(not isinstance(x, kinds) for x in sources):
-            return None
+        for x in (like, *sources):
+            if tensor is not None and isinstance(x, tensor):
+                if not x.is_cuda:
+                    return None
+            elif not (hasattr(type(x), "__cuda_array_interface__") and isinstance(x, cupy().ndarray)):
+                return None       # a host number (or host arrays standing in for the device's)
         return self.run(like, sources)
 
     def empty(self, like) -> list:

@@ -347,10 +347,12 @@ def _unused(recycled: list, stream: int):
 
 def _on_device(x, cp) -> bool:
     """A scalar input given as a device array (0-d, checked by the binding): passed by address."""
-    if isinstance(x, cp.ndarray) or hasattr(x, "__cuda_array_interface__"):
+    if isinstance(x, cp.ndarray):
         return True
     tensor = torch_tensor_type()
-    return tensor is not None and isinstance(x, tensor) and x.is_cuda
+    if tensor is not None and isinstance(x, tensor):     # told by type: no __cuda_array_interface__ dict
+        return bool(x.is_cuda)
+    return hasattr(x, "__cuda_array_interface__")
 
 
 def _view(block, offset: int, shape, dtype: np.dtype, nbytes: int):
