@@ -1,5 +1,5 @@
 """kfuse inside torch.compile (run with -m gpu; needs torch): a jitted call is one ``kfuse::call``
-node (jit/torchop.py) -- no graph break, ``fullgraph=True`` compiles -- and the compiled model
+node (compiler/torchop.py) -- no graph break, ``fullgraph=True`` compiles -- and the compiled model
 matches a float64 NumPy reference, with inductor, at sizes that are not multiples of 32, both
 dtypes, sizes changing between calls; a tensor that requires grad is refused in eager and torch
 refuses the backward through the operator in a compiled graph."""
@@ -90,3 +90,18 @@ def test_requires_grad_is_refused_in_eager_and_has_no_backward_when_compiled():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="kfuse.call"):
         torch.compile(_model, fullgraph=True)(A, x, r)[1].backward()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_compiled_script_inside_torch_compile(dtype):
+    prog = kfuse.compile("vector x, y, z; scalar s; input x, y; z = waxpby(2.0, x, -1.0, y); s = dot(z, z);"
+                         " return z, sqrt(s), s;", dtype=dtype)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, y: [t * 1.0 for t in prog(x=x, y=y)], fullgraph=True)
+    tol = 2e-5 if dtype == "float32" else 1e-12
+    for n in (1000, 4099):
+        x, y = (torch.as_tensor(np.random.default_rng(n + k).standard_normal(n).astype(dtype), device="cuda")
+                for k in range(2))
+        z, norm, s = f(x, y)
+        rz = 2.0 * x.double().cpu().numpy() - y.double().cpu().numpy()
+        assert _rel(z, rz) < tol and _rel(s, np.array(rz @ rz)) < tol and _rel(norm, np.array(np.sqrt(rz @ rz))) < tol

@@ -1,4 +1,4 @@
-"""The torch.compile operator's host side (jit/torchop.py), without torch: the form of a jitted
+"""The torch.compile operator's host side (compiler/torchop.py), without torch: the form of a jitted
 function's results (which are the operator's, which pass an argument through), found from a trace
 at stand-in sizes; the results' shapes by the program's size rules; arguments bound by name as
 Dynamo traces them.  With torch and a GPU: tests/test_gpu_torch_compile.py."""
@@ -11,7 +11,7 @@ import kfuse
 from kfuse.errors import KfuseError, LaunchError
 from kfuse.runtime.binding import result_shapes
 
-torchop = __import__("sys").modules["kfuse.jit.torchop"]
+from kfuse.compiler import torchop
 
 
 def _step(A, x, r, rr):
@@ -71,3 +71,13 @@ def test_arguments_bind_by_name_and_default_without_inspect():
 def test_a_function_gone_is_a_clear_error():
     with pytest.raises(KfuseError, match="no longer exists"):
         torchop.form(10**9, "t", ((1, "float32"),))
+
+
+def test_a_scripts_form_is_its_return_statement():
+    prog = kfuse.compile("vector x, y, z; scalar s; input x, y; z = waxpby(2.0, x, -1.0, y); s = dot(z, z);"
+                         " return z, sqrt(s), s;", dtype="float64")
+    form = torchop.form(prog.calls.op_key, "tt", ((1, "float64"), (1, "float64")))
+    assert form.single is False and form.items == (("op", 0), ("op", 1), ("op", 2))
+    assert [w for w, _ in form.computed] == ["out", "expr", "out"]
+    one = kfuse.compile("vector x, y; input x; y = scal(2.0, x); return y;")
+    assert torchop.form(one.calls.op_key, "t", ((1, "float32"),)).single

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Mapping, Protocol
 
 from ..ir.artifact import Artifact
 from ..ir.program import Program
+from . import torchop
 from .pipeline import load
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class CallPath:
         self._compiled = compiled
         self._executor: "Executor | None" = None
         self._tail: "ScalarTail | None" = None
+        self.op_target = torchop.ScriptTarget(compiled)     # kfuse::call's side of it (torchop.py)
+        self.op_key = torchop.enrol(self.op_target)
+        torchop.register()                                  # where torch is imported
 
     @property
     def executor(self) -> "Executor":

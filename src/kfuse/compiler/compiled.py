@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from .callpath import CallPath
+from . import torchop
 from .pipeline import describe_plan, make_artifact
 from ..codegen.kernel import KernelCode
 from ..errors import KfuseError
@@ -141,10 +142,23 @@ class CompiledScript:
         call with the same argument signature skips every check but the cheap ones.  Scalar
         arithmetic in the return statement (``return sqrt(rr), rr / bb;``) comes back as 0-d
         arrays, computed after the plan by one small kernel on the same stream."""
+        if torchop.compiling():                 # traced by torch.compile: one kfuse::call node
+            return self._traced(out, stream, inputs)
         if not self.program.returns:
             return self.calls.executor.call(inputs, out, sync, stream)
         res = self.calls.executor.call(inputs, out, False, stream)
         return self._returned(res, inputs, stream, sync)
+
+    def _traced(self, out, stream, inputs: dict):
+        """A call as torch.compile traces it (``compiler/torchop.py``): the inputs in declaration
+        order to ``kfuse::call``; torch places the results and picks the stream."""
+        if out is not None or stream is not None:
+            raise KfuseError(f"{self.program.name}: out= and stream= are not taken inside torch.compile (torch "
+                             "allocates the results and orders the work)")
+        names = [v.name for v in self.program.inputs]
+        if sorted(inputs) != sorted(names):
+            raise KfuseError(f"{self.program.name}: inputs {sorted(inputs)} given, the script takes {names}")
+        return torchop.traced_call(self.calls.op_key, self.program.name, [inputs[n] for n in names])
 
     def _returned(self, res, inputs: dict, stream, sync: bool, results: list | None = None):
         """What the return statement names, from the outputs ``res`` of one run: the arithmetic

@@ -24,7 +24,7 @@ constants of the compiled program, like a number written in the function; pass t
 arguments to vary them per call.
 
 Traced by ``torch.compile``, a call is one node of the graph, the torch custom operator
-``kfuse::call`` (``jit/torchop.py``); in eager, a torch tensor that requires grad is refused
+``kfuse::call`` (``compiler/torchop.py``); in eager, a torch tensor that requires grad is refused
 (kfuse computes no gradients: its results would leave the autograd graph silently).
 """
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler.api import check_tuned, compile_program
+from ..compiler import torchop
 from ..compiler.compiled import CompiledScript
 from ..errors import KfuseError, ScriptError, TraceError
 from ..frontend.calls import library_calls
@@ -50,7 +51,6 @@ from ..frontend.trace import ArgSpec, Proxy, Trace, trace, user_site
 from ..library.loader import load_library
 from ..library.schema import Library
 from ..progress import PassTimes
-from . import torchop
 
 _SHARED: dict = {}          # full key -> _Entry, across jitted functions (the same code and library)
 _NUMBER = "number"
@@ -203,13 +203,14 @@ class JitFunction:
         self.last: _Entry | None = None
         self._names = tuple(sig.parameters)
         self._defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not p.empty}
-        self.op_key = torchop.enrol(self)      # kfuse::call's number for it (jit/torchop.py)
+        self.op_target = torchop.JitTarget(self)        # kfuse::call's side of it (compiler/torchop.py)
+        self.op_key = torchop.enrol(self.op_target)
         torchop.register()                     # where torch is imported already
 
     # -- the call --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         if torchop.compiling():                 # traced by torch.compile: one kfuse::call node
-            return torchop.traced_call(self, self._bound(args, kwargs))
+            return torchop.traced_call(self.op_key, self.fn.__name__, self._bound(args, kwargs))
         if kwargs or len(args) != self._n:
             args = self._positional(args, kwargs)
         entry = self._lookup(args)
@@ -268,7 +269,7 @@ class JitFunction:
         return tuple(bound)
 
     def run_separately(self, args: tuple) -> list:
-        """The results ``kfuse::call`` returns for a call with ``args`` (jit/torchop.py): each
+        """The results ``kfuse::call`` returns for a call with ``args`` (compiler/torchop.py): each
         program output in a tensor of its own (no views of one block), then the returned scalar
         arithmetic, in the order of ``torchop.form_of``; arguments passed through are not among them."""
         from ..runtime.binding import result_shapes

@@ -156,7 +156,7 @@ def check_arguments(prog: Program, inputs: dict, out: dict, dtype: np.dtype,
 def result_shapes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """Each output's shape, by name, for array inputs of these ``shapes`` (by name; 0-d device
     scalars too), by the program's size rules alone: what a call will return, before any call
-    (the fake results of ``kfuse::call`` while torch.compile traces, ``jit/torchop.py``)."""
+    (the fake results of ``kfuse::call`` while torch.compile traces, ``compiler/torchop.py``)."""
     dims = bind_sizes(prog, flat_shapes(prog, shapes))
     grids = grid_shapes(prog, shapes)
     return {v.name: result_shape(v, dims, grids) for v in prog.outputs}
