@@ -437,7 +437,7 @@ def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_pat
     monkeypatch.setattr(gpu, "gpu_name", lambda: "Stand-in GPU")
     monkeypatch.setattr(compiler, "_modules", {})
     lines = []
-    cal = measure.calibrate(lib, dtype, quick=True, log=lines.append)
+    cal = measure.calibrate(lib, dtype, quick=True, log=lines.append, kernels=False)   # micro-kernels only
     keys, probes = library_probes(lib)
     assert cal.routines == keys and set(cal.probes) == set(probes)
     half = [n for n, _, _, smem in cp.launches if n.endswith("_half")]
@@ -453,7 +453,7 @@ def test_calibrate_host_side_on_a_cupy_stand_in(lib, dtype, monkeypatch, tmp_pat
     assert back.key == ("Stand-in GPU", lib.digest, dtype) and back.meta["quick"] is True
     # a second run reuses every probe and only re-times launch, clears and barriers
     cp.launches.clear()
-    again = measure.calibrate(lib, dtype, quick=True, reuse=[back], log=lines.append)
+    again = measure.calibrate(lib, dtype, quick=True, reuse=[back], log=lines.append, kernels=False)
     assert again.probes == back.probes
     assert {n.split("_")[1] for n, *_ in cp.launches if n != "kfc_empty"} == {
         p.id for _, _, p, _ in barrier_probes(probes)}

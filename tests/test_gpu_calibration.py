@@ -54,3 +54,37 @@ def test_report_on_one_sequence(tmp_path):
     assert len(r.measured) == 3 and r.best is not None and r.first_over_best() >= 1.0
     text = markdown(results, header)
     assert "| SSCAL |" in text and "Table 4" in text and "Table 5" in text
+
+
+def test_kernel_factors_of_a_sparse_mat_vec_and_a_stencil(lib):
+    """The functions no micro-kernel stands for are timed whole (calibration/kernels.py): their
+    factors are plausible, and a model with them prices spmv and lap7 without the notice."""
+    import logging
+    from kfuse.calibration.kernels import MEANS
+    from kfuse.cost import calibrated
+    sub = replace(lib, functions=tuple(f for f in lib.functions if f.name in ("spmv", "lap7")))
+    lines = []
+    cal = calibrate_quick(sub, lines)
+    assert set(k.split("(")[0] for k in cal.kernels) == {"spmv", "lap7"}
+    spmv = next(v for k, v in cal.kernels.items() if k.startswith("spmv"))
+    assert [p[0] for p in spmv["points"]] == [float(m) for m in MEANS[True]]
+    assert all(0.3 < f < 50 for v in cal.kernels.values() for _, f in v["points"])
+    seen = []
+    calibrated._noticed.clear()
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())    # type: ignore[method-assign]
+    logging.getLogger("kfuse").addHandler(handler)
+    try:
+        progs = [kfuse.compile("csr A; vector x, y; input A, x; y = spmv(A, x); return y;",
+                               calibration=CalibratedModel(cal), tuned=False),
+                 kfuse.compile("vector u[n], v[n]; input u; v = lap7(u); return v;",
+                               calibration=CalibratedModel(cal), tuned=False)]
+    finally:
+        logging.getLogger("kfuse").removeHandler(handler)
+    assert not [m for m in seen if "no measurement" in m], seen
+    assert all(p.plan.predicted > 0 for p in progs)
+
+
+def calibrate_quick(sub, lines):
+    from kfuse.calibration.measure import calibrate
+    return calibrate(sub, "float32", quick=True, log=lines.append)

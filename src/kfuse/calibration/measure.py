@@ -28,7 +28,8 @@ from ..progress import Progress
 from ..runtime.gpu import cupy, device_info
 from ..runtime.timing import median_us
 from ..cost.calibrated import resident_fraction
-from ..cost.store import Calibration
+from ..cost.store import Calibration, kernel_factor_key, source_digest
+from .kernels import measure as measure_kernels, targets as kernel_targets
 from .probes import Env, Probe, barrier_probes, library_probes, probe_module
 
 CHUNK = 96                  # micro-kernels per NVRTC module
@@ -223,9 +224,11 @@ def _results(todo: list[Probe], known: dict, times: dict, bar_jobs: dict, quick:
 
 
 def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: Sequence[Calibration] = (),
-              log=None) -> Calibration:
+              log=None, kernels: bool = True) -> Calibration:
     """Measure every routine of ``lib`` on the current GPU (probes already measured in a ``reuse``
-    calibration of this GPU and dtype, as quick or not as this one, are taken from it)."""
+    calibration of this GPU and dtype, as quick or not as this one, are taken from it), then
+    (``kernels``) the kernel factors of the functions timed whole (``kernels.py``; those of
+    unchanged source in a ``reuse`` calibration taken from it)."""
     from ..runtime.gpu import gpu_name
     cp = cupy()
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -235,10 +238,13 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     sizes, reps = SIZES[quick], REPS[quick]
     routines, probes = library_probes(lib)
     known: dict[str, dict] = {}
+    known_kernels: dict[str, dict] = {}
     for cal in reuse:
         if cal.gpu == gpu and cal.dtype == dtype and bool(cal.meta.get("quick")) == quick:
             for pid, data in cal.probes.items():
                 known.setdefault(pid, data)
+            for key, data in cal.kernels.items():
+                known_kernels.setdefault(key, data)
     todo = [p for pid, p in probes.items() if pid not in known]
     jobs, bar_jobs = _jobs(probes, todo, quick)
     log(f"calibrate {gpu}, library {lib.name} ({lib.digest}), {dtype}: {len(routines)} routines, "
@@ -260,10 +266,11 @@ def calibrate(lib: Library, dtype: str = "float32", quick: bool = False, reuse: 
     sink = cp.zeros(1, dtype=np.dtype(dtype))
     times = _time_all(cp, jobs, funcs, arrays, dev, sink, reps, launch_us * 1e3, log)
     measured, barrier = _results(todo, known, times, bar_jobs, quick, log)
+    factors = measure_kernels(lib, dtype, quick, launch_us, known_kernels, log) if kernels else {}
     meta = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "kfuse": __version__,
             "quick": quick, "sizes": sizes, "reps": reps}
     cal = Calibration(gpu, lib.digest, dtype, dev, round(launch_us * 1e3, 1), round(clear_us * 1e3, 1), barrier,
-                      routines, {pid: measured[pid] for pid in probes}, meta)
+                      routines, {pid: measured[pid] for pid in probes}, meta, kernels=factors)
     log(f"calibrate {dtype}: done in {time.perf_counter() - t0:.1f} s")
     return cal
 
@@ -278,6 +285,12 @@ def carry_over(cal: Calibration, lib: Library) -> Calibration:
     routines, _probes = library_probes(lib)
     kept = {key: pid for key, pid in routines.items() if pid in cal.probes}
     meta = dict(cal.meta, carried_from=cal.library)
+    factors = {}
+    for fn in kernel_targets(lib):          # kernel factors of functions whose sources did not change
+        for var in fn.variants:
+            key = kernel_factor_key(fn, var)
+            if key in cal.kernels and cal.kernels[key]["source"] == source_digest(lib, var):
+                factors[key] = cal.kernels[key]
     return Calibration(cal.gpu, lib.digest, cal.dtype, dict(cal.device), cal.launch_ns, cal.clear_ns,
                        {k: dict(v) for k, v in cal.barrier_ns.items()}, kept,
-                       {pid: cal.probes[pid] for pid in sorted(set(kept.values()))}, meta)
+                       {pid: cal.probes[pid] for pid in sorted(set(kept.values()))}, meta, kernels=factors)

@@ -35,7 +35,8 @@ from ..codegen.kernel import KernelCode
 from ..errors import KfuseError
 from ..ir.kernel import KernelSpec, LaunchInfo, target_blocks
 from ..library.schema import Library
-from .store import SHIPPED, Calibration, find, routine_key
+from ..ir.program import Value
+from .store import SHIPPED, Calibration, find, kernel_factor_key, routine_key
 from .transfer import DEFAULT_MACHINE, atomic_step_warps
 from .transfer import kernel_time as transfer_kernel_time
 
@@ -367,6 +368,9 @@ class CalibratedModel:
     def kernel_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
         missing = self._missing(code)
         if missing is not None:
+            factored = self._factored_time(code, dims, entries, itemsize)
+            if factored is not None:
+                return factored
             # a kernel with routines this calibration did not measure (a strip kernel, a function
             # added to the library since): priced by the transfer model (its bytes at the copy
             # bandwidth, launch, clear, atomic and barrier terms; docs/design.md, 'The calibrated model')
@@ -377,6 +381,39 @@ class CalibratedModel:
                             f"{fn} are priced by the transfer model (kfuse calibrate measures them)")
             return transfer_kernel_time(code, dims, entries, itemsize)
         return self._found_parts(code, dims, itemsize)[1]
+
+    def _factored_time(self, code: KernelCode, dims: dict[int, int], entries: dict[int, int],
+                       itemsize: int) -> float | None:
+        """A kernel whose unmeasured routines all belong to functions timed whole (the
+        calibration's ``kernels``: a sparse mat-vec, a stencil): the transfer model's time, each
+        such call's operand bytes taking its measured factor of their time at the copy bandwidth
+        (at the call's mean row length or grid entries, log-linear between the points measured,
+        clamped); None where an unmeasured routine's function has no factor."""
+        if not self.cal.kernels:
+            return None
+        factored: dict[int, tuple] = {}
+        for s in code.steps:
+            if s.routine is None or id(s.kc) in factored or self._probe_key(s) in self.cal.routines:
+                continue
+            entry = self.cal.kernels.get(kernel_factor_key(s.kc.call.function, s.kc.variant))
+            if entry is None:
+                return None
+            factored[id(s.kc)] = (s.kc, entry)
+        seconds = transfer_kernel_time(code, dims, entries, itemsize)
+        for kc, entry in factored.values():
+            call = kc.call
+            operands = [a for a in call.args if isinstance(a, Value)] + list(call.outputs)
+            if entry["by"] == "mean_row":
+                csr = next((v for v in operands if v.type == "csr"), None)
+                if csr is None:
+                    return None
+                rows, _, nnz = (dims[d] for d in csr.dims)
+                x = nnz / max(1, rows)
+            else:
+                x = entries[call.outputs[0].id]
+            moved = sum(entries[v.id] for v in operands) * itemsize
+            seconds += (factor_at(entry["points"], x) - 1.0) * moved / DEFAULT_MACHINE.bandwidth
+        return seconds
 
     def _missing(self, code: KernelCode) -> str | None:
         """The key of the kernel's first routine this calibration did not measure, or None where
@@ -392,6 +429,18 @@ class CalibratedModel:
         if measured:
             return None
         return next(self._probe_key(s) for s, f in zip(code.steps, facts) if f[3] == UNMEASURED)
+
+
+def factor_at(points, x: float) -> float:
+    """A kernel factor at ``x`` from points (x, factor) of rising x: log-linear in x between the
+    two nearest, clamped at the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, f0), (x1, f1) in zip(points, points[1:]):
+        if x <= x1:
+            w = math.log(x / x0) / math.log(x1 / x0)
+            return f0 + w * (f1 - f0)
+    return points[-1][1]
 
 
 def _along_ipb(points: list[dict], ipb: int, field: str = "ns") -> float:

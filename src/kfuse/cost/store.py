@@ -12,10 +12,17 @@ and an entry is one calibration run::
      "routines": {"gemv(A,x)/shfl/BY=8/load_A": "<probe id>", ...},
      "probes": {"<probe id>": {"kind": "load", "atomic": false, "nesting": 2, "points": [
          {"loop": "i", "unroll": 1, "ipb": 1, "occupancy": "full", "resident": 1.0, "ns": 0.93}, ...]}},
+     "kernels": {"spmv(A,x)/rows": {"by": "mean_row", "source": "1f0c2a9b7d3e", "points": [[2.0, 3.1], ...]}},
      "written": "...", "kfuse": "0.1.0", "quick": false, "sizes": {...}, "sha256": "..."}
 
 ``ns`` is the time of one execution of the routine (one instance) at the throughput of a full
-GPU, launch overhead excluded.  Every entry carries a SHA-256 of its own content: an entry that
+GPU, launch overhead excluded.  ``kernels`` (optional) holds what no micro-kernel stands for: the
+functions whose cost depends on their data -- a sparse mat-vec's on the row lengths, a stencil's
+on the grid -- timed whole, alone in a kernel, each point ``[x, factor]``: at ``x`` (the mean
+row length, ``by: mean_row``, or the grid's entries, ``by: entries``) the kernel took ``factor``
+times what the transfer model gives its operands' bytes (``kernel_factor_key`` names the
+function and variant; ``source``, the digest of the variant's source files, lets a calibration
+carried to a new library keep the functions whose code did not change).  Every entry carries a SHA-256 of its own content: an entry that
 does not match, does not parse or lacks a field is reported and ignored, and so is a file that
 is not a calibration file -- nothing in it is trusted.
 
@@ -76,6 +83,7 @@ class Calibration:
     probes: dict[str, dict]
     meta: dict = field(default_factory=dict)       # written, kfuse, quick, sizes, reps
     source: str = ""                                # the file it was read from
+    kernels: dict[str, dict] = field(default_factory=dict)   # kernel_factor_key -> {"by", "points"}
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -90,6 +98,8 @@ class Calibration:
                "barrier_ns": {str(k): {str(t): v for t, v in sorted(b.items())}
                               for k, b in sorted(self.barrier_ns.items())},
                "routines": dict(sorted(self.routines.items())), "probes": dict(sorted(self.probes.items())),
+               **({"kernels": {k: {"by": v["by"], "source": v["source"], "points": [list(p) for p in v["points"]]}
+                               for k, v in sorted(self.kernels.items())}} if self.kernels else {}),
                **self.meta}
         rec["sha256"] = _digest(rec)
         return rec
@@ -141,10 +151,51 @@ class Calibration:
                 raise CalibrationError(f"routines refer to unmeasured probe(s) {', '.join(missing[:3])}")
             if not (launch >= 0 and clear >= 0 and all(v >= 0 for b in barrier.values() for v in b.values())):
                 raise CalibrationError("negative launch, clear or barrier cost")
+            kernels = {_str(k): _kernel_points(k, v) for k, v in _obj(rec.get("kernels", {})).items()}
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise CalibrationError(f"malformed entry ({e!r})") from None
         meta = {k: rec[k] for k in ("written", "kfuse", "quick", "sizes", "reps") if k in rec}
-        return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source)
+        return cls(gpu, lib, dtype, device, launch, clear, barrier, routines, probes, meta, source, kernels)
+
+
+KERNEL_BY = ("mean_row", "entries")
+MAX_FACTOR = 1000.0     # a kernel 1000 times slower than its bytes at the copy bandwidth: no measurement
+
+
+def _kernel_points(key: str, v) -> dict:
+    """A ``kernels`` item checked: ``by`` one of KERNEL_BY, points [x, factor] with x > 0 rising
+    and 0 < factor <= MAX_FACTOR."""
+    v = _obj(v)
+    by, source = _str(v["by"]), _str(v["source"])
+    if by not in KERNEL_BY:
+        raise CalibrationError(f"kernels {key}: by {by!r}, not one of {', '.join(KERNEL_BY)}")
+    if len(source) != 12 or any(c not in "0123456789abcdef" for c in source):
+        raise CalibrationError(f"kernels {key}: source {source!r:.40} is not 12 hex digits")
+    if not isinstance(v["points"], list) or not v["points"]:
+        raise CalibrationError(f"kernels {key}: no points")
+    points: list[tuple[float, float]] = []
+    for pt in v["points"]:
+        if not isinstance(pt, list) or len(pt) != 2:
+            raise CalibrationError(f"kernels {key}: a point is not [x, factor]")
+        x, f = (_ns(u, f"kernels {key}") for u in pt)
+        if not (x > 0 and 0 < f <= MAX_FACTOR) or (points and x <= points[-1][0]):
+            raise CalibrationError(f"kernels {key}: point {pt} out of range or out of order")
+        points.append((float(x), float(f)))
+    return {"by": by, "source": source, "points": tuple(points)}
+
+
+def kernel_factor_key(fn: Function, variant: Variant) -> str:
+    """The key of a function's kernel factor (``kernels``): the function (``function_key``) and
+    the variant, e.g. ``spmv(A,x)/rows``."""
+    return f"{function_key(fn)}/{variant.name}"
+
+
+def source_digest(lib, variant: Variant) -> str:
+    """12 hex digits of the SHA-256 of a variant's source files as ``lib`` read them."""
+    h = hashlib.sha256()
+    for f in variant.files:
+        h.update(lib.source_text(f).encode() + b"\0")
+    return h.hexdigest()[:12]
 
 
 def _obj(v) -> dict:
