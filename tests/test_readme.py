@@ -65,11 +65,11 @@ def test_command_1_is_what_ci_runs_and_writes_under_an_ignored_folder():
 
 
 def test_command_2_is_the_quick_run_and_ci_runs_the_whole_suite():
-    """Command 2 is pytest's default run, which leaves out ``gpu`` and ``slow``; the README states
-    the whole suite's command, and it is the one .ci/run runs."""
+    """Command 2 is pytest's default run, which leaves out ``gpu`` and ``slow`` (a worker per core:
+    conftest.py); the README states the whole suite's command, and it is the one .ci/run runs."""
     assert _setup_commands()[1] == "python3 -m pytest -q"
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
-    assert addopts == "-m 'not gpu and not slow'"
+    assert addopts == "-m 'not gpu and not slow' --numprocesses=auto"
     whole = "python3 -m pytest -q -m 'not gpu'"
     assert f"`{whole}`" in SETUP and re.search(rf"^{re.escape(whole)}$", CI, re.M)
 
