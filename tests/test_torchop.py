@@ -81,3 +81,24 @@ def test_a_scripts_form_is_its_return_statement():
     assert [w for w, _ in form.computed] == ["out", "expr", "out"]
     one = kfuse.compile("vector x, y; input x; y = scal(2.0, x); return y;")
     assert torchop.form(one.calls.op_key, "t", ((1, "float32"),)).single
+
+
+def test_a_torch_that_refuses_the_operator_leaves_kfuse_working(monkeypatch, caplog):
+    """Registration fails (a torch whose custom_op raises): a warning, once; compiles and jitted
+    functions go on (their calls inside torch.compile then break its graph, as before)."""
+    import logging
+    import sys
+    import types
+
+    def refuse(*a, **k):
+        raise RuntimeError("no custom operators here")
+    fake = types.SimpleNamespace(library=types.SimpleNamespace(custom_op=refuse),
+                                 compiler=types.SimpleNamespace(is_compiling=lambda: True), Tensor=type("T", (), {}))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(torchop, "_state", {})
+    with caplog.at_level(logging.WARNING, logger="kfuse"):
+        assert torchop.register() is False and torchop.register() is False
+        prog = kfuse.compile("vector x, y; input x; y = scal(2.0, x); return y;")
+        kfuse.jit(lambda x: 2.0 * x).trace(np.zeros(5, np.float32))
+    assert caplog.text.count("could not be registered") == 1 and prog.kernels
+    assert torchop.compiling() is False

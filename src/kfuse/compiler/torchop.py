@@ -28,6 +28,7 @@ has none.
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 import weakref
 from dataclasses import dataclass
@@ -64,22 +65,27 @@ def register() -> bool:
     """Register ``kfuse::call`` where torch is imported (once; kfuse never imports torch itself).
     Called when a function is decorated, when a jitted function's signature is first called and
     when a compiled script's call path is made; returns whether the operator exists."""
-    if "op" in _state:
-        return True
+    if "op" in _state or "failed" in _state:
+        return "op" in _state
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
+        return False                # no torch yet, or one before torch.library.custom_op (2.4)
+    try:
+        @torch.library.custom_op(OP, mutates_args=(), schema=SCHEMA)
+        def call(target, kinds, tensors, numbers):
+            return run(target, kinds, tensors, numbers)
+
+        @call.register_fake
+        def _(target, kinds, tensors, numbers):
+            return _target(target).op_fake(kinds, tensors, numbers)
+
+        _state["form"] = torch.compiler.assume_constant_result(form)
+        _state["op"] = torch.ops.kfuse.call
+    except Exception as e:   # noqa: BLE001 - a torch that refuses the operator: kfuse works without it
+        _state["failed"] = True
+        logging.getLogger("kfuse").warning(f"the torch operator {OP} could not be registered ({type(e).__name__}: "
+                                           f"{e}); kfuse calls inside torch.compile will break its graph")
         return False
-
-    @torch.library.custom_op(OP, mutates_args=(), schema=SCHEMA)
-    def call(target, kinds, tensors, numbers):
-        return run(target, kinds, tensors, numbers)
-
-    @call.register_fake
-    def _(target, kinds, tensors, numbers):
-        return _target(target).op_fake(kinds, tensors, numbers)
-
-    _state["form"] = torch.compiler.assume_constant_result(form)
-    _state["op"] = torch.ops.kfuse.call
     globals()["compiling"] = torch.compiler.is_compiling
     return True
 
