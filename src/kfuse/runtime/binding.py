@@ -237,6 +237,7 @@ class Binding:
         # per returned value: (name, offset in the per-call block or None when given, shape, bytes)
         self.result_layout = [(v.name, None if v.name in user else self.offsets[v.id][1],
                                result_shape(v, self.dims, self.grids), self.nbytes[v.name]) for v in prog.outputs]
+        self.torch_layout: list | None = None      # result_layout for a torch block (executor._torch_layout)
 
     def _place(self, values, cleared: set[int], where: int) -> tuple[int, int]:
         total = 0

@@ -265,8 +265,10 @@ class Executor:
         if not binding.own_bytes:
             return 0, None
         if torch_in:
+            # a block of the element type: each result is one as_strided of it (``_result``)
             torch = sys.modules["torch"]
-            block = torch.empty(binding.own_bytes, dtype=torch.uint8, device=f"cuda:{binding.device}")
+            block = torch.empty(binding.own_bytes // binding.dtype.itemsize, dtype=torch_dtype(binding.dtype),
+                                device=f"cuda:{binding.device}")
             return block.data_ptr(), block
         if cp.cuda.runtime.getDevice() != binding.device:
             with cp.cuda.Device(binding.device):
@@ -323,9 +325,9 @@ class Executor:
             dtype = binding.dtype
             results = [out[name] if off is None else cupy().ndarray(shape, dtype, block + off)
                        for name, off, shape, _ in binding.result_layout]
-        else:
-            results = [out[name] if off is None else _view(block, off, shape, binding.dtype, nbytes)
-                       for name, off, shape, nbytes in binding.result_layout]
+        else:       # torch: one as_strided of the typed block a result (a slice and two views took 3 ops)
+            results = [out[name] if off is None else block.as_strided(shape, strides, off)
+                       for name, off, shape, strides in _torch_layout(binding)]
         return results[0] if len(results) == 1 else tuple(results)
 
 
@@ -355,11 +357,21 @@ def _on_device(x, cp) -> bool:
     return hasattr(x, "__cuda_array_interface__")
 
 
-def _view(block, offset: int, shape, dtype: np.dtype, nbytes: int):
-    cp = cupy()
-    if isinstance(block, cp.cuda.MemoryPointer):
-        return cp.ndarray(shape, dtype, block + offset)
-    return block[offset:offset + nbytes].view(torch_dtype(dtype)).view(shape)
+def _torch_layout(binding: Binding) -> list:
+    """``binding.result_layout`` for a torch block of the element type: (name, offset in elements
+    or None for a given output, shape, contiguous strides), made once per binding."""
+    got = binding.torch_layout
+    if got is None:
+        got = []
+        for name, off, shape, _ in binding.result_layout:
+            strides, step = [], 1
+            for n in reversed(shape):
+                strides.append(step)
+                step *= n
+            got.append((name, None if off is None else off // binding.dtype.itemsize, tuple(shape),
+                        tuple(reversed(strides))))
+        binding.torch_layout = got
+    return got
 
 
 class BoundCall:
