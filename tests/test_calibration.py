@@ -606,3 +606,29 @@ def test_a_load_declared_to_overlap_is_priced_beside_the_streamed_ones(lib):
     assert transfer[0.0] == pytest.approx(2.0 * inst * 1e-9)
     assert transfer[1.5] == transfer[0.0]                        # hidden behind A's loads
     assert transfer[5.0] == pytest.approx(5.0 * inst * 1e-9)     # longer than them: it sets the time
+
+
+def test_report_measures_an_alternative_models_first_choice(monkeypatch):
+    """--alt-launch-ns/--alt-clear-ns: the alternative model's first choice is measured with the
+    top K (added where it is not among them) and set against the same best."""
+    import kfuse.tuning.measure as measure
+    from conftest import ROOT
+    from kfuse.bench.prediction import alternative_model, run_report
+    from kfuse.cost.transfer import DEFAULT_MACHINE
+    counts = []
+
+    def fake_measure(compiled, plans, dims, reps=30, log=None, label="tune"):
+        counts.append(len(plans))
+        return [(100.0 + 10 * k, k, None) for k in range(len(plans))], 0.1
+    monkeypatch.setattr(measure, "measure_plans", fake_measure)
+    alt = alternative_model(DEFAULT_MACHINE, 1.0, 2.0)
+    assert alt.launch == pytest.approx(1e-9) and alt.clear == pytest.approx(2e-9) and alt.bandwidth == DEFAULT_MACHINE.bandwidth
+    results, header = run_report([ROOT / "examples" / "gemver.kf"], n=1024, top=2, reps=3, log=lambda m: None,
+                                 alt_launch_ns=1.0, alt_clear_ns=1.0)
+    [r] = results
+    assert "alternative" in header and r.alt_rank is not None and 1 <= r.alt_rank <= counts[0] <= 3
+    assert r.alt_over_best() == pytest.approx((100.0 + 10 * (r.alt_rank - 1)) / 100.0)
+    text = markdown(results, header)
+    assert "Alternative model:" in text and "of the alternative model" in text
+    plain, _ = run_report([ROOT / "examples" / "gemver.kf"], n=1024, top=2, reps=3, log=lambda m: None)
+    assert plain[0].alt_rank is None and counts[-1] == 2

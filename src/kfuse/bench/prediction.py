@@ -6,7 +6,10 @@ the CUDA text of every implementation of every fusion (timed: all implementation
 the top K plans in predicted order with the empirical search's machinery (``tuning.measure``; timed,
 NVRTC included).  Table 4 gives the number of implementations, the rank of the measured best in
 predicted order, and the first choice and the worst of the K relative to the best; Table 5 the
-three times.  A third table sets predictions against measurements.
+three times.  A third table sets predictions against measurements.  With an alternative model
+(``--alt-launch-ns``/``--alt-clear-ns``: the ranking model's launch and clear terms replaced, e.g. by
+a graph node's), the alternative's first choice is measured too (added to the K where it is not
+among them) and set against the same best: a change to the model judged on the same timings.
 """
 from __future__ import annotations
 
@@ -35,13 +38,15 @@ class SequenceResult:
     summaries: list[str] = field(default_factory=list)     # the measured plans, in predicted order
     # the first choice and the measured best timed again in turns (``retime``): (first us, best us)
     retimed: tuple[float, float] | None = None
+    alt_rank: int | None = None     # the alternative model's first choice: its place in ``measured`` (rank)
 
     def to_json(self) -> dict:
         """Every measured plan (rank, predicted and measured us, plan summary), for analysis."""
         return {"name": self.name, "plans": self.plans, "wrong": self.wrong,
                 "measured": [{"rank": r, "predicted_us": p, "measured_us": m, "plan": self.summaries[r - 1]}
                              for r, p, m in self.measured],
-                **({"retimed": {"first_us": self.retimed[0], "best_us": self.retimed[1]}} if self.retimed else {})}
+                **({"retimed": {"first_us": self.retimed[0], "best_us": self.retimed[1]}} if self.retimed else {}),
+                **({"alternative_rank": self.alt_rank} if self.alt_rank is not None else {})}
 
     @property
     def best(self) -> tuple[int, float, float] | None:
@@ -58,13 +63,19 @@ class SequenceResult:
             return 1.0
         return self.retimed[0] / self.retimed[1] if self.retimed else None
 
+    def alt_over_best(self) -> float | None:
+        """The alternative model's first choice against the measured best (None without one, or
+        when it gave a wrong result)."""
+        got = next((m for m in self.measured if m[0] == self.alt_rank), None)
+        return got[2] / self.best[2] if got and self.best else None
+
     def worst_over_best(self) -> float | None:
         best = self.best
         return max(m[2] for m in self.measured) / best[2] if best else None
 
 
 def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int, log,
-                     rounds: int = 0) -> SequenceResult:
+                     rounds: int = 0, alternative=None) -> SequenceResult:
     import kfuse
     from .harness import sequence_dims
     from .records import display_name
@@ -84,6 +95,13 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
                          first_s=first_s, all_s=all_s)
     t1 = time.perf_counter()
     plans = list(itertools.islice(search.plans(), top))
+    if alternative is not None:     # the alternative model's first choice, measured with the K
+        from ..ir.plan import plan_to_json
+        alt = kfuse.compile(path, dtype=dtype, sizes=sizes, tuned=False, calibration=alternative).plan
+        found = [k for k, p in enumerate(plans) if plan_to_json(p) == plan_to_json(alt)]
+        if not found:
+            plans.append(alt)
+        res.alt_rank = (found[0] if found else len(plans) - 1) + 1
     results, res.compile_s = measure_plans(compiled, plans, search.dims, reps=reps, log=log, label="report")
     res.search_s = time.perf_counter() - t1
     res.measured = sorted((k + 1, plans[k].predicted * 1e6, t) for t, k, _ in results)
@@ -111,6 +129,9 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
         lines += ["", f"Re-timed: the first choice and the measured best timed again in turns, {rounds} rounds "
                   "(median of the rounds), where they differ: the best of many plans timed once each is "
                   "biased low, since the plan whose timing happened to fall low wins."]
+    if header.get("alternative"):
+        lines += ["", f"Alternative model: {header['alternative']}; its first choice was measured with the top "
+                  f"{header.get('top')} (added where not among them)."]
     lines += ["", "## Table 4: ranking", "",
               "| sequence | implementations (plans) | fusion implementations | measured | rank of the measured best "
               "| first choice / best | re-timed | worst / best |",
@@ -121,8 +142,13 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
                      + (f" ({r.wrong} wrong)" if r.wrong else "")
                      + f" | {best[0] if best else '–'} | {_f(r.first_over_best())} | {_f(r.first_over_best_retimed())}"
                      f" | {_f(r.worst_over_best())} |")
-    for label, ratio in (("", SequenceResult.first_over_best),
-                         (" (re-timed)", SequenceResult.first_over_best_retimed)):
+    firsts = [("", SequenceResult.first_over_best), (" (re-timed)", SequenceResult.first_over_best_retimed)]
+    if header.get("alternative"):
+        firsts.append((" of the alternative model", SequenceResult.alt_over_best))
+        lines += ["", "| sequence | alternative's first choice: rank | / best |", "| --- | ---: | ---: |"]
+        lines += [f"| {r.name} | {r.alt_rank if r.alt_rank is not None else '–'} | {_f(r.alt_over_best())} |"
+                  for r in results]
+    for label, ratio in firsts:
         got = sorted(f for r in results if (f := ratio(r)) is not None)
         if not got:
             continue
@@ -169,8 +195,22 @@ def random_scripts(folder: Path, count: int, seed: int, lib=None) -> list[Path]:
     return paths
 
 
+def alternative_model(model, launch_ns: float | None, clear_ns: float | None):
+    """``model`` (calibrated or the transfer model) with its launch and clear terms replaced
+    (nanoseconds a kernel; None: kept)."""
+    from dataclasses import replace
+    from ..cost.calibrated import CalibratedModel
+    if isinstance(model, CalibratedModel):
+        cal = model.cal
+        return CalibratedModel(replace(cal, launch_ns=cal.launch_ns if launch_ns is None else launch_ns,
+                                       clear_ns=cal.clear_ns if clear_ns is None else clear_ns))
+    return replace(model, launch=model.launch if launch_ns is None else launch_ns * 1e-9,
+                   clear=model.clear if clear_ns is None else clear_ns * 1e-9)
+
+
 def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int = 2**26, top: int = 20,
-               reps: int = 20, log=None, checkpoint=None, rounds: int = 0) -> tuple[list[SequenceResult], dict]:
+               reps: int = 20, log=None, checkpoint=None, rounds: int = 0, alt_launch_ns: float | None = None,
+               alt_clear_ns: float | None = None) -> tuple[list[SequenceResult], dict]:
     import kfuse
     from ..runtime.gpu import gpu_name
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -178,11 +218,16 @@ def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int 
     model = search.model if search is not None else None
     header = {"gpu": gpu_name() or "no GPU", "dtype": dtype, "n": n, "N": N, "top": top, "reps": reps, "rounds": rounds,
               "model": getattr(model, "name", "?")}
+    alternative = None
+    if model is not None and (alt_launch_ns is not None or alt_clear_ns is not None):
+        alternative = alternative_model(model, alt_launch_ns, alt_clear_ns)
+        header["alternative"] = (f"{getattr(model, 'name', '?')} with launch {alt_launch_ns} ns and clear "
+                                 f"{alt_clear_ns} ns a kernel (None: as it is)")
     results = []
     with Progress("report: sequences", len(paths), log) as bar:
         for k, path in enumerate(paths):
             log(f"report [{k + 1}/{len(paths)}] {Path(path).stem}")
-            results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log, rounds))
+            results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log, rounds, alternative))
             bar.step()
             if checkpoint:
                 checkpoint(results, header)

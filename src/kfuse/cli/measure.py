@@ -6,7 +6,7 @@ import json
 import logging
 from pathlib import Path
 
-from .util import (EXIT_ERROR, GpuRequiredError, bench_size, positive_int, require_gpu, error_json,
+from .util import (EXIT_ERROR, GpuRequiredError, bench_size, nonnegative_float, positive_int, require_gpu, error_json,
                        json_option, print_json)
 from ..errors import KfuseError
 
@@ -122,7 +122,8 @@ def cmd_report(args) -> int:
         out.with_suffix(".json").write_text(json.dumps({"header": header, "sequences": [r.to_json() for r in results]},
                                                        indent=1))
     results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
-                                 checkpoint=checkpoint, rounds=args.retime)
+                                 checkpoint=checkpoint, rounds=args.retime, alt_launch_ns=args.alt_launch_ns,
+                                 alt_clear_ns=args.alt_clear_ns)
     checkpoint(results, header)
     log.info(f"wrote {out}")
     if args.json:
@@ -187,5 +188,9 @@ def measure_commands(sub) -> None:
     p.add_argument("--random", type=int, default=0, metavar="K",
                    help="report on K random scripts of the generator instead (written beside the report)")
     p.add_argument("--seed", type=int, default=0, help="first seed of --random (default 0)")
+    p.add_argument("--alt-launch-ns", type=nonnegative_float, default=None, metavar="NS",
+                   help="also measure the first choice of the ranking model with this launch term (ns a kernel)")
+    p.add_argument("--alt-clear-ns", type=nonnegative_float, default=None, metavar="NS",
+                   help="... and this clear term (ns a kernel with reduced outputs)")
     json_option(p, "print the files written and every sequence's measured plans as JSON, or the error")
     p.set_defaults(fn=cmd_report)

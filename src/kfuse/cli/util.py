@@ -26,6 +26,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
 class GpuRequiredError(KfuseError):
     """A command that runs kernels found no usable GPU (``"kind": "no_gpu"`` under --json)."""
 
