@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/sparse.py results.md            # the whole table
     PYTHONPATH=src python benchmarks/sparse.py --quick results.md    # fewer cases and repetitions
     PYTHONPATH=src python benchmarks/sparse.py --set results.md      # on benchmarks/matrices.py's set
+    PYTHONPATH=src python benchmarks/sparse.py --set --sweep-lanes results.md   # every row mapping forced
 
 Mat-vec alone on ~10^6-row matrices with mean row lengths ~4, ~16, ~64 (columns in a band around
 the diagonal, as a mesh matrix's) and a skewed one (row lengths 1-40 and a few rows of 10^5
@@ -323,6 +324,55 @@ def set_tables(rows, names, dtypes, reps, iters, cg_reps, bw) -> list[str]:
     return profile + [""] + mv + [""] + cg
 
 
+def sweep_table(rows, names, dtypes, reps, bw) -> list[str]:
+    """Issue 58's data for choosing the row mapping: kfuse's mat-vec on every matrix of the set
+    (int32 indices) with each row mapping the kernel takes forced (``runtime.csr.LANES``: 0 streams
+    a warp's rows, else that many lanes a row), beside the one ``mapping`` chooses; GPU time per
+    call of 20 in a row, checked against the float64 product.  Each forced mapping gets copies of
+    the index arrays, so that the binding checks (and maps) the matrix again."""
+    import cupy as cp
+    import cupyx.scipy.sparse as cps
+    import kfuse
+    from kfuse.runtime import csr as csr_inputs
+    from matrices import matrix_set
+    head = " | ".join(f"lanes {k}" if k else "stream" for k in csr_inputs.LANE_CHOICES)
+    out = ["## Row mappings forced, the matrix set (int32 indices)", "",
+           f"| matrix | dtype | mean row | chosen | {head} | traffic limit |",
+           "| --- | --- | --- | --- | " + " | ".join("---" for _ in csr_inputs.LANE_CHOICES) + " | --- |"]
+    prog = {dt: kfuse.compile("csr A;\nvector x, y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n", dtype=dt)
+            for dt in dtypes}
+    for mat in matrix_set(rows, names=names):
+        host = mat.with_index("int32")
+        st = mat.stats()
+        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"])[0]
+        indptr, indices, data64 = (cp.asarray(a) for a in (host.indptr, host.indices, host.data))
+        ref64 = cps.csr_matrix((data64, indices, indptr), shape=(mat.rows, mat.cols))
+        for dtype in dtypes:
+            x = cp.random.default_rng(2).standard_normal(mat.cols).astype(dtype)
+            ref, mag = ref64 @ x.astype(cp.float64), abs(ref64) @ cp.abs(x.astype(cp.float64))
+            data = data64.astype(dtype)
+            item = np.dtype(dtype).itemsize
+            limit = (mat.nnz * (item + 4) + (mat.rows + 1) * 4 + (mat.rows + mat.cols) * item) / bw * 1e6
+            cells = []
+            for lanes in csr_inputs.LANE_CHOICES:
+                csr_inputs.LANES = lanes
+                try:
+                    A = kfuse.CSR(indptr.copy(), indices.copy(), data, (mat.rows, mat.cols))
+                    bound = prog[dtype].bind(A=A, x=x)
+                    us = timed(bound, max(3, reps // 5), calls=20)
+                    err = check(bound.result, ref, mag)
+                    cells.append(f"{us:.1f}" + ("" if err < (1e-4 if dtype == "float32" else 1e-11) else " (wrong!)"))
+                except Exception as e:  # noqa: BLE001 - a mapping that cannot run: its reason
+                    cells.append(f"- ({type(e).__name__}: {str(e)[:40]})")
+                finally:
+                    csr_inputs.LANES = None
+            out.append(f"| {mat.name} | {dtype} | {st['mean']:.1f} | {chosen or 'stream'} | " + " | ".join(cells)
+                       + f" | {limit:.1f} |")
+        del indptr, indices, data64, ref64
+        cp.get_default_memory_pool().free_all_blocks()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="markdown file to write")
@@ -332,7 +382,11 @@ def main() -> None:
                     help="run both tables on benchmarks/matrices.py's set at --rows (int32 and int64 indices) "
                          "instead of the synthetic bands and the 2-D Laplacian")
     ap.add_argument("--only", default=None, help="with --set: comma-separated names of the set (default: all)")
+    ap.add_argument("--sweep-lanes", action="store_true",
+                    help="with --set: the mat-vec with every row mapping forced, beside the chosen one (issue 58)")
     args = ap.parse_args()
+    if args.sweep_lanes and not args.set:
+        ap.error("--sweep-lanes goes with --set")
     names = None if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
     if names is not None:
         from matrices import MATRICES          # benchmarks/ is on the path: this script's folder
@@ -349,7 +403,9 @@ def main() -> None:
     lines = [f"# Sparse mat-vec and CG ({cp.cuda.runtime.getDeviceProperties(0)['name'].decode()})", "",
              f"Copy bandwidth {bw / 1e9:.0f} GB/s. Times in microseconds (medians); mat-vec: one call / "
              "per call of 20 in a row.", ""]
-    if args.set:
+    if args.set and args.sweep_lanes:
+        lines += sweep_table(m, names, dtypes, reps, bw)
+    elif args.set:
         lines += set_tables(m, names, dtypes, reps, iters, cg_reps, bw)
         args.out.write_text("\n".join(lines) + "\n")
         print("\n".join(lines))

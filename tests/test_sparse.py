@@ -142,6 +142,18 @@ def test_row_mapping_follows_the_row_statistics(rows, nnz, longest, lanes, long_
     assert csr_inputs.mapping(rows, nnz, longest) == (lanes, long_row)
 
 
+def test_a_fixed_mapping_for_measurements_overrides_the_lanes_only(monkeypatch):
+    """runtime.csr.LANES (benchmarks/sparse.py --sweep-lanes): every matrix takes those lanes, its
+    long rows still found; a value the kernel does not take is a LaunchError."""
+    monkeypatch.setattr(csr_inputs, "LANES", 16)
+    assert csr_inputs.mapping(1000, 4000, 9) == (16, 0) and csr_inputs.mapping(1000, 5000, 100_000) == (16, 256)
+    monkeypatch.setattr(csr_inputs, "LANES", 0)
+    assert csr_inputs.mapping(1000, 1000, 1) == (0, 0)
+    monkeypatch.setattr(csr_inputs, "LANES", 64)
+    with pytest.raises(LaunchError, match="one of"):
+        csr_inputs.mapping(1000, 4000, 9)
+
+
 def test_a_few_long_rows_do_not_widen_every_row():
     """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would stream every row;
     the median keeps the short rows in narrow groups and sends the long one to the instance."""

@@ -203,13 +203,23 @@ def fast_key(x) -> tuple[tuple, list[int], bool] | None:
             [a.data.ptr, b.data.ptr, d.data.ptr], False)
 
 
+LANES: int | None = None    # for measurements (benchmarks/sparse.py --sweep-lanes): every matrix checked
+                            # while it is set takes these lanes (0: streamed); None: chosen by ``mapping``
+LANE_CHOICES = (0, 1, 2, 4, 8, 16, 32)      # what the kernel takes (a group's lanes within a warp)
+
+
 def mapping(rows: int, nnz: int, longest: int, median: float | None = None) -> tuple[int, int]:
     """(lanes, long_row) for a matrix of these row statistics (see the module docstring); lanes 0:
-    streamed rows."""
+    streamed rows.  ``LANES``, where set, overrides the lanes."""
     typical = nnz / rows if median is None else min(nnz / rows, median)
     lanes = max(1, 2 ** round(math.log2(max(typical, 1.0))))
     threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
-    return (0 if lanes >= STREAM_LANES else lanes), (threshold if longest > threshold else 0)
+    chosen = 0 if lanes >= STREAM_LANES else lanes
+    if LANES is not None:
+        if LANES not in LANE_CHOICES:
+            raise LaunchError(f"runtime.csr.LANES is {LANES!r}; the kernel takes one of {LANE_CHOICES}")
+        chosen = LANES
+    return chosen, (threshold if longest > threshold else 0)
 
 
 class Checked(NamedTuple):
