@@ -262,3 +262,20 @@ def test_the_tuning_store_keeps_plans_of_synthesized_functions(tmp_path, monkeyp
     assert used.from_store and used.plan.kernels == other.kernels
     another = kfuse.compile(script.replace("2.0 * exp(w)", "3.0 * exp(w)"), tuned=path)
     assert not another.from_store                   # another expression is another program
+
+
+def test_a_broadcast_vector_alone_is_refused_not_a_crash():
+    """``x[:, None]`` with no matrix and no ``w[None, :]`` has no column size: a clean error at the
+    user's place, in a script and in a jitted function (it was a StopIteration in synth.py)."""
+    with pytest.raises(ScriptError, match=r"v\[:, None\] alone has one size"):
+        kfuse.compile("vector x; matrix M; input x; M = x[:, None] * 2.0; return M;")
+
+    def f(A, x):
+        return x[None, :] + 1.0
+    with pytest.raises(TraceError, match=r"v\[None, :\] alone has one size") as info:
+        kfuse.jit(f).compile(np.ones((5, 5), np.float32), np.ones(5, np.float32))
+    assert "test_elementwise.py" in str(info.value)
+
+    def g(x, y):
+        return x[:, None] * y[None, :]                  # an outer product: sized
+    assert kfuse.jit(g).compile(np.ones(5, np.float32), np.ones(7, np.float32)).kernels

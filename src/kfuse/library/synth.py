@@ -78,6 +78,10 @@ def _make(expr: tuple, kinds: tuple[str, ...], reduce: str | None, carrier: int,
         if reduce is not None and reduce not in AXIS_SUMS:
             raise KfuseError(f"{reduce} of a matrix expression: kfuse reduces vector expressions, and sums a "
                              "matrix expression along its rows or columns")
+        if "matrix" not in kinds and not ("row" in kinds and "col" in kinds):
+            which = "v[:, None]" if "row" in kinds else "v[None, :]"
+            raise KfuseError(f"{which} alone has one size: a matrix expression needs a matrix, or both v[:, None] "
+                             "and w[None, :] (an outer product), to size its rows and columns")
         if reduce in AXIS_SUMS and not _zero_at_zero(expr, kinds, "col" if reduce == "rowsum" else "row"):
             raise KfuseError("the row or column sums of an expression that is not 0 where the matrix is 0 "
                              "(tiles past the matrix's edge read 0): sum a product, a difference, abs ... of it")
