@@ -207,8 +207,8 @@ def test_compiled_script_and_artifact_are_immutable_and_a_shared_source_makes_ne
 
 def test_torch_results_are_one_as_strided_of_a_typed_block_each(monkeypatch):
     """With torch tensors a call's own results come from one block of the element type, each one
-    ``as_strided`` of it (a byte slice viewed twice was three torch operations a result, about
-    4 us of host time each on a CPU); given outputs are returned as given."""
+    ``as_strided`` of it (one torch operation a result, where a byte slice viewed twice took
+    three); given outputs are returned as given."""
     import types as _types
     from kfuse.runtime import executor
 
