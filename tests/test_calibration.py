@@ -628,7 +628,8 @@ def test_report_measures_an_alternative_models_first_choice(monkeypatch):
     [r] = results
     assert "alternative" in header and r.alt_rank is not None and 1 <= r.alt_rank <= counts[0] <= 3
     assert r.alt_over_best() == pytest.approx((100.0 + 10 * (r.alt_rank - 1)) / 100.0)
+    assert set(r.alt_predicted) == {k for k, _, _ in r.measured} and all(v > 0 for v in r.alt_predicted.values())
     text = markdown(results, header)
-    assert "Alternative model:" in text and "of the alternative model" in text
+    assert "Alternative model:" in text and "of the alternative model" in text and "alternative: median" in text
     plain, _ = run_report([ROOT / "examples" / "gemver.kf"], n=1024, top=2, reps=3, log=lambda m: None)
     assert plain[0].alt_rank is None and counts[-1] == 2

@@ -9,7 +9,8 @@ predicted order, and the first choice and the worst of the K relative to the bes
 three times.  A third table sets predictions against measurements.  With an alternative model
 (``--alt-launch-ns``/``--alt-clear-ns``: the ranking model's launch and clear terms replaced, e.g. by
 a graph node's), the alternative's first choice is measured too (added to the K where it is not
-among them) and set against the same best: a change to the model judged on the same timings.
+among them) and set against the same best, and every measured plan is priced by it too (its
+predicted / measured beside the ranking model's): a change to the model judged on the same timings.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class SequenceResult:
     # the first choice and the measured best timed again in turns (``retime``): (first us, best us)
     retimed: tuple[float, float] | None = None
     alt_rank: int | None = None     # the alternative model's first choice: its place in ``measured`` (rank)
+    alt_predicted: dict[int, float] = field(default_factory=dict)   # rank -> the alternative model's us
 
     def to_json(self) -> dict:
         """Every measured plan (rank, predicted and measured us, plan summary), for analysis."""
@@ -46,7 +48,9 @@ class SequenceResult:
                 "measured": [{"rank": r, "predicted_us": p, "measured_us": m, "plan": self.summaries[r - 1]}
                              for r, p, m in self.measured],
                 **({"retimed": {"first_us": self.retimed[0], "best_us": self.retimed[1]}} if self.retimed else {}),
-                **({"alternative_rank": self.alt_rank} if self.alt_rank is not None else {})}
+                **({"alternative_rank": self.alt_rank,
+                    "alternative_predicted_us": {str(k): v for k, v in sorted(self.alt_predicted.items())}}
+                   if self.alt_rank is not None else {})}
 
     @property
     def best(self) -> tuple[int, float, float] | None:
@@ -102,6 +106,12 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
         if not found:
             plans.append(alt)
         res.alt_rank = (found[0] if found else len(plans) - 1) + 1
+    if alternative is not None:     # every measured plan as the alternative model prices it
+        import numpy as np
+        from ..ir.program import entries_of
+        entries, itemsize = entries_of(search.program, search.dims), np.dtype(dtype).itemsize
+        res.alt_predicted = {k + 1: sum(alternative.kernel_time(c, search.dims, entries, itemsize) for c in p.codes) * 1e6
+                             for k, p in enumerate(plans) if p.codes}
     results, res.compile_s = measure_plans(compiled, plans, search.dims, reps=reps, log=log, label="report")
     res.search_s = time.perf_counter() - t1
     res.measured = sorted((k + 1, plans[k].predicted * 1e6, t) for t, k, _ in results)
@@ -165,18 +175,22 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
               "to rank it) plus the CUDA text of all of them.", "",
               "## Prediction against measurement", "",
               "| sequence | first: predicted / measured us | best: predicted / measured us (rank) "
-              "| median predicted/measured | range |", "| --- | ---: | ---: | ---: | ---: |"]
+              "| median predicted/measured | range |" + (" alternative: median | range |" if header.get("alternative") else ""),
+              "| --- | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if header.get("alternative") else "")]
     for r in results:
         if not r.measured:
-            lines.append(f"| {r.name} | – | – | – | – |")
+            lines.append(f"| {r.name} | – | – | – | – |" + (" – | – |" if header.get("alternative") else ""))
             continue
         first = next((m for m in r.measured if m[0] == 1), None)
         best = r.best
         assert best is not None                 # measured
         ratios = [p / m for _, p, m in r.measured if m > 0]
+        alt = [r.alt_predicted[k] / m for k, _, m in r.measured if m > 0 and k in r.alt_predicted]
         lines.append(f"| {r.name} | {f'{first[1]:.1f} / {first[2]:.1f}' if first else '–'} | "
                      f"{best[1]:.1f} / {best[2]:.1f} ({best[0]}) | {statistics.median(ratios):.2f} | "
-                     f"{min(ratios):.2f} – {max(ratios):.2f} |")
+                     f"{min(ratios):.2f} – {max(ratios):.2f} |"
+                     + (f" {statistics.median(alt):.2f} | {min(alt):.2f} – {max(alt):.2f} |" if alt else
+                        (" – | – |" if header.get("alternative") else "")))
     return "\n".join(lines) + "\n"
 
 
