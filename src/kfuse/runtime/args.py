@@ -20,6 +20,16 @@ def torch_tensor_type():
     return getattr(torch, "Tensor", None) if torch is not None else None
 
 
+def current_stream(torch_in: bool, device: int) -> int:
+    """The raw handle of the caller's current stream on ``device``: torch's with torch tensors (its
+    C accessor, which builds no Stream object, where this torch has it), else CuPy's."""
+    if torch_in:
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+    return cupy().cuda.get_current_stream().ptr
+
+
 def numpy_dtype(torch_dtype) -> np.dtype | None:
     if not _TORCH_DTYPES:
         torch = sys.modules["torch"]

@@ -9,7 +9,6 @@ their module is compiled relocatable and linked with it (``-rdc=true``; CuPy lin
 ``libcudadevrt``)."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 
@@ -77,7 +76,7 @@ class ScalarTail:
         """Launch kf_scalars over ``sources`` (aligned with ``reads``: 0-d device arrays, or host
         numbers where ``numbers``) on ``stream`` (default: the current stream of ``like``'s
         framework), writing ``results`` (default: new ones, ``empty``); returns them."""
-        from .args import adapt, facts, torch_tensor_type
+        from .args import adapt, current_stream, facts, torch_tensor_type
         from .launch import KernelLaunch, PackedArgs
         tensor = torch_tensor_type()
         cp = cupy()
@@ -86,8 +85,7 @@ class ScalarTail:
         if results is None:
             results = self.empty(like)
         if stream is None:
-            stream = (sys.modules["torch"].cuda.current_stream(device).cuda_stream if torch_like
-                      else cp.cuda.get_current_stream().ptr)
+            stream = current_stream(torch_like, device)
         numbers = tuple(self.numbers and not _on_device(x, cp, tensor) for x in sources)
         fn = self.functions.get((device, numbers))
         if fn is None:
@@ -95,10 +93,16 @@ class ScalarTail:
                 module = control_module(self.source(numbers), relocatable=False)
                 fn = self.functions[device, numbers] = module.get_function("kf_scalars")
         real = self.dtype.type
-        args_c = tuple(facts(x)[4] for x in results) + tuple(
-            real(float(x)) if number else facts(x if isinstance(x, cp.ndarray) or _is_tensor(x, tensor)
-                                                else adapt(x, "a returned scalar's operand"))[4]
-            for x, number in zip(sources, numbers))
+        array = cp.ndarray
+
+        def address(x) -> int:      # a CuPy array's or torch tensor's pointer, read directly
+            if isinstance(x, array):
+                return x.data.ptr
+            if _is_tensor(x, tensor):
+                return x.data_ptr()
+            return facts(adapt(x, "a returned scalar's operand"))[4]
+        args_c = tuple(address(x) for x in results) + tuple(
+            real(float(x)) if number else address(x) for x, number in zip(sources, numbers))
         KernelLaunch(fn, 1, 1, PackedArgs(args_c), "kf_scalars").launch(stream)
         return results
 

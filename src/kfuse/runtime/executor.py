@@ -35,7 +35,7 @@ from ..errors import LaunchError
 from ..ir.artifact import Resolve
 from ..ir.program import Program
 from . import driver
-from .args import adapt, facts, torch_dtype, torch_tensor_type
+from .args import adapt, current_stream, facts, torch_dtype, torch_tensor_type
 from .arrays import to_scalar
 from . import csr as csr_inputs
 from .binding import OUT, Binding, check_arguments, check_names, overlapping
@@ -234,11 +234,7 @@ class Executor:
                 if hasattr(stream, attr):
                     return int(getattr(stream, attr))
             raise LaunchError(f"stream: expected a CuPy or torch stream or a raw handle, got {type(stream).__name__}")
-        if torch_in:
-            torch = sys.modules["torch"]
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
-        return cp.cuda.get_current_stream().ptr
+        return current_stream(torch_in, device)
 
     def _check_overlap(self, binding: Binding, in_ptrs, out_ptrs) -> None:
         ends = [p + n for p, n in zip(in_ptrs, binding.in_nbytes)] + [p + n for p, n in zip(out_ptrs, binding.out_nbytes)]

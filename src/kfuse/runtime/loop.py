@@ -30,7 +30,7 @@ from ..errors import CompileError, LaunchError
 from ..ir.loop import LoopArtifact, counts
 from . import csr as csr_inputs
 from . import driver, loopends, loopgraph, merged, persistent
-from .args import adapt, facts, torch_tensor_type
+from .args import adapt, current_stream, facts, torch_tensor_type
 from .binding import OUT, TMP
 from .control import control_module
 from .executor import Executor
@@ -59,13 +59,6 @@ def _entry_ptr(a) -> int:
     return facts(a.indptr if isinstance(a, csr_inputs.CSR) else a)[4]
 
 
-def _caller_stream(torch_in: bool, device: int) -> int:
-    if torch_in:
-        torch = sys.modules["torch"]
-        return torch.cuda.current_stream(device).cuda_stream
-    return cupy().cuda.get_current_stream().ptr
-
-
 class Instance:
     """See the module docstring."""
 
@@ -77,7 +70,7 @@ class Instance:
         shapes = tuple(tuple(getattr(x, "shape", ())) for x in leaves)
         kept = tuple(_kept_key(leaves[j], j) for j, s in enumerate(art.sources)
                      if s == ("keep",) and (hasattr(leaves[j], "shape") or csr_inputs.is_csr(leaves[j])))
-        return (torch_in, device, _caller_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE,
+        return (torch_in, device, current_stream(torch_in, device), shapes, kept, pred, WHILE_GRAPH, persistent.MODE,
                 persistent.MIN_BLOCKS, merged.MODE, merged.MAX_GRID, merged.BLOCK, merged.SIDE_BY_SIDE)
 
     def __init__(self, art: LoopArtifact, leaves: list, pred):
@@ -331,7 +324,7 @@ class Instance:
         """Set the bound, numbers and counter, copy the initial state into set 0 and clear the
         first step's reduced outputs, on the caller's stream (``runtime/loopends.py``)."""
         cp = cupy()
-        self.stream = _caller_stream(self.torch_in, self.device)
+        self.stream = current_stream(self.torch_in, self.device)
         self.most = most
         self._held: list = []
         with cp.cuda.Device(self.device):
