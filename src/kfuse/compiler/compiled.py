@@ -166,12 +166,11 @@ class CompiledScript:
         the stream of that run."""
         from ..runtime import driver
         from ..runtime.args import torch_tensor_type
-        from ..runtime.gpu import cupy
         outs = res if isinstance(res, tuple) else (res,)
         like, tensor = outs[0], torch_tensor_type()
         torch_like = tensor is not None and isinstance(like, tensor)
         device = like.device.index if torch_like else like.data.device_id
-        s = self.calls.executor.stream_of(stream, device, torch_like, cupy())
+        s = self.calls.executor.stream_of(stream, device, torch_like)
         tail = self.calls.scalar_tail
         assert tail is not None, "called only for a script that returns arithmetic"
         sources = [outs[k] if where == "out" else inputs[k] for where, k in tail.reads]

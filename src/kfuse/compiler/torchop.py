@@ -178,10 +178,6 @@ def run(target: int, kinds: str, tensors, numbers) -> list:
     return out
 
 
-def _empty(like, shape):
-    return like.new_empty(shape)
-
-
 class _StandIn:
     """An argument's rank and dtype at the stand-in sizes (the tracer reads shape and dtype only)."""
 
@@ -228,7 +224,7 @@ class JitTarget:
         shapes = {name: tuple(args[k].shape) for name, k in lowered.inputs if kinds[k] == "t"}
         outs = result_shapes(lowered.program, shapes)
         like = tensors[0]
-        return [_empty(like, outs[lowered.outputs[k]] if where == "out" else ())
+        return [like.new_empty(outs[lowered.outputs[k]] if where == "out" else ())
                 for where, k in form_of(lowered.returns, single).computed]
 
     def op_run(self, kinds: str, tensors, numbers) -> list:
@@ -241,22 +237,16 @@ class ScriptTarget:
 
     def __init__(self, compiled) -> None:
         self.compiled = compiled
-
-    def _returns(self) -> list[tuple[str, Any]]:
-        prog = self.compiled.program
-        exprs = 0
-        out: list[tuple[str, Any]] = []
-        for r in prog.returned:
-            if isinstance(r, ScalarArg):
-                out.append(("expr", exprs))
-                exprs += 1
-            else:
-                out.append(("out", prog.outputs.index(r)))
-        return out
+        self._form: Form | None = None
 
     def op_form(self, kinds: str, signature: tuple) -> Form:
-        returns = self._returns()
-        return form_of(returns, len(returns) == 1)
+        """The return statement's values (the same at every signature: made once)."""
+        if self._form is None:
+            prog = self.compiled.program
+            returns = [("expr", None) if isinstance(r, ScalarArg) else ("out", prog.outputs.index(r))
+                       for r in prog.returned]
+            self._form = form_of(returns, len(returns) == 1)
+        return self._form
 
     def _shapes(self, kinds: str, tensors, numbers) -> tuple[dict, list]:
         from ..runtime.binding import result_shapes
@@ -268,7 +258,7 @@ class ScriptTarget:
     def op_fake(self, kinds: str, tensors, numbers) -> list:
         outs, _ = self._shapes(kinds, tensors, numbers)
         names = [v.name for v in self.compiled.program.outputs]
-        return [_empty(tensors[0], outs[names[k]] if where == "out" else ())
+        return [tensors[0].new_empty(outs[names[k]] if where == "out" else ())
                 for where, k in self.op_form(kinds, ()).computed]
 
     def op_run(self, kinds: str, tensors, numbers) -> list:
@@ -276,7 +266,7 @@ class ScriptTarget:
         shapes, args = self._shapes(kinds, tensors, numbers)
         inputs = {v.name: a for v, a in zip(prog.inputs, args)}
         like = tensors[0]
-        out = {v.name: _empty(like, shapes[v.name]) for v in prog.outputs}
+        out = {v.name: like.new_empty(shapes[v.name]) for v in prog.outputs}
         res = self.compiled.calls.executor.call(inputs, out, False, None)
         outs = res if isinstance(res, tuple) else (res,)
         computed: list = []

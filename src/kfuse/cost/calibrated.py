@@ -402,7 +402,7 @@ class CalibratedModel:
         seconds = transfer_kernel_time(code, dims, entries, itemsize)
         for kc, entry in factored.values():
             call = kc.call
-            operands = [a for a in call.args if isinstance(a, Value)] + list(call.outputs)
+            operands = [v for v in call.bindings().values() if isinstance(v, Value)]
             if entry["by"] == "mean_row":
                 csr = next((v for v in operands if v.type == "csr"), None)
                 if csr is None:

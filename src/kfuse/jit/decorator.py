@@ -58,7 +58,7 @@ _NUMBER = "number"
 
 class _Entry:
     """One signature's compiled program and how its results map onto the function's."""
-    __slots__ = ("compiled", "inputs", "lowered", "direct", "picks", "single", "dtype", "key", "tail")
+    __slots__ = ("compiled", "inputs", "lowered", "direct", "picks", "single", "dtype", "key", "tail", "form")
 
     def __init__(self, compiled, lowered: Lowered, single: bool, dtype: np.dtype, key):
         self.compiled, self.lowered, self.single, self.dtype, self.key = compiled, lowered, single, dtype, key
@@ -70,6 +70,7 @@ class _Entry:
         self.picks = (None if any(r[0] not in ("out", "arg") for r in lowered.returns)
                       else tuple((r[0] == "out", r[1]) for r in lowered.returns))
         self.tail: Any = None   # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
+        self.form = torchop.form_of(lowered.returns, single)   # what kfuse::call returns (run_separately)
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)
@@ -281,10 +282,8 @@ class JitFunction:
         out = {name: like.new_empty(want[name]) for name in entry.lowered.outputs}
         res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, out, False, None)
         outs = res if isinstance(res, tuple) else (res,)
-        exprs = [r[1] for r in entry.lowered.returns if r[0] == "expr"]
-        values = entry.scalars(outs, args) if exprs else []
-        form = torchop.form_of(entry.lowered.returns, entry.single)
-        return [outs[k] if where == "out" else values[k] for where, k in form.computed]
+        values = entry.scalars(outs, args)
+        return [outs[k] if where == "out" else values[k] for where, k in entry.form.computed]
 
     def lowered(self, *args) -> tuple[Lowered, bool]:
         """(``trace``'s lowered trace, whether the function returns one value rather than a

@@ -76,7 +76,7 @@ class ScalarTail:
         """Launch kf_scalars over ``sources`` (aligned with ``reads``: 0-d device arrays, or host
         numbers where ``numbers``) on ``stream`` (default: the current stream of ``like``'s
         framework), writing ``results`` (default: new ones, ``empty``); returns them."""
-        from .args import adapt, current_stream, facts, torch_tensor_type
+        from .args import current_stream, torch_tensor_type
         from .launch import KernelLaunch, PackedArgs
         tensor = torch_tensor_type()
         cp = cupy()
@@ -93,18 +93,21 @@ class ScalarTail:
                 module = control_module(self.source(numbers), relocatable=False)
                 fn = self.functions[device, numbers] = module.get_function("kf_scalars")
         real = self.dtype.type
-        array = cp.ndarray
-
-        def address(x) -> int:      # a CuPy array's or torch tensor's pointer, read directly
-            if isinstance(x, array):
-                return x.data.ptr
-            if _is_tensor(x, tensor):
-                return x.data_ptr()
-            return facts(adapt(x, "a returned scalar's operand"))[4]
-        args_c = tuple(address(x) for x in results) + tuple(
-            real(float(x)) if number else address(x) for x, number in zip(sources, numbers))
+        args_c = tuple(_address(x, cp, tensor) for x in results) + tuple(
+            real(float(x)) if number else _address(x, cp, tensor) for x, number in zip(sources, numbers))
         KernelLaunch(fn, 1, 1, PackedArgs(args_c), "kf_scalars").launch(stream)
         return results
+
+
+def _address(x, cp, tensor) -> int:
+    """A CuPy array's or torch tensor's pointer, read directly; another CUDA array's through
+    ``adapt``."""
+    if isinstance(x, cp.ndarray):
+        return x.data.ptr
+    if _is_tensor(x, tensor):
+        return x.data_ptr()
+    from .args import adapt, facts
+    return facts(adapt(x, "a returned scalar's operand"))[4]
 
 
 def _is_tensor(x, tensor) -> bool:

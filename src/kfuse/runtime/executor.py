@@ -107,7 +107,7 @@ class Executor:
             binding.check_csr(inputs, in_ptrs)
         if out_ptrs:
             self._check_overlap(binding, in_ptrs, out_ptrs)
-        s = self.stream_of(stream, binding.device, torch_in, cp)
+        s = self.stream_of(stream, binding.device, torch_in)
         reused = _unused(binding.recycled, s) if binding.own_bytes and not torch_in and not out else None
         if reused is not None:
             own, block = reused[1].ptr, None
@@ -226,7 +226,7 @@ class Executor:
                                               for a in (adapted[v.name][:3] if v.type == "csr" else (adapted[v.name],)))
         return binding, arrays, scalars, torch_in
 
-    def stream_of(self, stream, device: int, torch_in: bool, cp) -> int:
+    def stream_of(self, stream, device: int, torch_in: bool) -> int:
         if stream is not None:
             if isinstance(stream, int):
                 return stream
@@ -413,7 +413,7 @@ class BoundCall:
     def __call__(self, sync: bool = False, stream=None):
         ex, b = self.executor, self.binding
         cp = cupy()
-        s = ex.stream_of(stream, b.device, self._torch, cp)
+        s = ex.stream_of(stream, b.device, self._torch)
         tmp = ex._temporaries(b, s, cp) if b.tmp_bytes else 0
         ex._launch(b, s, self._in, self._out, self._own, tmp, self._scalars)
         if sync:
