@@ -14,6 +14,7 @@ import kfuse
 from kfuse.errors import KfuseError
 
 torch: Any = None           # set by the _torch fixture
+_cg_like: Any = None        # kfuse.jit(_cg_like_step), decorated there once torch is imported (as a user would)
 
 pytestmark = pytest.mark.gpu
 
@@ -22,12 +23,13 @@ pytestmark = pytest.mark.gpu
 def _torch():
     """torch, imported in the test (not at collection: a CPU run deselects these tests, and a
     module-level skip would show as a skipped test there)."""
-    global torch
+    global torch, _cg_like
     torch = pytest.importorskip("torch")
+    if _cg_like is None:
+        _cg_like = kfuse.jit(_cg_like_step)
 
 
-@kfuse.jit
-def _cg_like(A, x, r, rr):
+def _cg_like_step(A, x, r, rr):
     q = A @ x
     alpha = rr / (x @ q)
     r = r - alpha * q
@@ -116,3 +118,29 @@ def test_a_compiled_script_inside_torch_compile(dtype):
         z, norm, s = f(x, y)
         rz = 2.0 * x.double().cpu().numpy() - y.double().cpu().numpy()
         assert _rel(z, rz) < tol and _rel(s, np.array(rz @ rz)) < tol and _rel(norm, np.array(np.sqrt(rz @ rz))) < tol
+
+
+def test_a_function_decorated_before_torch_says_so_inside_torch_compile_and_works_after_an_eager_call():
+    """kfuse registers kfuse::call when it runs with torch imported outside torch.compile; a first
+    call inside torch.compile of a function decorated before torch was imported is a clear
+    KfuseError, and after one eager call the compiled function has no graph break."""
+    import subprocess
+    import sys
+    code = """
+import kfuse, numpy as np
+f = kfuse.jit(lambda x, y: (x + 2.0 * y, x @ y))
+import torch
+x, y = (torch.as_tensor(np.random.default_rng(k).standard_normal(1000), device="cuda") for k in range(2))
+g = lambda x, y: f(x, y)[0] * 2.0
+try:
+    torch.compile(g, fullgraph=True)(x, y)
+    print("NO ERROR")
+except Exception as e:
+    print("first:", "import torch before" in str(e))
+f(x, y)
+torch._dynamo.reset()
+got = torch.compile(g, fullgraph=True)(x, y)
+print("after:", float((got - 2 * (x + 2.0 * y)).abs().max()) < 1e-12)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "first: True" in out.stdout and "after: True" in out.stdout, out.stdout + out.stderr[-2000:]

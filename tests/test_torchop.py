@@ -93,7 +93,7 @@ def test_a_torch_that_refuses_the_operator_leaves_kfuse_working(monkeypatch, cap
     def refuse(*a, **k):
         raise RuntimeError("no custom operators here")
     fake = types.SimpleNamespace(library=types.SimpleNamespace(custom_op=refuse),
-                                 compiler=types.SimpleNamespace(is_compiling=lambda: True), Tensor=type("T", (), {}))
+                                 compiler=types.SimpleNamespace(is_compiling=lambda: False), Tensor=type("T", (), {}))
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(torchop, "_state", {})
     with caplog.at_level(logging.WARNING, logger="kfuse"):

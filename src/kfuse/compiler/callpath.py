@@ -43,7 +43,6 @@ class CallPath:
         self._tail: "ScalarTail | None" = None
         self.op_target = torchop.ScriptTarget(compiled)     # kfuse::call's side of it (torchop.py)
         self.op_key = torchop.enrol(self.op_target)
-        torchop.register()                                  # where torch is imported
 
     @property
     def executor(self) -> "Executor":

@@ -48,8 +48,16 @@ _STAND_IN = 4                       # every size of a stand-in argument (a trace
 
 
 def compiling() -> bool:
-    """Is TorchDynamo tracing the caller?  False until ``register`` puts torch's own
-    ``torch.compiler.is_compiling`` in this name's place (one call on every jitted call's path)."""
+    """Is TorchDynamo tracing the caller?  Until the operator is registered this also registers
+    it, where torch is imported and nothing is being traced (registering while Dynamo traces is
+    refused by Dynamo); ``register`` then puts torch's own ``torch.compiler.is_compiling`` in this
+    name's place (one call on every call's path)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    register()
     return False
 
 
@@ -63,8 +71,8 @@ def enrol(target) -> int:
 
 def register() -> bool:
     """Register ``kfuse::call`` where torch is imported (once; kfuse never imports torch itself).
-    Called when a function is decorated, when a jitted function's signature is first called and
-    when a compiled script's call path is made; returns whether the operator exists."""
+    Called when a function is decorated and by every call made outside torch.compile until it is
+    registered (``compiling``); returns whether the operator exists."""
     if "op" in _state or "failed" in _state:
         return "op" in _state
     torch = sys.modules.get("torch")
@@ -149,8 +157,9 @@ def traced_call(key: int, name: str, args):
     ``key``, the pass-through results taken from the arguments ``args`` (in order); ``name``
     names the callee in errors."""
     if "op" not in _state:
-        raise KfuseError(f"{name}: called inside torch.compile before kfuse could register its torch operator; "
-                         "import torch before kfuse, or call it once outside torch.compile")
+        raise KfuseError(f"{name}: called inside torch.compile before kfuse could register its torch operator "
+                         "(kfuse first ran before torch was imported); import torch before decorating the "
+                         "function or compiling the script, or call it once outside torch.compile")
     torch = sys.modules["torch"]
     kinds = "".join("t" if isinstance(a, torch.Tensor) else "n" for a in args)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]

@@ -246,7 +246,6 @@ class JitFunction:
         if entry is None:
             if any(isinstance(a, Proxy) for a in args):
                 return None
-            torchop.register()                  # a first call: where torch is imported now
             entry = self._entries[tkey] = self._entry(args)
         self.last = entry
         return entry
