@@ -57,9 +57,9 @@ def _script(name: str) -> str:
 
 def _source(routines: dict) -> str:
     text = ("template <class T0, class T1>\n"
-            "KF_DEVICE void blas1_load(const KfIx& ix, T0 g, T1 e) { e(0) = g.get(ix.i, 0); }\n"
+            "KF_DEVICE void blas1_load(const KfIx& ix, T0 g, T1 e) { e(0) = g.get(ix.i * KF_SUB + ix.tx, real(0)); }\n"
             "template <class T0, class T1>\n"
-            "KF_DEVICE void blas1_store(const KfIx& ix, T0 e, T1 g) { g.put(ix.i, e(0)); }\n")
+            "KF_DEVICE void blas1_store(const KfIx& ix, T0 e, T1 g) { g.put(ix.i * KF_SUB + ix.tx, e(0)); }\n")
     for name, (head, body, _) in routines.items():
         text += (f"{head}template <class T0, class T1, class T2>\n"
                  f"KF_DEVICE void {name}_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) {{ {body} }}\n")
