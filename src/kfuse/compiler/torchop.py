@@ -160,7 +160,8 @@ def traced_call(key: int, name: str, args):
         raise KfuseError(f"{name}: called inside torch.compile before kfuse could register its torch operator "
                          "(kfuse first ran before torch was imported); import torch before decorating the "
                          "function or compiling the script, or call it once outside torch.compile")
-    torch = sys.modules["torch"]
+    import torch        # imported already; a plain import is what Dynamo traces (sys.modules is a dict
+    #                     it would walk while inductor's threads import modules)
     kinds = "".join("t" if isinstance(a, torch.Tensor) else "n" for a in args)
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if any(t.layout != torch.strided for t in tensors):
