@@ -56,13 +56,15 @@ def _script(name: str) -> str:
 
 
 def _source(routines: dict) -> str:
+    # element arguments by reference, as the shipped routines take them (a register view passed by
+    # value is a copy: what the routine writes to it is lost)
     text = ("template <class T0, class T1>\n"
-            "KF_DEVICE void blas1_load(const KfIx& ix, T0 g, T1 e) { e(0) = g.get(ix.i * KF_SUB + ix.tx, real(0)); }\n"
+            "KF_DEVICE void blas1_load(const KfIx& ix, T0&& g, T1&& e) { e(0) = g.get(ix.i * KF_SUB + ix.tx, real(0)); }\n"
             "template <class T0, class T1>\n"
-            "KF_DEVICE void blas1_store(const KfIx& ix, T0 e, T1 g) { g.put(ix.i * KF_SUB + ix.tx, e(0)); }\n")
+            "KF_DEVICE void blas1_store(const KfIx& ix, T0&& e, T1&& g) { g.put(ix.i * KF_SUB + ix.tx, e(0)); }\n")
     for name, (head, body, _) in routines.items():
         text += (f"{head}template <class T0, class T1, class T2>\n"
-                 f"KF_DEVICE void {name}_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) {{ {body} }}\n")
+                 f"KF_DEVICE void {name}_compute(const KfIx& ix, T0&& a0, T1&& a1, T2&& a2) {{ {body} }}\n")
     return text
 
 
