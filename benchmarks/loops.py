@@ -280,6 +280,8 @@ def main(argv=None) -> int:
                     "persistent kernel (modes), the while loop, the plain loop (CuPy arrays, and torch tensors), "
                     "the jitted step inside a torch.compile'd step (torch.compile)")
     args = ap.parse_args(argv)
+    if "unrolled" in args.peers and args.steps % args.unroll:
+        ap.error(f"--steps {args.steps} is not a multiple of --unroll {args.unroll}")
     import cupy as cp
     try:
         import torch
@@ -340,7 +342,7 @@ def main(argv=None) -> int:
                         row["us"][name] = us
                         row["err"][name] = float(np.max(np.abs(x - ref)) / np.max(np.abs(ref)))
                     except Exception as e:     # noqa: BLE001 - a contender that fails is reported, not fatal
-                        row["note"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+                        row["note"][name] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:100]}"
                     print(f"{method} {dtype} n={n} {name}: "
                           + (f"{row['us'][name]:.1f} us/it, error {row['err'][name]:.1e}" if name in row["us"]
                              else row["note"][name]) + f" ({time.perf_counter() - t0:.1f} s)", file=sys.stderr,

@@ -106,9 +106,11 @@ def test_interpolation_is_log_linear_and_clamped():
 
 @pytest.mark.parametrize("script", [SPMV, LAP7])
 def test_a_factored_kernel_has_no_notice_and_takes_its_factor(lib, script):
-    plain = _shipped()
+    prog, seen = _notices(lambda: kfuse.compile(script, calibration=CalibratedModel(_shipped()), tuned=False))
+    assert seen == []                               # the shipped calibration has the factor
+    plain = replace(_shipped(), kernels={})
     prog, seen = _notices(lambda: kfuse.compile(script, calibration=CalibratedModel(plain), tuned=False))
-    assert seen                                     # today's shipped calibration: the notice
+    assert seen                                     # without it: the notice
     model = CalibratedModel(_with_factors(lib, plain))
     prog, seen = _notices(lambda: kfuse.compile(script, calibration=model, tuned=False))
     assert seen == []
@@ -130,3 +132,21 @@ def test_carry_over_keeps_the_factors_of_unchanged_sources(lib):
     assert carry_over(cal, lib).kernels == cal.kernels
     stale = replace(cal, kernels={k: dict(v, source="0" * 12) for k, v in cal.kernels.items()})
     assert carry_over(stale, lib).kernels == {}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_shipped_calibration_covers_the_shipped_library(lib, dtype):
+    """Every routine of the shipped library has its micro-kernel measured in the shipped H100
+    calibration, and every function timed whole its kernel factor of today's source: no shipped
+    function is priced by the transfer model (issue 58, item 4).  A library change that alters a
+    micro-kernel or a timed function's source fails here until ``kfuse calibrate`` measures it."""
+    from kfuse.calibration.probes import library_probes
+    cal = _shipped(dtype)
+    assert cal.library == lib.digest
+    routines, probes = library_probes(lib)
+    assert set(probes) <= set(cal.probes), sorted(set(probes) - set(cal.probes))[:5]
+    assert cal.routines == routines
+    for fn in kernels.targets(lib):
+        for var in fn.variants:
+            factor = cal.kernels.get(kernel_factor_key(fn, var))
+            assert factor is not None and factor["source"] == source_digest(lib, var), kernel_factor_key(fn, var)
