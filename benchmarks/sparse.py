@@ -324,9 +324,23 @@ def set_tables(rows, names, dtypes, reps, iters, cg_reps, bw) -> list[str]:
     return profile + [""] + mv + [""] + cg
 
 
+def calibration_bands(rows: int, means=(2, 4, 8)) -> list:
+    """The patterns ``kfuse calibrate`` times spmv on (row lengths mean/2 to 3 mean/2), as
+    ``matrices.Matrix`` (random values: the sweep needs no definiteness)."""
+    from kfuse.calibration.kernels import band_pattern
+    from matrices import Matrix
+    out = []
+    for mean in means:
+        indptr, indices = band_pattern(rows, mean, seed=mean)
+        data = np.random.default_rng(mean).uniform(0.5, 1.5, indices.shape[0])
+        out.append(Matrix(f"calibration band ~{mean}", indptr, indices, data, rows, rows, False,
+                          f"kfuse calibrate's spmv pattern, rows of {max(1, mean // 2)}-{mean + mean // 2}"))
+    return out
+
+
 def sweep_table(rows, names, dtypes, reps, bw) -> list[str]:
     """Issue 58's data for choosing the row mapping: kfuse's mat-vec on every matrix of the set
-    (int32 indices) with each row mapping the kernel takes forced (``runtime.csr.LANES``: 0 streams
+    and on the calibration's patterns (int32 indices) with each row mapping the kernel takes forced (``runtime.csr.LANES``: 0 streams
     a warp's rows, else that many lanes a row), beside the one ``mapping`` chooses; GPU time per
     call of 20 in a row, checked against the float64 product.  Each forced mapping gets copies of
     the index arrays, so that the binding checks (and maps) the matrix again."""
@@ -341,10 +355,12 @@ def sweep_table(rows, names, dtypes, reps, bw) -> list[str]:
            "| --- | --- | --- | --- | " + " | ".join("---" for _ in csr_inputs.LANE_CHOICES) + " | --- |"]
     prog = {dt: kfuse.compile("csr A;\nvector x, y;\ninput A, x;\ny = spmv(A, x);\nreturn y;\n", dtype=dt)
             for dt in dtypes}
-    for mat in matrix_set(rows, names=names):
+    for mat in [*matrix_set(rows, names=names), *calibration_bands(rows)]:
         host = mat.with_index("int32")
         st = mat.stats()
-        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"])[0]
+        *slots, kept = (int(v) for v in csr_inputs.lane_slots(mat.row_lengths(), np))
+        efficiency = {k: kept / n if n else 1.0 for k, n in zip(csr_inputs.SHORT_LANES, slots)}
+        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"], efficiency)[0]
         indptr, indices, data64 = (cp.asarray(a) for a in (host.indptr, host.indices, host.data))
         ref64 = cps.csr_matrix((data64, indices, indptr), shape=(mat.rows, mat.cols))
         for dtype in dtypes:

@@ -11,6 +11,7 @@ import pytest
 
 import kfuse
 from kfuse.errors import LaunchError
+from kfuse.runtime import csr as csr_inputs
 
 from test_sparse import _cg_body     # the CG iteration over a CSR state entry the CPU tests trace
 
@@ -47,6 +48,10 @@ def lengths(kind: str, m: int, rng) -> np.ndarray:
     if kind == "long":                                 # one row of 100k entries, the rest short
         n = rng.integers(0, 6, m)
         n[m // 2] = 100_000
+        return n
+    if kind == "ones_long":                            # rows of one entry (regular: lanes) and one of 100k
+        n = np.ones(m, np.int64)
+        n[m // 3] = 100_000
         return n
     if kind == "wide":
         return rng.integers(60, 300, m)
@@ -111,6 +116,28 @@ def test_spmv_against_float64(dtype, index, m, n, kind):
     assert rel(cp.asnumpy(y).astype(np.float64), ref, mag) < TOL[dtype]
 
 
+@pytest.mark.parametrize("lanes", csr_inputs.LANE_CHOICES)
+@pytest.mark.parametrize("dtype, index", [("float32", np.int64), ("float64", np.int32)])
+@pytest.mark.parametrize("m, n, kind", [(33, 40, "short"), (2053, 120_000, "long"), (2053, 3000, "mixed"),
+                                     (1000, 700, "ones"), (2053, 5000, "ones_long"), (1, 1, "ones")])
+def test_every_row_mapping_forced_against_float64(monkeypatch, lanes, dtype, index, m, n, kind):
+    """Every row mapping the kernel takes (``runtime.csr.LANES``: 0 streams, else lanes a row), on
+    empty rows, rows of one entry, a long row among short ones and streamed-size rows around long
+    ones, whichever ``mapping`` would choose."""
+    import cupy as cp
+    monkeypatch.setattr(csr_inputs, "LANES", lanes)
+    seed = zlib.crc32(repr((lanes, dtype, m, n, kind)).encode())
+    indptr, indices, data = make(m, n, kind, seed, index)
+    data = data.astype(dtype).astype(np.float64)
+    x = np.random.default_rng(seed + 1).standard_normal(n).astype(dtype).astype(np.float64)
+    bound = prog(SPMV, dtype).bind(A=device_csr(indptr, indices, data, (m, n), dtype), x=cp.asarray(x.astype(dtype)),
+                                   out={"y": cp.full(m, np.nan, dtype)})
+    assert bound.binding.csr_mapping["A"][0] == lanes
+    y = bound()
+    ref, mag = reference(indptr, indices, data, x, m)
+    assert rel(cp.asnumpy(y).astype(np.float64), ref, mag) < TOL[dtype]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("m, n, kind", [(2053, 2053, "short"), (2053, 120_000, "long"), (1000, 1000, "mid"),
                                      (2053, 2053, "mixed")])
@@ -146,9 +173,13 @@ def test_long_rows_take_the_instance_path_and_short_rows_their_lanes():
     A = device_csr(indptr, indices, data, (2053, 120_000), "float64")
     bound = P.bind(A=A, x=cp.ones(120_000))
     lanes, long_row = bound.binding.csr_mapping["A"][:2]
-    assert long_row > 0 and 1 <= lanes <= 4
+    assert long_row > 0 and lanes == 0                       # short rows of 0-5: irregular, streamed
     assert [launch.name for launch in bound.launches] == ["kf_spmv_long_rows", P.kernels[0].spec.name]
     assert bound.launches[0].grid == -(-100_000 // 4096)     # the long row in pieces of 4096 entries
+    indptr, indices, data = make(2053, 120_000, "ones_long", 3)
+    bound = P.bind(A=device_csr(indptr, indices, data, (2053, 120_000), "float64"), x=cp.ones(120_000))
+    assert bound.binding.csr_mapping["A"][:2] == [1, 256]    # regular short rows: a lane each
+    assert [launch.name for launch in bound.launches] == ["kf_spmv_long_rows", P.kernels[0].spec.name]
     indptr, indices, data = make(1000, 1000, "wide", 4)
     bound = P.bind(A=device_csr(indptr, indices, data, (1000, 1000), "float64"), x=cp.ones(1000))
     assert bound.binding.csr_mapping["A"][:2] == [0, 0]      # streamed, no long rows: no pre-pass

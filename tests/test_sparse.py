@@ -154,6 +154,28 @@ def test_a_fixed_mapping_for_measurements_overrides_the_lanes_only(monkeypatch):
         csr_inputs.mapping(1000, 4000, 9)
 
 
+def test_short_rows_of_irregular_lengths_are_streamed():
+    """Rows of about 4 take groups of 4 lanes only where their lengths are regular enough that the
+    warps' lane-steps are mostly spent on entries (``REGULAR``); else they are streamed."""
+    regular = {1: 1.0, 2: 1.0, 4: csr_inputs.REGULAR}
+    assert csr_inputs.mapping(1000, 4000, 9, efficiency=regular) == (4, 0)
+    irregular = {**regular, 4: csr_inputs.REGULAR - 0.01}
+    assert csr_inputs.mapping(1000, 4000, 9, efficiency=irregular) == (0, 0)
+    assert csr_inputs.mapping(1000, 5000, 100_000, efficiency=irregular) == (0, 256)   # long rows kept
+
+
+def test_lane_slots_count_each_warps_longest_row():
+    """A warp of 32 / lanes rows takes as many steps as its longest row needs, 32 lane-steps each;
+    rows over LONG_MIN are left out (their pre-pass sums them), rows padded to whole warps."""
+    def eff(d):
+        *slots, kept = (int(v) for v in csr_inputs.lane_slots(np.asarray(d, np.int64), np))
+        return {k: kept / n for k, n in zip(csr_inputs.SHORT_LANES, slots)}
+    assert eff([4] * 8)[4] == 1.0 and eff([4] * 8)[1] == 32 / (32 * 4)        # 8 rows: one warp of 4 lanes
+    assert eff([1] * 40)[1] == 40 / 64                                          # 2 warps, the second padded
+    assert eff([2] * 15 + [6])[2] == 36 / (32 * 3)                              # one row of 6 holds the warp
+    assert eff([4] * 7 + [100_000])[4] == 28 / 32                               # the long row left out
+
+
 def test_a_few_long_rows_do_not_widen_every_row():
     """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would stream every row;
     the median keeps the short rows in narrow groups and sends the long one to the instance."""

@@ -30,7 +30,11 @@ row length, and the median row length.  The typical row length is the smaller of
 median (a few very long rows must not set it).  Where the power of two nearest it is at least
 ``STREAM_LANES`` (rows of about 6 entries or more), ``lanes`` is 0: each warp streams its 8 rows'
 entries, all in flight at once, whatever their lengths.  Shorter rows take ``lanes`` (that power
-of two, 1 to 4) threads a row.  Rows longer than ``long_row`` (the larger of 256 and 8 times the
+of two, 1 to 4) threads a row, where their lengths are regular enough: a warp of groups of lanes
+takes as many steps as its longest row needs, so the rows' entries over the lane-steps their
+warps take (the *efficiency* at those lanes, long rows left out: ``lane_slots``) must be at least
+``REGULAR``; rows of irregular lengths (a power-law graph, a circuit's short rows of 2-6) are
+streamed instead, which costs the same whatever the lengths.  Rows longer than ``long_row`` (the larger of 256 and 8 times the
 typical length; set only where such a row exists, 0: none) are summed before each kernel that
 reads A x, by a pre-pass of a block per 4096 entries (``kf_spmv_long_rows``, sparse.cuh) into a
 buffer the kernel reads (``LongRows``), so that a row of a million entries is spread over the GPU
@@ -54,6 +58,8 @@ PARTS = ("indptr", "indices", "data")
 LONG_MIN = 256          # rows at most this long always stay with one group of lanes
 LONG_FACTOR = 8         # ... and rows at most this many times the mean
 STREAM_LANES = 8        # rows whose groups would be this wide or wider are streamed instead
+REGULAR = 0.8           # the least efficiency (entries over lane-steps) at which short rows take lanes
+SHORT_LANES = (1, 2, 4)     # the lanes a row ``mapping`` may choose (below STREAM_LANES)
 LONG_PIECE = 4096       # entries of a long row one block of its pre-pass sums
 
 
@@ -208,18 +214,40 @@ LANES: int | None = None    # for measurements (benchmarks/sparse.py --sweep-lan
 LANE_CHOICES = (0, 1, 2, 4, 8, 16, 32)      # what the kernel takes (a group's lanes within a warp)
 
 
-def mapping(rows: int, nnz: int, longest: int, median: float | None = None) -> tuple[int, int]:
+def mapping(rows: int, nnz: int, longest: int, median: float | None = None,
+            efficiency: dict[int, float] | None = None) -> tuple[int, int]:
     """(lanes, long_row) for a matrix of these row statistics (see the module docstring); lanes 0:
-    streamed rows.  ``LANES``, where set, overrides the lanes."""
+    streamed rows.  ``efficiency``: per lanes of ``SHORT_LANES``, the rows' entries over the
+    lane-steps their warps take (``lane_slots``); without it the rows are taken as regular.
+    ``LANES``, where set, overrides the lanes."""
     typical = nnz / rows if median is None else min(nnz / rows, median)
     lanes = max(1, 2 ** round(math.log2(max(typical, 1.0))))
     threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
     chosen = 0 if lanes >= STREAM_LANES else lanes
+    if chosen and efficiency is not None and efficiency[chosen] < REGULAR:
+        chosen = 0
     if LANES is not None:
         if LANES not in LANE_CHOICES:
             raise LaunchError(f"runtime.csr.LANES is {LANES!r}; the kernel takes one of {LANE_CHOICES}")
         chosen = LANES
     return chosen, (threshold if longest > threshold else 0)
+
+
+def lane_slots(d, cp) -> list:
+    """Per lanes of ``SHORT_LANES``, the lane-steps the warps of a lanes kernel take over rows of
+    lengths ``d`` (a CuPy array; rows longer than ``LONG_MIN`` left out, their pre-pass sums them):
+    each warp holds 32 / lanes rows and steps until its longest row is done.  Then the entries of
+    the rows kept; all as 0-d CuPy arrays (read with the checks' one synchronisation)."""
+    kept = cp.where(d > LONG_MIN, 0, d)
+    out = []
+    for lanes in SHORT_LANES:
+        group = 32 // lanes
+        steps = -(-kept // lanes)
+        pad = (-int(steps.shape[0])) % group
+        if pad:
+            steps = cp.concatenate([steps, cp.zeros(pad, steps.dtype)])
+        out.append(steps.reshape(-1, group).max(axis=1).sum() * 32)
+    return out + [kept.sum()]
 
 
 class Checked(NamedTuple):
@@ -329,8 +357,10 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
         nnz = ix.shape[0]
         d = ip[1:] - ip[:-1]            # row lengths: they wrap where a pointer is outside [0, nnz]
         got = cp.stack([ip[0], ip[-1], ip.min(), ip.argmin(), ip.max(), ip.argmax(), d.min(), d.max(),
-                        ix.min().astype(cp.int64), ix.max().astype(cp.int64), cp.median(d).astype(cp.int64)]).get()
-    first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got)
+                        ix.min().astype(cp.int64), ix.max().astype(cp.int64), cp.median(d).astype(cp.int64),
+                        *lane_slots(d, cp)]).get()
+    first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got[:11])
+    *slots, kept = (int(v) for v in got[11:])
     if first != 0:
         raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
     if last != nnz:
@@ -344,7 +374,8 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
     if lo < 0 or hi >= cols:
         bad = lo if lo < 0 else hi
         raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
-    lanes, long_row = mapping(rows, nnz, longest, median)
+    efficiency = {k: kept / n if n else 1.0 for k, n in zip(SHORT_LANES, slots)}
+    lanes, long_row = mapping(rows, nnz, longest, median, efficiency)
     if not long_row:
         return Checked(lanes, 0, None)
     with cp.cuda.Device(device):
