@@ -57,7 +57,7 @@ def _script(name: str) -> str:
 
 def _source(routines: dict) -> str:
     # element arguments by reference, as the shipped routines take them (a register view passed by
-    # value is a copy: what the routine writes to it is lost)
+    # value is a copy: what the routine writes to it is lost, and the loader refuses a written one)
     text = ("template <class T0, class T1>\n"
             "KF_DEVICE void blas1_load(const KfIx& ix, T0&& g, T1&& e) { e(0) = g.get(ix.i * KF_SUB + ix.tx, real(0)); }\n"
             "template <class T0, class T1>\n"

@@ -13,7 +13,7 @@ from kfuse.errors import KfuseError, LibraryError
 from kfuse.library import expr
 from kfuse.library.loader import load_library
 
-from test_library import META, SOURCE, dump_functions, load_error, make_library, put, scal_function
+from test_library import META, SOURCE, dot_function, dump_functions, load_error, make_library, put, scal_function
 
 SCRIPT = "vector x, y;\ninput x;\ny = myscal(2, x);\nreturn y;\n"
 
@@ -103,8 +103,8 @@ def test_barriers_in_disguise_are_found(tmp_path, body):
     groups were not searched for."""
     folder = make_library(tmp_path / "lib")
     text = (folder / SOURCE).read_text().replace(
-        "void scal_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) { }",
-        "void scal_compute(const KfIx& ix, T0 a0, T1 a1, T2 a2) { " + body + " }")
+        "void scal_compute(const KfIx& ix, T0& a0, T1& a1, T2 a2) { }",
+        "void scal_compute(const KfIx& ix, T0& a0, T1& a1, T2 a2) { " + body + " }")
     assert body in text
     (folder / SOURCE).write_text("#define SYNC_ALL() __sync ## threads()\n" + text)
     err = load_error(folder)
@@ -117,7 +117,7 @@ def test_a_source_swapped_after_the_load_is_never_compiled(tmp_path):
     folder = make_library(tmp_path / "lib")
     lib = load_library(folder, shipped=True)
     outside = tmp_path / "outside.cu"
-    outside.write_text("template <class V0, class V1>\nKF_DEVICE void scal_compute(const KfIx& ix, V0 a0, V1 a1, "
+    outside.write_text("template <class V0, class V1>\nKF_DEVICE void scal_compute(const KfIx& ix, V0& a0, V1& a1, "
                        "real a2) { __syncthreads(); /* OUTSIDE */ }\n")
     os.remove(folder / SOURCE)
     os.symlink(outside, folder / SOURCE)
@@ -125,3 +125,88 @@ def test_a_source_swapped_after_the_load_is_never_compiled(tmp_path):
     assert "OUTSIDE" not in src and "scal_compute" in src
     with pytest.raises(LibraryError):            # loaded again: the link leads out of the folder
         load_library(folder, shipped=True)
+
+
+# ---- issue 60: a written element taken by value ------------------------------------------------
+# By value, a routine gets a copy of a register-held element's view: what it writes to the copy
+# never reaches the kernel's output, which is left unwritten (garbage, and no error).
+
+SCAL_SOURCE = ("template <class V>\nKF_DEVICE void blas1_load(const KfIx& ix, const KfVec& g, V& e) { }\n"
+               "template <class V>\nKF_DEVICE void blas1_store(const KfIx& ix, V& e, const KfVec& g) { }\n"
+               "// out = alpha x\n"
+               "template <class VX, class VO>\n"
+               "KF_DEVICE void scal_compute(const KfIx& ix,\n"
+               "                            VX& x, VO& out, real alpha) { }\n")
+
+
+def scal_with(tmp_path, old: str, new: str) -> Path:
+    folder = make_library(tmp_path / "lib")
+    assert old in SCAL_SOURCE
+    (folder / SOURCE).write_text(SCAL_SOURCE.replace(old, new))
+    return folder
+
+
+def test_scal_source_by_reference_loads(tmp_path):
+    [f] = load_library(scal_with(tmp_path, "", ""), shipped=False).functions
+    assert f.name == "myscal"
+
+
+def test_a_written_element_by_value_is_refused(tmp_path):
+    """The message names the routine, its file and line (that of its name), the element, the
+    parameter as written and the fix."""
+    err = load_error(scal_with(tmp_path, "VO& out", "VO out"))
+    assert err.file == str(tmp_path / "lib" / "fn.toml") and err.field == "function myscal.variant.warp.routine.compute.fn"
+    assert str(err).endswith(
+        "scal_compute (fn.cu:7) takes out, the element it writes (mode w), by value: parameter 3 `VO out` "
+        "must be a reference (`VO& out`), else the routine writes a copy and the output is lost"), str(err)
+
+
+def test_a_load_writing_its_element_by_value_is_refused(tmp_path):
+    err = load_error(scal_with(tmp_path, "const KfVec& g, V& e", "const KfVec& g, V e"))
+    assert err.field == "function myscal.variant.warp.routine.load_x.fn"
+    assert "blas1_load (fn.cu:2) takes x, the element it writes (mode w), by value: parameter 3 `V e`" in str(err)
+
+
+@pytest.mark.parametrize("old, new", [("VX& x", "VX x"), ("VX& x", "const VX x"),       # compute reads x
+                                      ("V& e, const KfVec& g", "V e, const KfVec& g"),  # a store reads
+                                      ("VO& out", "VO&& out"), ("VO& out", "const VO& out"),
+                                      ("VO& out", "VO &out")])
+def test_read_elements_by_value_and_written_ones_by_reference_load(tmp_path, old, new):
+    [f] = load_library(scal_with(tmp_path, old, new), shipped=False).functions
+    assert f.name == "myscal"
+
+
+@pytest.mark.parametrize("new", ["KfPair<VO&> out", "VO out = KfRef<VO&>()", "VO /* & */ out"])
+def test_an_ampersand_outside_the_declarator_is_no_reference(tmp_path, new):
+    """An ``&`` in a template argument, a default value or a comment does not make a reference."""
+    err = load_error(scal_with(tmp_path, "VO& out", new))
+    assert "takes out, the element it writes (mode w), by value" in str(err)
+
+
+def test_an_accumulated_element_by_value_is_refused(tmp_path):
+    folder = make_library(tmp_path / "lib", [dot_function()])
+    text = (folder / SOURCE).read_text()
+    old = "void dot_compute(const KfIx& ix, T0& a0, T1& a1, T2& a2)"
+    assert old in text
+    assert load_library(folder, shipped=False).functions[0].name == "mydot"
+    (folder / SOURCE).write_text(text.replace(old, old.replace("T2& a2", "T2 a2")))
+    err = load_error(folder)
+    assert err.field == "function mydot.variant.warp.routine.compute.fn"
+    line = text[:text.index(old)].count("\n") + 1
+    assert str(err).endswith(
+        f"dot_compute (fn.cu:{line}) takes out, the element it accumulates (mode acc), by value: parameter 4 "
+        "`T2 a2` must be a reference (`T2& a2`), else the routine accumulates into a copy and the output "
+        "is lost"), str(err)
+    (folder / SOURCE).write_text(text.replace(old, old.replace("T0& a0, T1& a1", "T0 a0, T1 a1")))
+    assert load_library(folder, shipped=False).functions[0].name == "mydot"      # read ones may be copies
+
+
+def test_a_by_reference_overload_beside_a_by_value_one_loads(tmp_path):
+    """Overloads: one by reference is enough, as for the parameter count (beside it, one by value
+    makes the call ambiguous: a compile error, not a lost output); none by reference is refused."""
+    by_value = "template <class VX, class VO>\nKF_DEVICE void scal_compute(const KfIx& ix, VX x, VO out, real a) { }\n"
+    folder = scal_with(tmp_path, "", "")
+    (folder / SOURCE).write_text(by_value + SCAL_SOURCE)
+    assert load_library(folder, shipped=False).functions[0].name == "myscal"
+    (folder / SOURCE).write_text(by_value + SCAL_SOURCE.replace("VO& out", "VO out"))
+    assert "scal_compute (fn.cu:2) takes out" in str(load_error(folder))

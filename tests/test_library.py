@@ -218,7 +218,7 @@ def make_library(root: Path, functions: list[dict] | str | None = None, meta: st
 def stub_sources(functions: list[dict] | str, text: str) -> dict[str, str]:
     """Source file -> a definition of every routine its variants name, with the template
     parameters the loader checks for (the variant's macros, then a class per argument: the
-    barrier check compiles them, codegen/barrier_check.py)."""
+    barrier check compiles them, codegen/barrier_check.py), element arguments by reference."""
     if isinstance(functions, str):
         try:
             functions = tomllib.loads(text).get("function", [])
@@ -235,7 +235,9 @@ def stub_sources(functions: list[dict] | str, text: str) -> dict[str, str]:
                     continue
                 args = [a for a in r["args"] if isinstance(a, str)]
                 tpl = [f"int {m}" for m in macros] + [f"class T{n}" for n in range(len(args))]
-                params = ["const KfIx& ix"] + [f"T{n} a{n}" for n in range(len(args))]
+                # elements (NAME:MODE:MAPPING) by reference, as the loader requires of those written
+                params = ["const KfIx& ix"] + [f"T{n}{'&' if a.count(':') == 2 else ''} a{n}"
+                                               for n, a in enumerate(args)]
                 head = f"template <{', '.join(tpl)}>\n" if tpl else ""
                 out.setdefault(v["source"], {})[f"{head}KF_DEVICE void {r['fn']}({', '.join(params)}) {{ }}\n"] = None
     return {k: "".join(v) for k, v in out.items()}

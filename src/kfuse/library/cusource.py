@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -43,6 +43,7 @@ class Definition:
     line: int
     body: str
     literal_body: str = ""                           # the body with string literals kept
+    params: tuple[str, ...] = ()                     # each parameter's text, ix first
 
 
 def strip_comments(text: str, strings: bool = False) -> str:
@@ -140,8 +141,7 @@ def scan(text: str) -> tuple[dict[str, list[Definition]], set[str]]:
 
 def _barriers(defs: dict[str, list[Definition]], macros: dict[str, str]) -> set[str]:
     """Names reaching a barrier, the bodies searched with their string literals (asm PTX) kept."""
-    literal = {n: [Definition(d.name, d.template, d.nparams, d.line, d.literal_body) for d in ds]
-               for n, ds in defs.items()}
+    literal = {n: [replace(d, body=d.literal_body) for d in ds] for n, ds in defs.items()}
     return _reaching(literal, macros, BARRIERS)
 
 
@@ -161,8 +161,23 @@ def _parse(text: str) -> tuple[dict[str, list[Definition]], dict[str, str]]:
             params = []
         defs.setdefault(name, []).append(Definition(name, tpl, len(params),
                                                     code.count("\n", 0, m.start("name")) + 1,
-                                                    code[brace:end], literal[brace:end]))
+                                                    code[brace:end], literal[brace:end], tuple(params)))
     return defs, macros
+
+
+def by_reference(param: str) -> bool:
+    """Whether a parameter's declaration makes it a reference (``V& e``, ``const V& e``, a
+    forwarding ``V&& e``): an ``&`` outside its template arguments and default value."""
+    text, prev = param, None
+    while text != prev:                                 # template arguments, innermost first
+        prev, text = text, re.sub(r"<[^<>]*>", " ", text)
+    return "&" in text.split("=", 1)[0]
+
+
+def _as_reference(param: str) -> str:
+    """The parameter declared as a reference instead (``T1 a1`` -> ``T1& a1``), for a message."""
+    m = re.fullmatch(r"(?P<type>.*?\S)\s+(?P<name>[A-Za-z_]\w*)", param.split("=", 1)[0].strip())
+    return f"{m.group('type')}& {m.group('name')}" if m else "V& e"
 
 
 def _reaching(defs: dict[str, list[Definition]], macros: dict[str, str], pattern: re.Pattern) -> set[str]:
@@ -218,8 +233,9 @@ def defining_file(lib, files: tuple[Path, ...], fn: str) -> Path:
 def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
     """Every routine is defined in the variant's source, as a template whose leading parameters
     are the variant's macros in order (then classes), taking ix plus one parameter per argument,
-    and never reaching a barrier (the compiler places ``__syncthreads()``).  Returns the names of
-    the routines that exchange values between lanes (``warp_wide``)."""
+    each element it writes or accumulates by reference (by value it would write a copy, and the
+    output would be lost), and never reaching a barrier (the compiler places ``__syncthreads()``).
+    Returns the names of the routines that exchange values between lanes (``warp_wide``)."""
     defs: dict[str, list] = {}
     syncing: set[str] = set()
     lanes: set[str] = set()
@@ -252,10 +268,24 @@ def check_definitions(ctx, v: "Variant", where: str) -> frozenset[str]:
                 "<" + ", ".join(f"{k} {n}".strip() for k, n in d.template) + ">"
             raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}:{d.line}) has template parameters {got}; "
                            f"the variant's macros need <{want}>")
-        if not any(d.nparams == 1 + len(r.args) for d in fitting):
+        counted = [d for d in fitting if d.nparams == 1 + len(r.args)]
+        if not counted:
             d = fitting[0]
             raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}:{d.line}) takes {d.nparams} parameters; "
                            f"the routine passes ix and {len(r.args)} argument(s)")
+        # (k, arg) of each written element a definition takes by value (parameter k, ix being 0);
+        # one definition taking them all by reference is enough, as for the count (an overload by
+        # value beside it makes the call ambiguous: a compile error, not a lost output)
+        written = [(k, a) for k, a in enumerate(r.args, start=1) if a.kind == "element" and a.mode != "r"]
+        copies = [[(k, a) for k, a in written if not by_reference(d.params[k])] for d in counted]
+        if all(copies):
+            d, (k, a) = counted[0], copies[0][0]
+            verb = "writes" if a.mode == "w" else "accumulates"
+            into = "writes" if a.mode == "w" else "accumulates into"
+            raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}:{d.line}) takes {a.name}, the element it {verb} "
+                           f"(mode {a.mode}), by value: parameter {k + 1} `{d.params[k]}` must be a "
+                           f"reference (`{_as_reference(d.params[k])}`), else the routine {into} a copy "
+                           "and the output is lost")
         if r.fn in syncing:
             raise ctx.fail(rw, f"{r.fn} ({file_of[r.fn]}) calls __syncthreads() or another barrier (or "
                            "pastes tokens with ##, which this check cannot see through): routines never "
