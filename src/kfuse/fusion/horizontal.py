@@ -21,6 +21,9 @@ HORIZONTAL_WINDOW = 4   # horizontal fusion: kernels at most this far apart in l
 HORIZONTAL_CALLS = 8    # ... into kernels of at most this many calls
 
 
+MIN_SAVING = 0.05       # the least predicted saving (beyond a launch), as a share of the two kernels' time
+
+
 @dataclass(frozen=True)
 class NotFused:
     """Verdict: the two kernels may not share one (``reason``)."""
@@ -142,7 +145,9 @@ def _saving(inputs: HorizontalInputs, found: dict[frozenset[int], Ranked], a: fr
     apart, together = ranking(a)[0][0] + ranking(b)[0][0], ranking(u)[0][0]
     # the launch saved is not counted: kernels queued back to back (graph replay, early launch)
     # hide it, and merged streams are no faster (docs/design.md, "Horizontal fusion")
+    # and a saving within the model's noise (MIN_SAVING of the two) is none: it would merge kernels
+    # on rounding, changing plans with every calibration
     saving = apart - together - inputs.ranker.model.launch_seconds
-    if saving > 0:
+    if saving > MIN_SAVING * apart:
         return saving, Merged(together, apart)
     return 0.0, NoSaving(together, apart)
