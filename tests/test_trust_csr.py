@@ -75,7 +75,8 @@ class _Device:
 NumPyCuPy = types.SimpleNamespace(
     ndarray=_Array, int64=np.int64, uint32=np.uint32, cuda=types.SimpleNamespace(Device=_Device),
     asarray=_on, stack=lambda xs: _on(np.stack([np.asarray(x) for x in xs])), median=np.median,
-    nonzero=np.nonzero, zeros=lambda n, dt: _on(np.zeros(n, dt)), empty=lambda n, dt: _on(np.empty(n, dt)))
+    nonzero=np.nonzero, zeros=lambda n, dt: _on(np.zeros(n, dt)), empty=lambda n, dt: _on(np.empty(n, dt)),
+    where=lambda c, a, b: _on(np.where(c, a, b)), concatenate=lambda xs: _on(np.concatenate([np.asarray(x) for x in xs])))
 
 
 @pytest.fixture
