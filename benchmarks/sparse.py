@@ -359,8 +359,8 @@ def sweep_table(rows, names, dtypes, reps, bw) -> list[str]:
         host = mat.with_index("int32")
         st = mat.stats()
         *slots, kept = (int(v) for v in csr_inputs.lane_slots(mat.row_lengths(), np))
-        efficiency = {k: kept / n if n else 1.0 for k, n in zip(csr_inputs.SHORT_LANES, slots)}
-        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"], efficiency)[0]
+        slots_of = (dict(zip(csr_inputs.SHORT_LANES, slots)), kept)
+        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"], slots_of)[0]
         indptr, indices, data64 = (cp.asarray(a) for a in (host.indptr, host.indices, host.data))
         ref64 = cps.csr_matrix((data64, indices, indptr), shape=(mat.rows, mat.cols))
         for dtype in dtypes:

@@ -219,14 +219,14 @@ def test_main_prints_the_table():
 
 
 def test_the_row_mapping_on_the_set():
-    """``runtime.csr.mapping`` with the lane efficiencies the checks measure: the diagonal takes a
-    lane a row; the short irregular rows of the power-law graph and the circuit are streamed (their
-    warps would idle on groups of lanes); rows of 16 or more are streamed."""
+    """``runtime.csr.mapping`` with the lane-steps the checks count: the diagonal takes a lane a
+    row, the circuit's rows of 2-6 groups of 4; the power-law graph's short rows of irregular
+    lengths are streamed (its warps would idle on groups of lanes), as are rows of 16 or more."""
     from kfuse.runtime import csr
     chosen = {}
     for m in matrices.matrix_set(20_000, seed=1):
         d = m.row_lengths()
         *slots, kept = (int(v) for v in csr.lane_slots(d, np))
-        eff = {k: kept / n for k, n in zip(csr.SHORT_LANES, slots)}
-        chosen[m.name] = csr.mapping(m.rows, m.nnz, int(d.max()), float(np.median(d)), eff)[0]
-    assert chosen == {name: 1 if name == "diagonal" else 0 for name in NAMES}, chosen
+        got = (dict(zip(csr.SHORT_LANES, slots)), kept)
+        chosen[m.name] = csr.mapping(m.rows, m.nnz, int(d.max()), float(np.median(d)), got)[0]
+    assert chosen == {name: {"diagonal": 1, "circuit": 4}.get(name, 0) for name in NAMES}, chosen

@@ -154,20 +154,20 @@ def test_a_fixed_mapping_for_measurements_overrides_the_lanes_only(monkeypatch):
         csr_inputs.mapping(1000, 4000, 9)
 
 
-def test_short_rows_of_irregular_lengths_are_streamed():
-    """Rows of about 4 take groups of 4 lanes only where their lengths are regular enough that the
-    warps' lane-steps are mostly spent on entries (``REGULAR``); else they are streamed."""
-    regular = {1: 1.0, 2: 1.0, 4: csr_inputs.REGULAR}
-    assert csr_inputs.mapping(1000, 4000, 9, efficiency=regular) == (4, 0)
-    irregular = {**regular, 4: csr_inputs.REGULAR - 0.01}
-    assert csr_inputs.mapping(1000, 4000, 9, efficiency=irregular) == (0, 0)
-    assert csr_inputs.mapping(1000, 5000, 100_000, efficiency=irregular) == (0, 256)   # long rows kept
+def test_short_rows_take_lanes_only_where_that_costs_less_than_streaming():
+    """Rows of about 4 take groups of 4 lanes where their warps' lane-steps are at most the entries
+    plus ``STREAM_ROW`` a row (what streaming costs); more, and they are streamed."""
+    rows, nnz = 1000, 4000
+    even = nnz + csr_inputs.STREAM_ROW * rows
+    assert csr_inputs.mapping(rows, nnz, 9, slots=({1: 0, 2: 0, 4: even}, nnz)) == (4, 0)
+    assert csr_inputs.mapping(rows, nnz, 9, slots=({1: 0, 2: 0, 4: even + 1}, nnz)) == (0, 0)
+    assert csr_inputs.mapping(rows, 5000, 100_000, slots=({1: 0, 2: 0, 4: 10 ** 6}, 4000)) == (0, 256)  # long rows kept
 
 
 def test_lane_slots_count_each_warps_longest_row():
     """A warp of 32 / lanes rows takes as many steps as its longest row needs, 32 lane-steps each;
     rows over LONG_MIN are left out (their pre-pass sums them), rows padded to whole warps."""
-    def eff(d):
+    def eff(d):           # entries over lane-steps
         *slots, kept = (int(v) for v in csr_inputs.lane_slots(np.asarray(d, np.int64), np))
         return {k: kept / n for k, n in zip(csr_inputs.SHORT_LANES, slots)}
     assert eff([4] * 8)[4] == 1.0 and eff([4] * 8)[1] == 32 / (32 * 4)        # 8 rows: one warp of 4 lanes

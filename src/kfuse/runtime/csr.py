@@ -30,12 +30,12 @@ row length, and the median row length.  The typical row length is the smaller of
 median (a few very long rows must not set it).  Where the power of two nearest it is at least
 ``STREAM_LANES`` (rows of about 6 entries or more), ``lanes`` is 0: each warp streams its 8 rows'
 entries, all in flight at once, whatever their lengths.  Shorter rows take ``lanes`` (that power
-of two, 1 to 4) threads a row, where their lengths are regular enough: a warp of groups of lanes
-takes as many steps as its longest row needs, so the rows' entries over the lane-steps their
-warps take (the *efficiency* at those lanes, long rows left out: ``lane_slots``) must be at least
-``REGULAR``; rows of irregular lengths (a power-law graph, a circuit's short rows of 2-6) are
-streamed instead, which costs the same whatever the lengths.  Rows longer than ``long_row`` (the larger of 256 and 8 times the
-typical length; set only where such a row exists, 0: none) are summed before each kernel that
+of two, 1 to 4) threads a row, where that costs less than streaming them: a warp of groups of
+lanes steps until its longest row is done, so the lane-steps its warps take (``lane_slots``, long
+rows left out) are weighed against the entries plus ``STREAM_ROW`` a row, what a streamed warp
+spends (both in entries loaded by a lane); rows of irregular lengths (a power-law graph's) are
+streamed, at a cost that does not depend on the lengths.  Rows longer than ``long_row`` (the
+larger of 256 and 8 times the typical length; set only where such a row exists, 0: none) are summed before each kernel that
 reads A x, by a pre-pass of a block per 4096 entries (``kf_spmv_long_rows``, sparse.cuh) into a
 buffer the kernel reads (``LongRows``), so that a row of a million entries is spread over the GPU
 instead of left to one instance.  Their pieces are found when the matrix is checked.
@@ -58,7 +58,7 @@ PARTS = ("indptr", "indices", "data")
 LONG_MIN = 256          # rows at most this long always stay with one group of lanes
 LONG_FACTOR = 8         # ... and rows at most this many times the mean
 STREAM_LANES = 8        # rows whose groups would be this wide or wider are streamed instead
-REGULAR = 0.8           # the least efficiency (entries over lane-steps) at which short rows take lanes
+STREAM_ROW = 4          # a streamed row's cost beyond its entries, in entries (benchmarks/sparse.py --sweep-lanes)
 SHORT_LANES = (1, 2, 4)     # the lanes a row ``mapping`` may choose (below STREAM_LANES)
 LONG_PIECE = 4096       # entries of a long row one block of its pre-pass sums
 
@@ -215,16 +215,16 @@ LANE_CHOICES = (0, 1, 2, 4, 8, 16, 32)      # what the kernel takes (a group's l
 
 
 def mapping(rows: int, nnz: int, longest: int, median: float | None = None,
-            efficiency: dict[int, float] | None = None) -> tuple[int, int]:
+            slots: tuple[dict[int, int], int] | None = None) -> tuple[int, int]:
     """(lanes, long_row) for a matrix of these row statistics (see the module docstring); lanes 0:
-    streamed rows.  ``efficiency``: per lanes of ``SHORT_LANES``, the rows' entries over the
-    lane-steps their warps take (``lane_slots``); without it the rows are taken as regular.
+    streamed rows.  ``slots``: per lanes of ``SHORT_LANES`` the lane-steps their warps take, and the
+    entries of the rows they take (``lane_slots``); without them short rows are taken as regular.
     ``LANES``, where set, overrides the lanes."""
     typical = nnz / rows if median is None else min(nnz / rows, median)
     lanes = max(1, 2 ** round(math.log2(max(typical, 1.0))))
     threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
     chosen = 0 if lanes >= STREAM_LANES else lanes
-    if chosen and efficiency is not None and efficiency[chosen] < REGULAR:
+    if chosen and slots is not None and slots[0][chosen] > slots[1] + STREAM_ROW * rows:
         chosen = 0
     if LANES is not None:
         if LANES not in LANE_CHOICES:
@@ -374,8 +374,7 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
     if lo < 0 or hi >= cols:
         bad = lo if lo < 0 else hi
         raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
-    efficiency = {k: kept / n if n else 1.0 for k, n in zip(SHORT_LANES, slots)}
-    lanes, long_row = mapping(rows, nnz, longest, median, efficiency)
+    lanes, long_row = mapping(rows, nnz, longest, median, (dict(zip(SHORT_LANES, slots)), kept))
     if not long_row:
         return Checked(lanes, 0, None)
     with cp.cuda.Device(device):
