@@ -84,7 +84,7 @@ def test_a_scripts_form_is_its_return_statement():
 
 
 def test_a_torch_that_refuses_the_operator_leaves_kfuse_working(monkeypatch, caplog):
-    """Registration fails (a torch whose custom_op raises): a warning, once; compiles and jitted
+    """Registration fails (a torch whose Library raises): a warning, once; compiles and jitted
     functions go on (their calls inside torch.compile then break its graph, as before)."""
     import logging
     import sys
@@ -92,7 +92,7 @@ def test_a_torch_that_refuses_the_operator_leaves_kfuse_working(monkeypatch, cap
 
     def refuse(*a, **k):
         raise RuntimeError("no custom operators here")
-    fake = types.SimpleNamespace(library=types.SimpleNamespace(custom_op=refuse),
+    fake = types.SimpleNamespace(library=types.SimpleNamespace(Library=refuse, register_fake=refuse),
                                  compiler=types.SimpleNamespace(is_compiling=lambda: False), Tensor=type("T", (), {}))
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(torchop, "_state", {})

@@ -3,8 +3,10 @@
 Traced by TorchDynamo, a call of a jitted function or of a compiled script would be graph breaks
 (kfuse's call path is no torch code) and ``fullgraph=True`` would fail.  Under ``torch.compile`` a
 call instead becomes one node of the graph: ``torch.ops.kfuse.call(target, kinds, tensors,
-numbers)``, a custom operator (``torch.library.custom_op``) registered once per process when torch
-is imported:
+numbers)``, a custom operator registered once per process when torch is imported, by the
+low-level ``torch.library.Library`` (its implementation is then the CPU and CUDA kernel the
+dispatcher calls directly: ``torch.library.custom_op`` would add Python layers to every call, an
+autograd wrapper, a redispatch and an aliasing check, which cost more than kfuse's own call path):
 
 * ``target`` numbers what is called (a ``JitTarget`` for a jitted function, a ``ScriptTarget`` for
   a compiled script; ``enrol``, a weak table), ``kinds`` says per argument whether it is a tensor
@@ -22,8 +24,8 @@ is imported:
   ``.shape`` is refused while tracing), for a script from its program.
 
 A tensor that requires grad is refused by a jitted function's call path (kfuse computes no
-gradients); in a compiled graph torch itself refuses the backward through ``kfuse::call``, which
-has none.
+gradients), and so is one passed to ``kfuse::call`` while Dynamo traces with grad mode on: the
+operator has no autograd kernel, and its results would come out without a ``grad_fn``.
 """
 from __future__ import annotations
 
@@ -76,17 +78,15 @@ def register() -> bool:
     if "op" in _state or "failed" in _state:
         return "op" in _state
     torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
-        return False                # no torch yet, or one before torch.library.custom_op (2.4)
+    if torch is None or not hasattr(torch, "library") or not hasattr(torch.library, "register_fake"):
+        return False                # no torch yet, or one before torch.library.register_fake (2.4)
     try:
-        @torch.library.custom_op(OP, mutates_args=(), schema=SCHEMA)
-        def call(target, kinds, tensors, numbers):
-            return run(target, kinds, tensors, numbers)
-
-        @call.register_fake
-        def _(target, kinds, tensors, numbers):
-            return _target(target).op_fake(kinds, tensors, numbers)
-
+        lib = torch.library.Library("kfuse", "DEF")
+        lib.define("call" + SCHEMA)
+        for key in ("CUDA", "CPU"):        # CPU tensors reach kfuse's call path, which refuses them
+            lib.impl("call", run, key)
+        torch.library.register_fake(OP, fake, lib=lib)
+        _state["lib"] = lib                # the registration lasts as long as this object
         _state["form"] = torch.compiler.assume_constant_result(form)
         _state["op"] = torch.ops.kfuse.call
     except Exception as e:   # noqa: BLE001 - a torch that refuses the operator: kfuse works without it
@@ -152,6 +152,11 @@ def signature_of(tensors) -> tuple:
     return tuple((t.dim(), str(t.dtype).removeprefix("torch.")) for t in tensors)
 
 
+def fake(target: int, kinds: str, tensors, numbers) -> list:
+    """The operator's fake implementation (shapes only, while torch.compile traces)."""
+    return _target(target).op_fake(kinds, tensors, numbers)
+
+
 def traced_call(key: int, name: str, args):
     """A call as Dynamo traces it (under ``torch.compile``): one ``kfuse::call`` node of target
     ``key``, the pass-through results taken from the arguments ``args`` (in order); ``name``
@@ -167,6 +172,10 @@ def traced_call(key: int, name: str, args):
     if any(t.layout != torch.strided for t in tensors):
         raise KfuseError(f"{name}: a sparse tensor argument inside torch.compile is not supported; call it "
                          "outside the compiled region (torch.compiler.disable)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise KfuseError(f"{name}: an argument requires grad inside torch.compile, and {OP} computes no "
+                         "gradients (its results would have no grad_fn); call it under torch.no_grad(), or "
+                         "pass the tensor detached")
     numbers = [float(a) for a in args if not isinstance(a, torch.Tensor)]
     shape = _state["form"](key, kinds, signature_of(tensors))
     results = _state["op"](key, kinds, tensors, numbers)
@@ -288,4 +297,4 @@ class ScriptTarget:
 
 
 __all__ = ["OP", "SCHEMA", "Form", "JitTarget", "ScriptTarget", "compiling", "enrol", "register", "form",
-           "form_of", "arguments", "signature_of", "traced_call", "run"]
+           "form_of", "arguments", "signature_of", "fake", "traced_call", "run"]

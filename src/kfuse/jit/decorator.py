@@ -58,7 +58,8 @@ _NUMBER = "number"
 
 class _Entry:
     """One signature's compiled program and how its results map onto the function's."""
-    __slots__ = ("compiled", "inputs", "lowered", "direct", "picks", "single", "dtype", "key", "tail", "form")
+    __slots__ = ("compiled", "inputs", "lowered", "direct", "picks", "single", "dtype", "key", "tail", "form",
+                 "shapes")
 
     def __init__(self, compiled, lowered: Lowered, single: bool, dtype: np.dtype, key):
         self.compiled, self.lowered, self.single, self.dtype, self.key = compiled, lowered, single, dtype, key
@@ -71,6 +72,7 @@ class _Entry:
                       else tuple((r[0] == "out", r[1]) for r in lowered.returns))
         self.tail: Any = None   # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
         self.form = torchop.form_of(lowered.returns, single)   # what kfuse::call returns (run_separately)
+        self.shapes: dict = {}  # arguments' shapes -> results' shapes (run_separately, every call)
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)
@@ -276,8 +278,12 @@ class JitFunction:
         entry = self._lookup(args, grad=False)
         assert entry is not None
         like = next(a for a in args if hasattr(a, "new_empty"))
-        shapes = {name: tuple(args[k].shape) for name, k in entry.inputs if hasattr(args[k], "shape")}
-        want = result_shapes(entry.lowered.program, shapes)
+        shapes = tuple((name, tuple(args[k].shape)) for name, k in entry.inputs if hasattr(args[k], "shape"))
+        want = entry.shapes.get(shapes)
+        if want is None:
+            if len(entry.shapes) >= 64:
+                entry.shapes.clear()
+            want = entry.shapes[shapes] = result_shapes(entry.lowered.program, dict(shapes))
         out = {name: like.new_empty(want[name]) for name in entry.lowered.outputs}
         res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, out, False, None)
         outs = res if isinstance(res, tuple) else (res,)
