@@ -116,6 +116,19 @@ def test_spmv_against_float64(dtype, index, m, n, kind):
     assert rel(cp.asnumpy(y).astype(np.float64), ref, mag) < TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_a_matrix_without_entries_gives_zeros(dtype, index):
+    """A zero matrix in CSR (every row empty, empty index and value arrays): y = 0, over an output
+    poisoned with NaN."""
+    import cupy as cp
+    m, n = 37, 20
+    A = kfuse.CSR(cp.zeros(m + 1, index), cp.zeros(0, index), cp.zeros(0, dtype), (m, n))
+    x = cp.asarray(np.random.default_rng(3).standard_normal(n).astype(dtype))
+    y = prog(SPMV, dtype)(A=A, x=x, out={"y": cp.full(m, np.nan, dtype)})
+    assert not np.any(cp.asnumpy(y))
+
+
 @pytest.mark.parametrize("lanes", csr_inputs.LANE_CHOICES)
 @pytest.mark.parametrize("dtype, index", [("float32", np.int64), ("float64", np.int32)])
 @pytest.mark.parametrize("m, n, kind", [(33, 40, "short"), (2053, 120_000, "long"), (2053, 3000, "mixed"),

@@ -477,3 +477,12 @@ def test_the_sparse_cg_example_checks_its_solutions_in_seconds(monkeypatch):
     with pytest.raises(AssertionError, match="relative residual"):                # the check can fail
         A = sparse_cg.mesh_matrix(4)
         sparse_cg.check(A, np.zeros(A.shape[0]), np.ones(A.shape[0]), 1e-3)
+
+
+def test_a_matrix_without_entries_checks_and_maps(gpu):
+    """A zero matrix in CSR (every row empty, no column indices): the column-bound reductions of
+    the check had no entries to reduce, a NumPy/CuPy ValueError; it is a valid matrix."""
+    for rows in (1, 33):
+        A = csr.adapt_csr(matrix([0] * (rows + 1), [], 5), "A")
+        got = csr.validate("A", A, 0, np.dtype(np.float64))
+        assert got.long is None and got.long_row == 0 and got.lanes in csr.LANE_CHOICES

@@ -356,9 +356,11 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
         ip, ix = cp.asarray(c.indptr).astype(cp.int64), cp.asarray(c.indices)
         nnz = ix.shape[0]
         d = ip[1:] - ip[:-1]            # row lengths: they wrap where a pointer is outside [0, nnz]
+        # column bounds; a matrix without entries (all rows empty: a zero matrix) has none to check
+        cols_lo, cols_hi = ((ix.min().astype(cp.int64), ix.max().astype(cp.int64)) if nnz
+                            else (cp.zeros((), cp.int64), cp.zeros((), cp.int64)))
         got = cp.stack([ip[0], ip[-1], ip.min(), ip.argmin(), ip.max(), ip.argmax(), d.min(), d.max(),
-                        ix.min().astype(cp.int64), ix.max().astype(cp.int64), cp.median(d).astype(cp.int64),
-                        *lane_slots(d, cp)]).get()
+                        cols_lo, cols_hi, cp.median(d).astype(cp.int64), *lane_slots(d, cp)]).get()
     first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got[:11])
     *slots, kept = (int(v) for v in got[11:])
     if first != 0:
