@@ -35,10 +35,11 @@ lanes steps until its longest row is done, so the lane-steps its warps take (``l
 rows left out) are weighed against the entries plus ``STREAM_ROW`` a row, what a streamed warp
 spends (both in entries loaded by a lane); rows of irregular lengths (a power-law graph's) are
 streamed, at a cost that does not depend on the lengths.  Rows longer than ``long_row`` (the
-larger of 256 and 8 times the typical length; set only where such a row exists, 0: none) are summed before each kernel that
-reads A x, by a pre-pass of a block per 4096 entries (``kf_spmv_long_rows``, sparse.cuh) into a
-buffer the kernel reads (``LongRows``), so that a row of a million entries is spread over the GPU
-instead of left to one instance.  Their pieces are found when the matrix is checked.
+larger of 256 and 8 times the typical length; set only where such a row exists, 0: none) are
+summed before each kernel that reads A x, by a pre-pass of a block per 4096 entries
+(``kf_spmv_long_rows``, sparse.cuh) into a buffer the kernel reads (``LongRows``), so that a row of
+a million entries is spread over the GPU instead of left to one instance.  Their pieces are found
+when the matrix is checked.
 """
 from __future__ import annotations
 
