@@ -62,10 +62,24 @@ def test_arguments_bind_by_name_and_default_without_inspect():
     assert fn._bound((2.0, x), {"y": y}) == (2.0, x, y)
     assert fn._bound((2.0,), {"x": x, "y": y}) == (2.0, x, y)
     assert fn._bound((2.0, x), {}) == (2.0, x, None)
-    with pytest.raises(KfuseError, match="missing argument 'x'"):
+    with pytest.raises(KfuseError, match="missing a required argument: 'x'"):
         fn._bound((2.0,), {})
-    with pytest.raises(KfuseError, match="takes 3 arguments"):
+    with pytest.raises(KfuseError, match="unexpected keyword argument 'z'"):
         fn._bound((2.0, x), {"z": y})
+    with pytest.raises(KfuseError, match="multiple values for argument 'a'"):
+        fn._bound((2.0,), {"a": 1.0, "x": x})
+    with pytest.raises(KfuseError, match="too many positional arguments"):
+        fn._bound((2.0, x, y, y), {})
+
+
+def test_a_positional_only_parameter_is_not_taken_by_keyword():
+    def f(a, /, x):
+        return a * x
+    fn = kfuse.jit(f)
+    x = object()
+    assert fn._bound((2.0,), {"x": x}) == (2.0, x)
+    with pytest.raises(KfuseError, match="unexpected keyword argument 'a'"):
+        fn._bound((), {"a": 2.0, "x": x})
 
 
 def test_a_function_gone_is_a_clear_error():

@@ -206,6 +206,7 @@ class JitFunction:
         self.last: _Entry | None = None
         self._names = tuple(sig.parameters)
         self._defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not p.empty}
+        self._positional_only = {p.name for p in sig.parameters.values() if p.kind == p.POSITIONAL_ONLY}
         self.op_target = torchop.JitTarget(self)        # kfuse::call's side of it (compiler/torchop.py)
         self.op_key = torchop.enrol(self.op_target)
         torchop.register()                     # where torch is imported already
@@ -215,7 +216,7 @@ class JitFunction:
         if torchop.compiling():                 # traced by torch.compile: one kfuse::call node
             return torchop.traced_call(self.op_key, self.fn.__name__, self._bound(args, kwargs))
         if kwargs or len(args) != self._n:
-            args = self._positional(args, kwargs)
+            args = self._bound(args, kwargs)
         entry = self._lookup(args)
         if entry is None:                       # called from a function being traced: inlined
             return self.fn(*args)
@@ -254,20 +255,27 @@ class JitFunction:
 
     def _bound(self, args, kwargs) -> tuple:
         """The arguments in parameter order, by plain Python that TorchDynamo traces (no
-        ``inspect``): keyword arguments by name, then the defaults."""
+        ``inspect``): keyword arguments by name, then the defaults; a call Python would refuse is a
+        KfuseError saying why, in Python's words."""
         if not kwargs and len(args) == self._n:
             return args
+        name = self.fn.__name__
+        if len(args) > self._n:
+            raise KfuseError(f"{name}(): too many positional arguments ({len(args)} given; it takes "
+                             f"{self._n}: {', '.join(self._names)})")
+        for k in kwargs:
+            if k not in self._names or k in self._positional_only:
+                raise KfuseError(f"{name}(): got an unexpected keyword argument {k!r}")
+            if self._names.index(k) < len(args):
+                raise KfuseError(f"{name}(): multiple values for argument {k!r}")
         bound = list(args)
-        for name in self._names[len(args):]:
-            if name in kwargs:
-                bound.append(kwargs[name])
-            elif name in self._defaults:
-                bound.append(self._defaults[name])
+        for p in self._names[len(args):]:
+            if p in kwargs:
+                bound.append(kwargs[p])
+            elif p in self._defaults:
+                bound.append(self._defaults[p])
             else:
-                raise KfuseError(f"{self.fn.__name__}(): missing argument {name!r}")
-        if len(bound) != self._n or any(k not in self._names[len(args):] for k in kwargs):
-            raise KfuseError(f"{self.fn.__name__}() takes {self._n} arguments ({', '.join(self._names)}); "
-                             f"got {len(args)} positional and {sorted(kwargs)}")
+                raise KfuseError(f"{name}(): missing a required argument: {p!r}")
         return tuple(bound)
 
     def run_separately(self, args: tuple) -> list:
@@ -296,14 +304,6 @@ class JitFunction:
         specs, _ = self.specs(args)
         tr = trace(self.fn, specs, self.library)
         return library_calls(tr, self.fn.__name__), tr.single
-
-    def _positional(self, args, kwargs) -> tuple:
-        try:
-            bound = self._sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise KfuseError(f"{self.fn.__name__}(): {e}") from None
-        bound.apply_defaults()
-        return bound.args
 
     # -- tracing and compiling -------------------------------------------------------------------
     @property
@@ -347,7 +347,7 @@ class JitFunction:
         """The full key of the program a call with these arguments runs: the function's code, the
         library digest, the element type, each argument's kind and rank, and the options."""
         if kwargs or len(args) != self._n:
-            args = self._positional(args, kwargs)
+            args = self._bound(args, kwargs)
         specs, dtype = self.specs(args)
         return (code_key(self.fn), self.library.digest, dtype.name,
                 tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
@@ -357,7 +357,7 @@ class JitFunction:
         the program as a script (``.script``, what it shows at a prompt); NumPy arrays will do:
         only shapes and dtypes are read."""
         if kwargs or len(args) != self._n:
-            args = self._positional(args, kwargs)
+            args = self._bound(args, kwargs)
         specs, _ = self.specs(args)
         return library_calls(trace(self.fn, specs, self.library), self.fn.__name__)
 
@@ -365,7 +365,7 @@ class JitFunction:
         """The compiled program a call with these arguments runs (traced and compiled now if need be;
         NumPy arrays will do)."""
         if kwargs or len(args) != self._n:
-            args = self._positional(args, kwargs)
+            args = self._bound(args, kwargs)
         self.last = self._entry(args)       # .script, .explain() and .cuda_source describe it
         return self.last.compiled
 
