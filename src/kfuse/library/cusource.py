@@ -39,11 +39,14 @@ _KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else", "
 class Definition:
     name: str
     template: tuple[tuple[str, str], ...] | None     # (kind, name): kind int | class | other
-    nparams: int
+    params: tuple[str, ...]                          # each parameter's text, ix first
     line: int
     body: str
     literal_body: str = ""                           # the body with string literals kept
-    params: tuple[str, ...] = ()                     # each parameter's text, ix first
+
+    @property
+    def nparams(self) -> int:
+        return len(self.params)
 
 
 def strip_comments(text: str, strings: bool = False) -> str:
@@ -159,9 +162,9 @@ def _parse(text: str) -> tuple[dict[str, list[Definition]], dict[str, str]]:
         params = _split_top(m.group("params"))
         if params == ["void"]:
             params = []
-        defs.setdefault(name, []).append(Definition(name, tpl, len(params),
+        defs.setdefault(name, []).append(Definition(name, tpl, tuple(params),
                                                     code.count("\n", 0, m.start("name")) + 1,
-                                                    code[brace:end], literal[brace:end], tuple(params)))
+                                                    code[brace:end], literal[brace:end]))
     return defs, macros
 
 
