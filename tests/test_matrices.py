@@ -226,7 +226,6 @@ def test_the_row_mapping_on_the_set():
     chosen = {}
     for m in matrices.matrix_set(20_000, seed=1):
         d = m.row_lengths()
-        *slots, kept = (int(v) for v in csr.lane_slots(d, np))
-        got = (dict(zip(csr.SHORT_LANES, slots)), kept)
-        chosen[m.name] = csr.mapping(m.rows, m.nnz, int(d.max()), float(np.median(d)), got)[0]
+        slots = [int(v) for v in csr.lane_slots(d, np)]
+        chosen[m.name] = csr.mapping(m.rows, m.nnz, int(d.max()), float(np.median(d)), slots)[0]
     assert chosen == {name: {"diagonal": 1, "circuit": 4}.get(name, 0) for name in NAMES}, chosen

@@ -159,9 +159,9 @@ def test_short_rows_take_lanes_only_where_that_costs_less_than_streaming():
     plus ``STREAM_ROW`` a row (what streaming costs); more, and they are streamed."""
     rows, nnz = 1000, 4000
     even = nnz + csr_inputs.STREAM_ROW * rows
-    assert csr_inputs.mapping(rows, nnz, 9, slots=({1: 0, 2: 0, 4: even}, nnz)) == (4, 0)
-    assert csr_inputs.mapping(rows, nnz, 9, slots=({1: 0, 2: 0, 4: even + 1}, nnz)) == (0, 0)
-    assert csr_inputs.mapping(rows, 5000, 100_000, slots=({1: 0, 2: 0, 4: 10 ** 6}, 4000)) == (0, 256)  # long rows kept
+    assert csr_inputs.mapping(rows, nnz, 9, slots=(0, 0, even, nnz)) == (4, 0)           # lanes 1, 2, 4; entries
+    assert csr_inputs.mapping(rows, nnz, 9, slots=(0, 0, even + 1, nnz)) == (0, 0)
+    assert csr_inputs.mapping(rows, 5000, 100_000, slots=(0, 0, 10 ** 6, 4000)) == (0, 256)  # long rows kept
 
 
 def test_lane_slots_count_each_warps_longest_row():

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import sys
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -216,16 +216,16 @@ LANE_CHOICES = (0, 1, 2, 4, 8, 16, 32)      # what the kernel takes (a group's l
 
 
 def mapping(rows: int, nnz: int, longest: int, median: float | None = None,
-            slots: tuple[dict[int, int], int] | None = None) -> tuple[int, int]:
+            slots: Sequence[int] | None = None) -> tuple[int, int]:
     """(lanes, long_row) for a matrix of these row statistics (see the module docstring); lanes 0:
-    streamed rows.  ``slots``: per lanes of ``SHORT_LANES`` the lane-steps their warps take, and the
-    entries of the rows they take (``lane_slots``); without them short rows are taken as regular.
-    ``LANES``, where set, overrides the lanes."""
+    streamed rows.  ``slots``: what ``lane_slots`` counts, as numbers (per lanes of ``SHORT_LANES``
+    the lane-steps their warps take, then the entries of the rows they take); without them short
+    rows are taken as regular.  ``LANES``, where set, overrides the lanes."""
     typical = nnz / rows if median is None else min(nnz / rows, median)
     lanes = max(1, 2 ** round(math.log2(max(typical, 1.0))))
     threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
     chosen = 0 if lanes >= STREAM_LANES else lanes
-    if chosen and slots is not None and slots[0][chosen] > slots[1] + STREAM_ROW * rows:
+    if chosen and slots is not None and slots[SHORT_LANES.index(chosen)] > slots[-1] + STREAM_ROW * rows:
         chosen = 0
     if LANES is not None:
         if LANES not in LANE_CHOICES:
@@ -363,7 +363,6 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
         got = cp.stack([ip[0], ip[-1], ip.min(), ip.argmin(), ip.max(), ip.argmax(), d.min(), d.max(),
                         cols_lo, cols_hi, cp.median(d).astype(cp.int64), *lane_slots(d, cp)]).get()
     first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got[:11])
-    *slots, kept = (int(v) for v in got[11:])
     if first != 0:
         raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
     if last != nnz:
@@ -377,7 +376,7 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
     if lo < 0 or hi >= cols:
         bad = lo if lo < 0 else hi
         raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
-    lanes, long_row = mapping(rows, nnz, longest, median, (dict(zip(SHORT_LANES, slots)), kept))
+    lanes, long_row = mapping(rows, nnz, longest, median, [int(v) for v in got[11:]])
     if not long_row:
         return Checked(lanes, 0, None)
     with cp.cuda.Device(device):
