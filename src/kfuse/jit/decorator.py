@@ -346,8 +346,7 @@ class JitFunction:
     def cache_key(self, *args, **kwargs) -> tuple:
         """The full key of the program a call with these arguments runs: the function's code, the
         library digest, the element type, each argument's kind and rank, and the options."""
-        if kwargs or len(args) != self._n:
-            args = self._bound(args, kwargs)
+        args = self._bound(args, kwargs)
         specs, dtype = self.specs(args)
         return (code_key(self.fn), self.library.digest, dtype.name,
                 tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
@@ -356,16 +355,14 @@ class JitFunction:
         """The lowered trace a call with these arguments runs: its program (``.program``) and
         the program as a script (``.script``, what it shows at a prompt); NumPy arrays will do:
         only shapes and dtypes are read."""
-        if kwargs or len(args) != self._n:
-            args = self._bound(args, kwargs)
+        args = self._bound(args, kwargs)
         specs, _ = self.specs(args)
         return library_calls(trace(self.fn, specs, self.library), self.fn.__name__)
 
     def compile(self, *args, **kwargs):
         """The compiled program a call with these arguments runs (traced and compiled now if need be;
         NumPy arrays will do)."""
-        if kwargs or len(args) != self._n:
-            args = self._bound(args, kwargs)
+        args = self._bound(args, kwargs)
         self.last = self._entry(args)       # .script, .explain() and .cuda_source describe it
         return self.last.compiled
 
