@@ -30,6 +30,18 @@ def current_stream(torch_in: bool, device: int) -> int:
     return cupy().cuda.get_current_stream().ptr
 
 
+def on_device(x, cp) -> bool:
+    """Is ``x`` a CUDA array (a CuPy array, a torch CUDA tensor, another ``__cuda_array_interface__``
+    producer), read by address, rather than a host number?  A torch tensor is told by its type: its
+    ``__cuda_array_interface__`` builds a dict on every read."""
+    if isinstance(x, cp.ndarray):
+        return True
+    tensor = torch_tensor_type()
+    if tensor is not None and isinstance(x, tensor):
+        return bool(x.is_cuda)
+    return hasattr(x, "__cuda_array_interface__")
+
+
 def numpy_dtype(torch_dtype) -> np.dtype | None:
     if not _TORCH_DTYPES:
         torch = sys.modules["torch"]

@@ -76,7 +76,7 @@ class ScalarTail:
         """Launch kf_scalars over ``sources`` (aligned with ``reads``: 0-d device arrays, or host
         numbers where ``numbers``) on ``stream`` (default: the current stream of ``like``'s
         framework), writing ``results`` (default: new ones, ``empty``); returns them."""
-        from .args import current_stream, torch_tensor_type
+        from .args import current_stream, on_device, torch_tensor_type
         from .launch import KernelLaunch, PackedArgs
         tensor = torch_tensor_type()
         cp = cupy()
@@ -86,7 +86,7 @@ class ScalarTail:
             results = self.empty(like)
         if stream is None:
             stream = current_stream(torch_like, device)
-        numbers = tuple(self.numbers and not _on_device(x, cp, tensor) for x in sources)
+        numbers = tuple(self.numbers and not on_device(x, cp) for x in sources)
         fn = self.functions.get((device, numbers))
         if fn is None:
             with cp.cuda.Device(device):
@@ -112,10 +112,3 @@ def _address(x, cp, tensor) -> int:
 
 def _is_tensor(x, tensor) -> bool:
     return tensor is not None and isinstance(x, tensor)
-
-
-def _on_device(x, cp, tensor) -> bool:
-    """A source on the device (read by address), not a host number (as the executor decides)."""
-    if _is_tensor(x, tensor):
-        return bool(x.is_cuda)
-    return isinstance(x, cp.ndarray) or hasattr(x, "__cuda_array_interface__")

@@ -35,7 +35,7 @@ from ..errors import LaunchError
 from ..ir.artifact import Resolve
 from ..ir.program import Program
 from . import driver
-from .args import adapt, current_stream, facts, torch_dtype, torch_tensor_type
+from .args import adapt, current_stream, facts, on_device, torch_dtype, torch_tensor_type
 from .arrays import to_scalar
 from . import csr as csr_inputs
 from .binding import OUT, Binding, check_arguments, check_names, overlapping
@@ -206,7 +206,7 @@ class Executor:
             is_scalar = name in self.names and self.kinds[self.names.index(name)]
             if name in self.names and self.sparse[self.names.index(name)]:
                 adapted[name] = csr_inputs.adapt_csr(x, name)
-            elif is_scalar and _on_device(x, cp):
+            elif is_scalar and on_device(x, cp):
                 device_scalars.append(name)
                 adapted[name] = adapt(x, name)
             else:
@@ -341,16 +341,6 @@ def _unused(recycled: list, stream: int):
             else:
                 return item
     return None
-
-
-def _on_device(x, cp) -> bool:
-    """A scalar input given as a device array (0-d, checked by the binding): passed by address."""
-    if isinstance(x, cp.ndarray):
-        return True
-    tensor = torch_tensor_type()
-    if tensor is not None and isinstance(x, tensor):     # told by type: no __cuda_array_interface__ dict
-        return bool(x.is_cuda)
-    return hasattr(x, "__cuda_array_interface__")
 
 
 def _torch_layout(binding: Binding) -> list:
