@@ -340,9 +340,9 @@ def calibration_bands(rows: int, means=(2, 4, 8)) -> list:
 
 def sweep_table(rows, names, dtypes, reps, bw) -> list[str]:
     """Issue 58's data for choosing the row mapping: kfuse's mat-vec on every matrix of the set
-    and on the calibration's patterns (int32 indices) with each row mapping the kernel takes forced (``runtime.csr.LANES``: 0 streams
-    a warp's rows, else that many lanes a row), beside the one ``mapping`` chooses; GPU time per
-    call of 20 in a row, checked against the float64 product.  Each forced mapping gets copies of
+    and on the calibration's patterns (int32 indices) with each row mapping the kernel takes
+    forced (``runtime.csr.LANES``: 0 streams a warp's rows, else that many lanes a row), beside the
+    one ``mapping`` chooses; GPU time per call of 20 in a row, checked against the float64 product.  Each forced mapping gets copies of
     the index arrays, so that the binding checks (and maps) the matrix again."""
     import cupy as cp
     import cupyx.scipy.sparse as cps

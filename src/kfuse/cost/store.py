@@ -22,9 +22,9 @@ on the grid -- timed whole, alone in a kernel, each point ``[x, factor]``: at ``
 row length, ``by: mean_row``, or the grid's entries, ``by: entries``) the kernel took ``factor``
 times what the transfer model gives its operands' bytes (``kernel_factor_key`` names the
 function and variant; ``source``, the digest of the variant's source files, lets a calibration
-carried to a new library keep the functions whose code did not change).  Every entry carries a SHA-256 of its own content: an entry that
-does not match, does not parse or lacks a field is reported and ignored, and so is a file that
-is not a calibration file -- nothing in it is trusted.
+carried to a new library keep the functions whose code did not change).  Every entry carries a
+SHA-256 of its own content: an entry that does not match, does not parse or lacks a field is
+reported and ignored, and so is a file that is not a calibration file -- nothing in it is trusted.
 
 Files searched, first match wins: ``$KFUSE_CALIBRATION`` (a file, which must exist; ``off``
 disables calibrated prediction), the user file (``$KFUSE_CACHE_DIR`` or ``~/.cache/kfuse``, ``calibration.json``,
