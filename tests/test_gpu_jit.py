@@ -186,3 +186,55 @@ def test_cg_and_bicg_converge_to_the_solution(n, dtype):
         residual = np.linalg.norm(bh - Ah @ x) / np.linalg.norm(bh)
         error = np.linalg.norm(x - exact) / np.linalg.norm(exact)
         assert residual < 10 * tol and error < 100 * tol, (solve.__name__, residual, error)
+
+
+def _lanczos(A, v, v_prev, beta):
+    """A Lanczos step: beta_new = sqrt(w . w) is returned as scalar arithmetic and fed back."""
+    w = A @ v - beta * v_prev
+    w = w - (w @ v) * v
+    beta_new = kfuse.sqrt(w @ w)
+    return A, w / beta_new, v, beta_new
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_returned_arithmetic_fed_back_runs_in_the_graph(framework, dtype):
+    """A step returning scalar arithmetic (a square root), fed back from Python: the arithmetic
+    runs after the kernels in the binding's captured graph (no launch of its own), its 0-d result
+    read by the next call by address; every step against NumPy, the graph replayed, and with CuPy
+    the results' blocks recycled (the same few pointers come again)."""
+    n = 1001
+    rng = np.random.default_rng(17)
+    R = rng.standard_normal((n, n))
+    A = (R + R.T) / np.sqrt(2 * n)
+    v0 = rng.standard_normal(n)
+    v0 /= np.linalg.norm(v0)
+    step = kfuse.jit(_lanczos)
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        dev = lambda x: torch.as_tensor(np.asarray(x, dtype=dtype), device="cuda")     # noqa: E731
+        host = lambda x: x.double().cpu().numpy()                                        # noqa: E731
+    else:
+        import cupy as cp
+        dev = lambda x: cp.asarray(np.asarray(x, dtype=dtype))                           # noqa: E731
+        host = lambda x: cp.asnumpy(x).astype(np.float64)                                # noqa: E731
+    state = (dev(A), dev(v0), dev(np.zeros(n)), dev(np.array(0.5)))
+    Ah = A.astype(dtype).astype(np.float64)
+    pointers = set()
+    for k in range(8):
+        v, v_prev, beta = (host(x) for x in state[1:])
+        w = Ah @ v - float(beta) * v_prev
+        w = w - (w @ v) * v
+        want = np.sqrt(w @ w)
+        state = step(*state)
+        got = float(host(state[3]))
+        assert abs(got - want) <= 100 * TOL[dtype] * want, (k, got, want)
+        assert relative_error(host(state[1]), w / want, np.abs(w / want)) < 100 * TOL[dtype]
+        pointers.add(state[3].data.ptr if framework == "cupy" else state[3].data_ptr())
+    ex = step.last.executor
+    assert ex.returns is not None
+    binding, = ex.bindings.values()
+    assert binding.returns is not None and binding.launches[-1][0].name == "kf_scalars"
+    assert binding.graphs.execs, "the fed-back calls replay a captured graph"
+    if framework == "cupy":
+        assert len(pointers) <= 4, pointers

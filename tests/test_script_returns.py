@@ -214,55 +214,104 @@ def tail_launches(fake, monkeypatch):  # noqa: F811 - the stand-in fixture
     return types.SimpleNamespace(sources=sources, launched=launched, fake=fake)
 
 
-def test_a_call_returns_the_arithmetic_computed_by_one_launch(tail_launches):
+def _within(monkeypatch, binding):
+    """The arithmetic's launch a binding made (``Binding._returns_launch``, the stand-in's
+    ``_prepare`` makes none): (function, grid, threads, name, [(source, index or offset) per
+    argument, or the value of one not patched])."""
+    from kfuse.runtime import binding as bmod
+
+    class Packed:
+        def __init__(self, args):
+            self.values = [types.SimpleNamespace(value=a) for a in args]
+    monkeypatch.setattr(bmod, "PackedArgs", Packed)
+    monkeypatch.setattr(bmod, "KernelLaunch", lambda fn, grid, threads, args, name: (fn, grid, threads, name, args))
+    (fn, grid, threads, name, packed), patches = binding._returns_launch()
+    by_obj = {id(obj): (src, a) for obj, src, a in patches}
+    return fn, grid, threads, name, [by_obj.get(id(v), v.value) for v in packed.values]
+
+
+def test_a_call_returns_the_arithmetic_computed_after_the_kernels(tail_launches, monkeypatch):
+    """A plain call: the binding launches the arithmetic after the kernels (in their graph), its
+    results 0-d arrays of the call's block after the outputs; no launch of its own."""
+    from kfuse.runtime.binding import OWN, SCALAR
     prog = kfuse.compile(NORMS, calibration=False)
     r, b = FakeArray((70,)), FakeArray((70,))
     got = prog(r=r, b=b, tol=0.5)
-    assert len(got) == 4
+    assert len(got) == 4 and tail_launches.launched == []
+    bnd, = tail_launches.fake.built
+    assert [n for n, *_ in bnd.result_layout] == ["rr", "bb", "#0", "#1", "#2"]
+    rr = got[2]
+    assert isinstance(rr, FakeArray) and rr.shape == () and [a.shape for a in (got[0], got[1], got[3])] == [(), (), ()]
+    fn, grid, threads, name, args = _within(monkeypatch, bnd)
+    assert (fn, grid, threads, name) == (("function", "kf_scalars"), 1, 1, "kf_scalars")
+    # the three results in the call's block, then rr and bb by address and tol by value
+    item = 4
+    at = bnd.returns_at
+    assert at >= bnd.offsets[bnd.prog.outputs[1].id][1] + item
+    assert args[:3] == [(OWN, at), (OWN, at + item), (OWN, at + 2 * item)]
+    assert args[3:] == [bnd.offsets[bnd.prog.outputs[0].id], bnd.offsets[bnd.prog.outputs[1].id],
+                        (SCALAR, bnd.scalar_inputs.index("tol"))]
+    assert ", real v2) {" in tail_launches.sources[0]
+    # the program's outputs without the arithmetic
+    outs = prog.calls.outputs(r=r, b=b, tol=0.5)
+    assert len(outs) == 2 and all(isinstance(o, FakeArray) and o.shape == () for o in outs)
+    assert tail_launches.launched == []
+
+
+def test_given_outputs_take_the_arithmetic_by_a_launch_of_its_own(tail_launches):
+    prog = kfuse.compile(NORMS, calibration=False)
+    r, b = FakeArray((70,)), FakeArray((70,))
+    rr, bb = FakeArray(()), FakeArray(())
+    got = prog(r=r, b=b, tol=0.5, out={"rr": rr, "bb": bb})
+    assert len(got) == 4 and got[2] is rr
     (fn, grid, threads, args, name, stream), = tail_launches.launched
     assert (fn, grid, threads, name) == (("function", "kf_scalars"), 1, 1, "kf_scalars")
     # the three results, then rr and bb by address and tol by value
-    rr = got[2]
-    assert isinstance(rr, FakeArray) and rr.shape == ()
-    assert [a.shape for a in (got[0], got[1], got[3])] == [(), (), ()]
     assert args[:3] == tuple(x.data.ptr for x in (got[0], got[1], got[3]))
-    assert args[3] == rr.data.ptr and args[5] == np.float32(0.5) and isinstance(args[5], np.float32)
-    assert ", real v2) {" in tail_launches.sources[0]
-    # the program's outputs without the arithmetic, and nothing launched for it
-    outs = prog.calls.outputs(r=r, b=b, tol=0.5)
-    assert len(outs) == 2 and all(isinstance(o, FakeArray) for o in outs)
-    assert len(tail_launches.launched) == 1
+    assert args[3] == rr.data.ptr and args[4] == bb.data.ptr
+    assert args[5] == np.float32(0.5) and isinstance(args[5], np.float32)
+    assert tail_launches.fake.built[0].returns is None
 
 
-def test_a_device_scalar_is_read_by_address(tail_launches):
+def test_a_device_scalar_is_read_by_address(tail_launches, monkeypatch):
+    from kfuse.runtime.binding import IN, SCALAR
     prog = kfuse.compile(CG, dtype="float64", calibration=False)
     A, x, r, p = FakeArray((50, 50), "float64"), FakeArray((50,), "float64"), FakeArray((50,), "float64"), \
         FakeArray((50,), "float64")
     rr = FakeArray((), "float64")
     got = prog(A=A, x=x, r=r, p=p, rr=rr)
-    assert len(got) == 4 and got[0].shape == (50,) and got[1].shape == (50,)
-    (_, _, _, args, _, _), = tail_launches.launched
+    assert len(got) == 4 and got[0].shape == (50,) and got[1].shape == (50,) and got[2].shape == ()
+    bnd = tail_launches.fake.built[-1]
+    *_, args = _within(monkeypatch, bnd)
     # results o0, o1; then rr_new (an output), rr (the input, by address)
-    assert args[:2] == (got[2].data.ptr, got[3].data.ptr)
-    assert args[3] == rr.data.ptr
+    assert args[3] == (IN, bnd.array_inputs.index("rr"))
     assert "real v1" not in tail_launches.sources[0]
     prog(A=A, x=x, r=r, p=p, rr=1.5)        # rr as a number: by value, another module
-    assert ", real v1) {" in tail_launches.sources[1] and tail_launches.launched[1][3][3] == np.float64(1.5)
-    prog(A=A, x=x, r=r, p=p, rr=2.5)        # the same module again
-    assert len(tail_launches.sources) == 2 and tail_launches.launched[2][3][3] == np.float64(2.5)
+    bnd = tail_launches.fake.built[-1]
+    *_, args = _within(monkeypatch, bnd)
+    assert args[3] == (SCALAR, bnd.scalar_inputs.index("rr")) and ", real v1) {" in tail_launches.sources[1]
+    assert len(tail_launches.fake.built) == 2 and tail_launches.launched == []
+    prog(A=A, x=x, r=r, p=p, rr=2.5)        # the same binding again, the number patched
+    assert len(tail_launches.fake.built) == 2 and tail_launches.fake.launched[-1][3] == [2.5]
 
 
 def test_a_bound_call_writes_the_same_results(tail_launches):
     prog = kfuse.compile(NORMS, calibration=False)
     r, b = FakeArray((70,)), FakeArray((70,))
     bound = prog.bind(r=r, b=b, tol=0.5)
-    assert tail_launches.launched == []          # nothing launched before a call
+    assert tail_launches.fake.launched == []          # nothing launched before a call
     first = bound()
     again = bound()
     assert first is again and len(first) == 4 and first[2] is bound.outputs[0]
+    assert len(bound.outputs) == 2 and len(tail_launches.fake.launched) == 2 and tail_launches.launched == []
+    assert bound.launch_count == bound.bound.launch_count
+    # with given outputs: the arithmetic's own launch after each call, into results made once
+    rr, bb = FakeArray(()), FakeArray(())
+    bound = prog.bind(r=r, b=b, tol=0.5, out={"rr": rr, "bb": bb})
+    first, again = bound(), bound()
+    assert first is again and first[2] is rr
     assert [x[3] for x in tail_launches.launched] == [tail_launches.launched[0][3]] * 2
     assert tail_launches.launched[0][3][:3] == tuple(x.data.ptr for x in (first[0], first[1], first[3]))
-    assert bound.launch_count == bound.bound.launch_count
 
 
 def test_a_single_returned_expression_is_not_a_tuple(tail_launches):

@@ -49,9 +49,13 @@ class CallPath:
         """The runtime's executor (``runtime/executor.py``): bindings per argument signature,
         graphs; handed ``resolve_artifact``, the runtime's one question to the compiler."""
         if self._executor is None:
+            from ..runtime.binding import Returns
             from ..runtime.executor import Executor
             c = self._compiled
             self._executor = Executor(c.program, c.dtype, self.resolve_artifact)
+            tail = self.scalar_tail
+            if tail is not None:
+                self._executor.returns = Returns(tail, tail.code.reads)
         return self._executor
 
     def resolve_artifact(self, sizes: Mapping[int, int], device_scalars: frozenset[str]) -> Artifact:
@@ -70,7 +74,11 @@ class CallPath:
         array for one) without the returned arithmetic: the values the kernels compute, for
         checks against the reference.  The same as a call for a script that returns no
         arithmetic."""
-        return self.executor.call(inputs, out, sync, stream)
+        res = self.executor.call(inputs, out, sync, stream)
+        n = len(self._compiled.program.outputs)
+        if isinstance(res, tuple) and len(res) > n:     # the returned arithmetic's results follow
+            return res[0] if n == 1 else res[:n]
+        return res
 
     @property
     def scalar_tail(self) -> "ScalarTail | None":

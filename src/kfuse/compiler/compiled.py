@@ -146,7 +146,7 @@ class CompiledScript:
             return self._traced(out, stream, inputs)
         if not self.program.returns:
             return self.calls.executor.call(inputs, out, sync, stream)
-        res = self.calls.executor.call(inputs, out, False, stream)
+        res = self.calls.executor.call(inputs, out, sync, stream)
         return self._returned(res, inputs, stream, sync)
 
     def _traced(self, out, stream, inputs: dict):
@@ -167,6 +167,9 @@ class CompiledScript:
         from ..runtime import driver
         from ..runtime.args import torch_tensor_type
         outs = res if isinstance(res, tuple) else (res,)
+        n = len(self.program.outputs)
+        if len(outs) > n:           # the binding launched the arithmetic after the kernels (synced)
+            return self._items(outs[:n], iter(outs[n:]))
         like, tensor = outs[0], torch_tensor_type()
         torch_like = tensor is not None and isinstance(like, tensor)
         device = like.device.index if torch_like else like.data.device_id
@@ -177,6 +180,11 @@ class CompiledScript:
         computed = iter(tail.run(like, sources, s, results))
         if sync:
             driver.synchronize(s)
+        return self._items(outs, computed)
+
+    def _items(self, outs, computed):
+        """What the return statement names: the outputs ``outs`` and the arithmetic's results
+        (``computed``, in order)."""
         items = [outs[self.program.outputs.index(r)] if not isinstance(r, ScalarArg) else next(computed)
                  for r in self.program.returns]
         return items[0] if len(items) == 1 else tuple(items)
@@ -209,26 +217,30 @@ class _BoundReturns:
     def __init__(self, compiled: CompiledScript, bound, inputs: dict):
         self.compiled, self.bound, self.inputs = compiled, bound, inputs
         outs = bound.result if isinstance(bound.result, tuple) else (bound.result,)
-        tail = compiled.calls.scalar_tail
-        assert tail is not None, "made only for a script that returns arithmetic"
-        self._results = tail.empty(outs[0])
-        self.result = self._package(outs)
-
-    def _package(self, outs) -> Any:
-        computed = iter(self._results)
-        items = [outs[self.compiled.program.outputs.index(r)] if not isinstance(r, ScalarArg) else next(computed)
-                 for r in self.compiled.program.returns]
-        return items[0] if len(items) == 1 else tuple(items)
+        n = len(compiled.program.outputs)
+        # the binding launches the arithmetic after the kernels (no outputs given): its results
+        # follow the outputs; else the arithmetic's kernel is launched after each call
+        self.within = len(outs) > n
+        if self.within:
+            self._outputs, self._results = outs[:n], list(outs[n:])
+        else:
+            tail = compiled.calls.scalar_tail
+            assert tail is not None, "made only for a script that returns arithmetic"
+            self._outputs, self._results = outs, tail.empty(outs[0])
+        self.result = compiled._items(self._outputs, iter(self._results))
 
     @property
     def outputs(self):
         """The program's outputs a call writes (before the arithmetic)."""
-        return self.bound.result
+        return self._outputs[0] if len(self._outputs) == 1 else self._outputs
 
     def __getattr__(self, name: str):
         return getattr(self.bound, name)        # binding, dims, launches, launch_count
 
     def __call__(self, sync: bool = False, stream=None):
+        if self.within:
+            self.bound(sync=sync, stream=stream)
+            return self.result
         self.bound(sync=False, stream=stream)
         self.compiled._returned(self.bound.result, self.inputs, stream, sync, self._results)
         return self.result

@@ -59,7 +59,7 @@ _NUMBER = "number"
 class _Entry:
     """One signature's compiled program and how its results map onto the function's."""
     __slots__ = ("compiled", "inputs", "lowered", "direct", "picks", "single", "dtype", "key", "tail", "form",
-                 "shapes")
+                 "shapes", "_executor")
 
     def __init__(self, compiled, lowered: Lowered, single: bool, dtype: np.dtype, key):
         self.compiled, self.lowered, self.single, self.dtype, self.key = compiled, lowered, single, dtype, key
@@ -73,13 +73,40 @@ class _Entry:
         self.tail: Any = None   # the returned scalar arithmetic as one kernel (runtime/control.ScalarTail)
         self.form = torchop.form_of(lowered.returns, single)   # what kfuse::call returns (run_separately)
         self.shapes: dict = {}  # arguments' shapes -> results' shapes (run_separately, every call)
+        self._executor: Any = None
+
+    @property
+    def executor(self):
+        """The plain call's executor: the compiled program's, or, where the function returns
+        scalar arithmetic over its outputs and the program's inputs, one of this entry's own
+        that launches the arithmetic after the kernels (``binding.Returns``: in the same graph,
+        its results in the call's block).  Its own: a compiled program is shared by every
+        function that traces to it, whatever arithmetic each returns."""
+        if self._executor is None:
+            self._executor = self.compiled.calls.executor
+            exprs = [r[1] for r in self.lowered.returns if r[0] == "expr"]
+            names = {k: name for name, k in self.inputs}
+            if exprs:
+                from ..codegen.loop.scalars import ScalarCode
+                from ..runtime.binding import Returns
+                from ..runtime.control import ScalarTail
+                from ..runtime.executor import Executor
+                code = ScalarCode.traced(self.dtype, exprs, self.lowered.leaves)
+                if all(where == "out" or k in names for where, k in code.reads):
+                    calls = self.compiled.calls
+                    ex = Executor(self.compiled.program, self.compiled.dtype, calls.resolve_artifact)
+                    ex.returns = Returns(ScalarTail(code), tuple(
+                        (where, k) if where == "out" else ("in", names[k]) for where, k in code.reads))
+                    self._executor = ex
+        return self._executor
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)
         if self.picks is not None:
             items = [outs[k] if out else args[k] for out, k in self.picks]
             return items[0] if self.single else tuple(items)
-        computed = self._scalars(outs, args)
+        n = len(self.lowered.outputs)
+        computed = list(outs[n:]) if len(outs) > n else self._scalars(outs, args)
         items = []
         for r in self.lowered.returns:
             if r[0] == "out":
@@ -220,7 +247,7 @@ class JitFunction:
         entry = self._lookup(args)
         if entry is None:                       # called from a function being traced: inlined
             return self.fn(*args)
-        res = entry.compiled.calls.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
+        res = entry.executor.call({name: args[k] for name, k in entry.inputs}, None, False, None)
         return res if entry.direct else entry.package(res, args)
 
     def _lookup(self, args: tuple, grad: bool = True) -> "_Entry | None":

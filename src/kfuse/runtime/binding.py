@@ -8,7 +8,7 @@ first, so one fill clears them all); values that are neither inputs nor returned
 block per stream, kept with the binding and reused by every call on that stream."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,6 +34,17 @@ ALIGN = 256
 IN, OUT, OWN, TMP, SCALAR, LANES, LONG, LSUM, PIECES, PART, COUNT = range(11)
 PREPASS = "kf_spmv_long_rows"      # sums a csr matrix's long rows before a kernel that reads it
 CSR_PARTS = ("", "#indices", "#data")      # pointer slots of a csr input A: A, A#indices, A#data
+RETURNS = "kf_scalars"             # the returned arithmetic, after the kernels (``Returns``)
+
+
+class Returns(NamedTuple):
+    """The returned scalar arithmetic of a plain call, launched by the binding after the program's
+    kernels (captured in the same graph; its results in the per-call block beside the outputs, so
+    a fed-back loop recycles them with the outputs): ``tail`` the kernel (``control.ScalarTail``),
+    ``places[k]`` what its leaf k reads, ("out", k) a program output or ("in", name) a script
+    input (a 0-d device array by address, a number by value)."""
+    tail: Any
+    places: tuple[tuple[str, Any], ...]
 
 
 def bind_sizes(prog: Program, shapes: dict[str, tuple[int, ...]]) -> dict[int, int]:
@@ -173,9 +184,12 @@ class Binding:
     """See the module docstring.  ``inputs`` and ``out`` hold adapted arrays (CuPy or torch)
     and numbers."""
 
-    def __init__(self, artifact: Artifact, inputs: dict, out: dict, pdl: bool | None = None):
+    def __init__(self, artifact: Artifact, inputs: dict, out: dict, pdl: bool | None = None,
+                 returns: "Returns | None" = None):
         prog: Program = artifact.program
         self._pdl = pdl             # None: where the device has it (launch.pdl_available)
+        # the returned scalar arithmetic, launched as the call's last kernel (``Returns``)
+        self.returns = returns
         self.artifact, self.prog = artifact, prog
         self.dtype = dtype = np.dtype(artifact.dtype)
         self.device, self.dims, f = check_arguments(prog, inputs, out, dtype)
@@ -237,6 +251,13 @@ class Binding:
         # per returned value: (name, offset in the per-call block or None when given, shape, bytes)
         self.result_layout = [(v.name, None if v.name in user else self.offsets[v.id][1],
                                result_shape(v, self.dims, self.grids), self.nbytes[v.name]) for v in prog.outputs]
+        # the returned arithmetic's results: 0-d arrays after the outputs in the per-call block
+        item = self.dtype.itemsize
+        self.returns_at = self.own_bytes
+        if self.returns is not None:
+            n = self.returns.tail.code.results
+            self.result_layout += [(f"#{k}", self.returns_at + k * item, (), item) for k in range(n)]
+            self.own_bytes += -(-n * item // ALIGN) * ALIGN
         self.torch_layout: list | None = None      # result_layout for a torch block (executor._torch_layout)
 
     def _place(self, values, cleared: set[int], where: int) -> tuple[int, int]:
@@ -319,6 +340,8 @@ class Binding:
             passes = [(long_fn, name, *self._prepass_args(A, x)) for name, A, x in long_reads[k]]
             self._parts.append((fills, passes, launch,
                                 [(packed.values[i], src, a) for i, src, a in patches]))
+        if self.returns is not None:
+            self._parts.append(([], [], *self._returns_launch()))
         self.flip = 0
         # calls alternate between the chosen orders and their mirror where the kernels were built
         # for it (runtime/order.py, bit 3)
@@ -338,10 +361,33 @@ class Binding:
                 self.launches.append((KernelLaunch(fn, buffers.grid, 256, packed, PREPASS), ps))
             self.launches.append((launch.independent() if long and launch.dependent else launch, patches))
         self.patches = [p for _, ps in self.launches for p in ps]
-        self.kernel_launches = [launch for launch, _ in self.launches if launch.name not in ("kf_fill", PREPASS)]
+        self.kernel_launches = [launch for launch, _ in self.launches
+                                if launch.name not in ("kf_fill", PREPASS, RETURNS)]
         # every kernel's kf_flip (its last argument; a launch made again shares its argument block,
         # which holds the flip already)
         self.flips = [launch.args.values[-1] for launch in self.kernel_launches]
+
+    def _returns_launch(self) -> tuple[KernelLaunch, list]:
+        """kf_scalars (``Returns``) after the kernels, and its patches: it writes the results
+        (``returns_at`` in the per-call block) from the outputs and scalar inputs it reads, a
+        script input given as a number by value."""
+        assert self.returns is not None
+        tail, places = self.returns.tail, self.returns.places
+        numbers = tuple(p[0] == "in" and p[1] in self.scalar_inputs for p in places)
+        fn = tail.function(self.device, numbers)
+        item = self.dtype.itemsize
+        args: list = [0] * tail.code.results
+        patches = [(k, OWN, self.returns_at + k * item) for k in range(tail.code.results)]
+        for (where, x), number in zip(places, numbers):
+            if number:
+                patches.append((len(args), SCALAR, self.scalar_inputs.index(x)))
+                args.append(self.dtype.type(0))
+            else:
+                v = self.prog.outputs[x] if where == "out" else next(v for v in self.prog.inputs if v.name == x)
+                patches.append((len(args), *self._source(v)))
+                args.append(0)
+        packed = PackedArgs(tuple(args))
+        return KernelLaunch(fn, 1, 1, packed, RETURNS), [(packed.values[i], src, a) for i, src, a in patches]
 
     @staticmethod
     def _long_reads(code) -> list[tuple[str, Any, Any]]:

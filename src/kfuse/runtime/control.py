@@ -45,6 +45,16 @@ class ScalarTail:
         leaf by address): the code's text."""
         return self.code.source(numbers)
 
+    def function(self, device: int, numbers: tuple[bool, ...] = ()):
+        """kf_scalars on ``device``, the leaves flagged in ``numbers`` read by value (compiled once
+        per device and flags)."""
+        fn = self.functions.get((device, numbers))
+        if fn is None:
+            with cupy().cuda.Device(device):
+                module = control_module(self.source(numbers), relocatable=False)
+                fn = self.functions[device, numbers] = module.get_function("kf_scalars")
+        return fn
+
     def __call__(self, outs, args) -> list | None:
         """A jitted function's results as 0-d arrays of ``outs[0]``'s framework, or None when a
         leaf is a host number."""
@@ -87,11 +97,7 @@ class ScalarTail:
         if stream is None:
             stream = current_stream(torch_like, device)
         numbers = tuple(self.numbers and not on_device(x, cp) for x in sources)
-        fn = self.functions.get((device, numbers))
-        if fn is None:
-            with cp.cuda.Device(device):
-                module = control_module(self.source(numbers), relocatable=False)
-                fn = self.functions[device, numbers] = module.get_function("kf_scalars")
+        fn = self.function(device, numbers)
         real = self.dtype.type
         args_c = tuple(_address(x, cp, tensor) for x in results) + tuple(
             real(float(x)) if number else _address(x, cp, tensor) for x, number in zip(sources, numbers))

@@ -38,7 +38,7 @@ from . import driver
 from .args import adapt, current_stream, facts, on_device, torch_dtype, torch_tensor_type
 from .arrays import to_scalar
 from . import csr as csr_inputs
-from .binding import OUT, Binding, check_arguments, check_names, overlapping
+from .binding import OUT, Binding, Returns, check_arguments, check_names, overlapping
 from .gpu import cupy
 
 GRAPHS_PER_BINDING = 8        # captured graphs kept per binding (least recently used dropped)
@@ -92,6 +92,9 @@ class Executor:
         self.dtype = np.dtype(dtype)
         self.bindings: dict = {}
         self._capture: dict[int, int] = {}      # device -> private capture stream
+        # the returned scalar arithmetic (binding.Returns), launched after the kernels of a call
+        # that gives no outputs; its results follow the outputs in what ``call`` returns
+        self.returns: Returns | None = None
 
     # -- the plain call -----------------------------------------------------------------------------
     def call(self, inputs: dict, out: dict | None, sync: bool, stream):
@@ -193,9 +196,9 @@ class Executor:
         adapted and checked, the artifact resolved for their sizes), kept by no table: for a
         caller that patches its pointers itself (a device loop's steps, ``runtime/loop.py``).
         ``pdl=False``: launches without programmatic dependence."""
-        return self._bind(inputs, outs, None, pdl)[0]
+        return self._bind(inputs, outs, None, pdl, returns=False)[0]
 
-    def _bind(self, inputs: dict, out, key, pdl: bool | None = None):
+    def _bind(self, inputs: dict, out, key, pdl: bool | None = None, returns: bool = True):
         """The slow path: every argument adapted and checked, a binding built (and kept when the
         call had a signature).  ``pdl=False``: launches without programmatic dependence (for
         graphs whose nodes cannot take it)."""
@@ -215,7 +218,8 @@ class Executor:
         # every argument checked, the sizes known: the artifact this call runs, then its binding
         scalars_on_device = frozenset(device_scalars)
         _, dims, _ = check_arguments(self.program, adapted, out_adapted, self.dtype, scalars_on_device)
-        binding = Binding(self.resolve(dims, scalars_on_device), adapted, out_adapted, pdl)
+        binding = Binding(self.resolve(dims, scalars_on_device), adapted, out_adapted, pdl,
+                          self.returns if returns and not out_adapted else None)
         binding.graphs = Graphs()
         if key is not None:
             self.bindings[key] = binding
