@@ -141,7 +141,8 @@ class CompiledScript:
         arrays; ``sync=True`` waits for the kernels and reports any execution error.  A repeated
         call with the same argument signature skips every check but the cheap ones.  Scalar
         arithmetic in the return statement (``return sqrt(rr), rr / bb;``) comes back as 0-d
-        arrays, computed after the plan by one small kernel on the same stream."""
+        arrays, computed after the plan by one small kernel on the same stream (the binding's last
+        launch, in the plan's graph, where ``out`` gives no outputs)."""
         if torchop.compiling():                 # traced by torch.compile: one kfuse::call node
             return self._traced(out, stream, inputs)
         if not self.program.returns:
