@@ -229,3 +229,41 @@ def test_torch_results_are_one_as_strided_of_a_typed_block_each(monkeypatch):
     assert len(calls) == 3
     again = executor.Executor._result(None, binding, Block(), {"z": "given"})
     assert again == got and binding.torch_layout is not None      # the layout made once
+
+
+def test_a_kept_block_is_reused_only_when_nothing_holds_its_results(monkeypatch):
+    """``executor._unused``: a CuPy block is free when no result has a name besides the kept list;
+    a torch block also needs no result held from C++ (a DLPack capsule: the tensor's use count) and
+    no view of a result (the storage's use count as it was when the results were made).  torch is
+    a stand-in here: the rule, not torch, is under test."""
+    from kfuse.runtime import executor
+
+    class Tensor:
+        def __init__(self):
+            self.uses = 1
+
+        def _use_count(self):
+            return self.uses
+    storage = {"count": 5}
+    fake_torch = types.SimpleNamespace(_C=types.SimpleNamespace(_storage_Use_Count=lambda h: storage["count"]))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    cupy_like = [object(), object()]
+    torch_like = [Tensor(), Tensor()]
+    recycled = [(7, "cupy block", cupy_like, 100, None), (7, "torch block", torch_like, 200, (42, 5))]
+    held = cupy_like[0]
+    assert executor._unused(recycled, 8) is None                    # another stream
+    got = executor._unused(recycled, 7)
+    assert got is recycled[1]                                       # the CuPy results are held
+    del held
+    assert executor._unused(recycled, 7) is recycled[0]
+    recycled.pop(0)
+    storage["count"] = 6                                            # a view of a torch result
+    assert executor._unused(recycled, 7) is None
+    storage["count"] = 5
+    torch_like[1].uses = 2                                          # a capsule holds a result
+    assert executor._unused(recycled, 7) is None
+    torch_like[1].uses = 1
+    name = torch_like[0]                                            # a name holds a result
+    assert executor._unused(recycled, 7) is None
+    del name
+    assert executor._unused(recycled, 7) is recycled[0]

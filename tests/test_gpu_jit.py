@@ -236,5 +236,36 @@ def test_returned_arithmetic_fed_back_runs_in_the_graph(framework, dtype):
     binding, = ex.bindings.values()
     assert binding.returns is not None and binding.launches[-1][0].name == "kf_scalars"
     assert binding.graphs.execs, "the fed-back calls replay a captured graph"
-    if framework == "cupy":
-        assert len(pointers) <= 4, pointers
+    assert len(pointers) <= 4, pointers       # the results' blocks recycled (torch's too)
+
+
+def _axpy_dot(x, y):
+    return 2.0 * x + y, x @ y
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_torch_results_are_reused_only_when_nothing_holds_them(dtype):
+    """torch results of a fed-back call come from a few recycled blocks, and never from one that
+    something still reads: a view of a result, a DLPack capsule of one, or a name."""
+    torch = pytest.importorskip("torch")
+    import torch.utils.dlpack as dlpack
+    n = 1001
+    f = kfuse.jit(_axpy_dot)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    x = torch.randn(n, dtype=getattr(torch, dtype), device="cuda", generator=gen)
+    y = torch.randn(n, dtype=getattr(torch, dtype), device="cuda", generator=gen)
+    first = f(x, y)
+    view = first[0][3:]                     # a view of a result: holds the block's storage only
+    capsule = dlpack.to_dlpack(first[1])    # a capsule of a result: holds the tensor from C++
+    named = f(x, y)[0]                      # a name of a result (the other dropped)
+    kept = (view.clone(), first[1].clone(), named.clone())
+    del first
+    pointers = set()
+    z = x
+    for _ in range(12):
+        z, _s = f(z * 0.5, y)               # fed back: the results of the call before last dropped
+        pointers.add(z.data_ptr())
+    torch.cuda.synchronize()
+    assert torch.equal(view, kept[0]) and torch.equal(dlpack.from_dlpack(capsule), kept[1])
+    assert torch.equal(named, kept[2])
+    assert len(pointers) <= 5, pointers

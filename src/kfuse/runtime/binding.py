@@ -225,7 +225,7 @@ class Binding:
         self.out_nbytes = [self.nbytes[n] for n in self.out_names]
         self.tmp_blocks: dict[int, Any] = {}      # stream -> the block of values neither input nor returned
         self.graphs: Any = None                       # executor.Graphs, set by the executor
-        self.recycled: list = []                      # (stream, block, arrays) of earlier calls (executor)
+        self.recycled: list = []      # (stream, block, arrays, base, storage uses) of earlier calls (executor)
         self._layout()
         self._prepare()
 

@@ -111,9 +111,9 @@ class Executor:
         if out_ptrs:
             self._check_overlap(binding, in_ptrs, out_ptrs)
         s = self.stream_of(stream, binding.device, torch_in)
-        reused = _unused(binding.recycled, s) if binding.own_bytes and not torch_in and not out else None
+        reused = _unused(binding.recycled, s) if binding.own_bytes and not out else None
         if reused is not None:
-            own, block = reused[1].ptr, None
+            own, block = reused[3], None
         else:
             own, block = self._allocate(binding, torch_in, cp)
         tmp = self._temporaries(binding, s, cp) if binding.tmp_bytes else 0
@@ -124,8 +124,9 @@ class Executor:
             arrays = reused[2]
             return arrays[0] if len(arrays) == 1 else tuple(arrays)
         result = self._result(binding, block, out)
-        if binding.own_bytes and not torch_in and not out and len(binding.recycled) < RECYCLED:
-            binding.recycled.append((s, block, list(result) if isinstance(result, tuple) else [result]))
+        if binding.own_bytes and not out and len(binding.recycled) < RECYCLED:
+            arrays = list(result) if isinstance(result, tuple) else [result]
+            binding.recycled.append((s, block, arrays, own, _storage_uses(block, torch_in)))
         return result
 
     def _read(self, inputs: dict, out, cp):
@@ -332,19 +333,39 @@ class Executor:
 
 
 def _unused(recycled: list, stream: int):
-    """A kept (stream, block, arrays) of an earlier call on ``stream`` whose arrays nobody holds
-    any more (the fed-back loop: the results of the call before last), or None.  Reusing its block
-    and its arrays spares the allocation and the arrays' construction, and gives the loop the same
-    few pointer sets, so that its graphs replay.  CuPy arrays only: a view or slice of a result
-    holds the result (its ``base``), which a torch view does not."""
+    """A kept (stream, block, arrays, base pointer, storage uses) of an earlier call on ``stream``
+    whose arrays nobody holds any more (the fed-back loop: the results of the call before last),
+    or None.  Reusing its block and its arrays spares the allocation and the arrays' construction,
+    and gives the loop the same few pointer sets, so that its graphs replay.
+
+    A CuPy result is held by a name (its reference count) or by a view or slice of it (which
+    holds it as its ``base``).  A torch view holds the block's storage, not the result: a torch
+    block is free when no result has another name, none is held from C++ (a DLPack capsule, which
+    holds the tensor: ``_use_count``), and its storage has no user beyond the block and the
+    results (``_storage_Use_Count`` as it was when they were made)."""
     for item in recycled:
         if item[0] == stream:
             for a in item[2]:
                 if getrefcount(a) > 3:       # the list, this loop's name and the call's argument
                     break
             else:
-                return item
+                uses = item[4]
+                if uses is None:
+                    return item
+                torch = sys.modules["torch"]
+                if torch._C._storage_Use_Count(uses[0]) == uses[1] and all(a._use_count() == 1 for a in item[2]):
+                    return item
     return None
+
+
+def _storage_uses(block, torch_in: bool) -> tuple[int, int] | None:
+    """A torch block's (storage handle, uses of its storage now: the block and its results), for
+    ``_unused``; None for a CuPy block."""
+    if not torch_in:
+        return None
+    torch = sys.modules["torch"]
+    handle = block.untyped_storage()._cdata
+    return handle, torch._C._storage_Use_Count(handle)
 
 
 def _torch_layout(binding: Binding) -> list:
