@@ -221,7 +221,7 @@ def test_returned_arithmetic_fed_back_runs_in_the_graph(framework, dtype):
     state = (dev(A), dev(v0), dev(np.zeros(n)), dev(np.array(0.5)))
     Ah = A.astype(dtype).astype(np.float64)
     pointers = set()
-    for k in range(8):
+    for k in range(16):         # recycled blocks come back every third call, the block order every other
         v, v_prev, beta = (host(x) for x in state[1:])
         w = Ah @ v - float(beta) * v_prev
         w = w - (w @ v) * v
@@ -232,10 +232,11 @@ def test_returned_arithmetic_fed_back_runs_in_the_graph(framework, dtype):
         assert relative_error(host(state[1]), w / want, np.abs(w / want)) < 100 * TOL[dtype]
         pointers.add(state[3].data.ptr if framework == "cupy" else state[3].data_ptr())
     ex = step.last.executor
-    assert ex.returns is not None
-    binding, = ex.bindings.values()
-    assert binding.returns is not None and binding.launches[-1][0].name == "kf_scalars"
-    assert binding.graphs.execs, "the fed-back calls replay a captured graph"
+    assert ex.returns is not None and ex.bindings
+    for binding in ex.bindings.values():
+        assert binding.returns is not None and binding.launches[-1][0].name == "kf_scalars"
+    assert any(b.graphs.execs for b in ex.bindings.values()), (
+        "the fed-back calls replay a captured graph", list(ex.bindings), [len(b.graphs.seen) for b in ex.bindings.values()])
     assert len(pointers) <= 4, pointers       # the results' blocks recycled (torch's too)
 
 
