@@ -358,7 +358,8 @@ def sweep_table(rows, names, dtypes, reps, bw) -> list[str]:
     for mat in [*matrix_set(rows, names=names), *calibration_bands(rows)]:
         host = mat.with_index("int32")
         st = mat.stats()
-        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"])[0]
+        slots = [int(v) for v in csr_inputs.lane_slots(mat.row_lengths(), np)]
+        chosen = csr_inputs.mapping(mat.rows, mat.nnz, st["max"], st["median"], slots)[0]
         indptr, indices, data64 = (cp.asarray(a) for a in (host.indptr, host.indices, host.data))
         ref64 = cps.csr_matrix((data64, indices, indptr), shape=(mat.rows, mat.cols))
         for dtype in dtypes:

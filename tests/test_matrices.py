@@ -219,12 +219,13 @@ def test_main_prints_the_table():
 
 
 def test_the_row_mapping_on_the_set():
-    """``runtime.csr.mapping`` on the set: every matrix's rows are streamed (a warp per 32 rows, a
-    lane adding up each), the power-law graph's and the circuit's few long rows summed before."""
+    """``runtime.csr.mapping`` with the lane-steps the checks count: the diagonal takes a lane a
+    row, the circuit's rows of 2-6 groups of 4; the power-law graph's short rows of irregular
+    lengths are streamed (its warps would idle on groups of lanes), as are rows of 16 or more."""
     from kfuse.runtime import csr
     chosen = {}
     for m in matrices.matrix_set(20_000, seed=1):
         d = m.row_lengths()
-        chosen[m.name] = csr.mapping(m.rows, m.nnz, int(d.max()), float(np.median(d)))
-    assert {k: v[0] for k, v in chosen.items()} == {name: 0 for name in NAMES}, chosen
-    assert chosen["circuit"][1] > 0 and chosen["diagonal"][1] == 0, chosen
+        slots = [int(v) for v in csr.lane_slots(d, np)]
+        chosen[m.name] = csr.mapping(m.rows, m.nnz, int(d.max()), float(np.median(d)), slots)[0]
+    assert chosen == {name: {"diagonal": 1, "circuit": 4}.get(name, 0) for name in NAMES}, chosen

@@ -129,12 +129,14 @@ def test_the_transfer_model_counts_a_csr_matrix_by_its_non_zeros():
 
 
 @pytest.mark.parametrize("rows, nnz, longest, lanes, long_row", [
-    (1000, 1000, 1, 0, 0),           # one entry per row: streamed, a lane a row adding up
-    (1000, 4000, 9, 0, 0),
-    (1000, 64000, 100, 0, 0),        # 64 a row: still streamed
-    (1000, 65000, 100, 32, 0),       # longer: a warp a row
-    (1000, 5000, 100_000, 0, 256),   # one very long row: summed before the kernel
-    (100, 20000, 5000, 32, 1600),    # rows of 200 on average, one of 5000
+    (1000, 1000, 1, 1, 0),           # one entry per row: a thread per row
+    (1000, 4000, 9, 4, 0),
+    (1000, 5600, 9, 4, 0),           # 5.6 a row: still groups of 4
+    (1000, 5700, 12, 0, 0),          # 5.7 a row, nearer 8: streamed
+    (1000, 16000, 40, 0, 0),
+    (1000, 64000, 100, 0, 0),
+    (1000, 5000, 100_000, 4, 256),   # one very long row: the whole instance sums it
+    (100, 20000, 5000, 0, 1600),     # rows of 200 on average, one of 5000
 ])
 def test_row_mapping_follows_the_row_statistics(rows, nnz, longest, lanes, long_row):
     assert csr_inputs.mapping(rows, nnz, longest) == (lanes, long_row)
@@ -152,14 +154,33 @@ def test_a_fixed_mapping_for_measurements_overrides_the_lanes_only(monkeypatch):
         csr_inputs.mapping(1000, 4000, 9)
 
 
+def test_short_rows_take_lanes_only_where_that_costs_less_than_streaming():
+    """Rows of about 4 take groups of 4 lanes where their warps' lane-steps are at most the entries
+    plus ``STREAM_ROW`` a row (what streaming costs); more, and they are streamed."""
+    rows, nnz = 1000, 4000
+    even = nnz + csr_inputs.STREAM_ROW * rows
+    assert csr_inputs.mapping(rows, nnz, 9, slots=(0, 0, even, nnz)) == (4, 0)           # lanes 1, 2, 4; entries
+    assert csr_inputs.mapping(rows, nnz, 9, slots=(0, 0, even + 1, nnz)) == (0, 0)
+    assert csr_inputs.mapping(rows, 5000, 100_000, slots=(0, 0, 10 ** 6, 4000)) == (0, 256)  # long rows kept
+
+
+def test_lane_slots_count_each_warps_longest_row():
+    """A warp of 32 / lanes rows takes as many steps as its longest row needs, 32 lane-steps each;
+    rows over LONG_MIN are left out (their pre-pass sums them), rows padded to whole warps."""
+    def eff(d):           # entries over lane-steps
+        *slots, kept = (int(v) for v in csr_inputs.lane_slots(np.asarray(d, np.int64), np))
+        return {k: kept / n for k, n in zip(csr_inputs.SHORT_LANES, slots)}
+    assert eff([4] * 8)[4] == 1.0 and eff([4] * 8)[1] == 32 / (32 * 4)        # 8 rows: one warp of 4 lanes
+    assert eff([1] * 40)[1] == 40 / 64                                          # 2 warps, the second padded
+    assert eff([2] * 15 + [6])[2] == 36 / (32 * 3)                              # one row of 6 holds the warp
+    assert eff([4] * 7 + [100_000])[4] == 28 / 32                               # the long row left out
+
+
 def test_a_few_long_rows_do_not_widen_every_row():
-    """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would set the long-row
-    threshold at 487; the median sets it at 256 (the smallest), the short rows streamed either way.
-    Rows of 100 on average with a median of 40: streamed."""
-    assert csr_inputs.mapping(2053, 125_000, 120_000, median=2) == (0, 256)
+    """2053 rows of 1-4 entries and one of 120,000: the mean (about 60) would stream every row;
+    the median keeps the short rows in narrow groups and sends the long one to the instance."""
+    assert csr_inputs.mapping(2053, 125_000, 120_000, median=2) == (2, 256)
     assert csr_inputs.mapping(2053, 125_000, 120_000) == (0, 487)
-    assert csr_inputs.mapping(1000, 100_000, 400, median=40) == (0, 320)
-    assert csr_inputs.mapping(1000, 100_000, 400) == (32, 0)
 
 
 def test_spmv_kernels_are_compiled_for_a_full_multiprocessor():

@@ -114,7 +114,7 @@ def test_good_row_pointers_still_give_the_row_mapping(gpu):
     lengths = [1] * 63 + [577]                     # one long row: its pieces found
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     got = csr.validate("A", csr.adapt_csr(matrix(indptr, np.arange(640) % 64, 64), "A"), 0, np.dtype(np.float64))
-    assert (got.lanes, got.long_row) == (0, 256) and got.long is not None and got.long.grid == 1
+    assert (got.lanes, got.long_row) == (1, 256) and got.long is not None and got.long.grid == 1
     assert got.long.pieces.get().tolist() == [[63, 63, 640, 0, 1]]
 
 
@@ -177,7 +177,7 @@ def test_a_new_matrix_at_a_dropped_matrixs_addresses_is_checked_again(gpu, monke
     assert at_b[:2] == at[:2]
     b.check_csr({"A": B}, at_b)
     assert len(validated) == 2 and validated[-1]() is B.indptr
-    assert b.csr_mapping["A"][:2] == [0, 256] and b.csr_long["A"] is not None  # B's long row
+    assert b.csr_mapping["A"][:2] == [1, 256] and b.csr_long["A"] is not None  # B's mapping, B's long row
     assert not b.graphs.execs                                                  # graphs holding A's mapping went
     del B
     gc.collect()
@@ -195,7 +195,7 @@ def test_matrices_kept_alive_are_checked_once_each(gpu, monkeypatch):
     B = matrix(SKEWED, np.arange(NNZ) % COLS, COLS)
     ats = [csr.pointers(csr.adapt_csr(M, "A")) for M in (A, B)]
     for _ in range(3):
-        for M, at, mapping in zip((A, B), ats, ([0, 0], [0, 256])):
+        for M, at, mapping in zip((A, B), ats, ([0, 0], [1, 256])):
             b.check_csr({"A": M}, at)
             assert b.csr_mapping["A"][:2] == mapping
     assert len(validated) == 2 and b.graphs.execs                              # no entry dropped
@@ -224,13 +224,14 @@ def _stream_function() -> str:
 
 def test_streamed_rows_keep_their_offsets_in_the_index_type():
     """Issue 60, finding 3: kf_spmv_stream kept a warp's offsets from its first entry in ``int``; with
-    int64 indices they are of the index type (64-bit), with int32 ones 32-bit (32 rows of int32
+    int64 indices they are of the index type (64-bit), with int32 ones 32-bit (8 rows of int32
     indices hold fewer than 2^31 entries)."""
     body = _stream_function()
     assert "using O = I;" in body
-    for decl in ("const O b = (O)(b_abs - lo), e = (O)(e_abs - lo), hi = __shfl_sync(all, e, 31);",
-                 "for (O c0 = 0;;)", "O c1 = ", "const O lb = __shfl_sync(all, b, r), le = __shfl_sync(all, e, r);",
-                 "const O lb = __shfl_sync(all, b, __ffs(m) - 1);"):
+    for decl in ("const O rel = (O)(bound - lo);",
+                 "const O b = __shfl_sync(all, rel, j), e = __shfl_sync(all, rel, j + 1), hi = __shfl_sync(all, rel, 8);",
+                 "for (O c0 = 0;;)", "O c1 = ", "const O lb = __shfl_sync(all, rel, r), le = __shfl_sync(all, rel, r + 1);",
+                 "const O lb = __shfl_sync(all, rel, (__ffs(m) - 1) / 4);"):
         assert decl in body, decl
     assert not re.search(r"\bint (rel|b|e|hi|c0|c1|lb|le)\b", body)
     spmv_rows = SPARSE_CU.read_text().split("KF_DEVICE void spmv_rows(", 1)[1]
@@ -394,8 +395,7 @@ int main() {
 
 def test_a_warp_streams_rows_past_2_to_the_31_entries_of_int64_indices(nvcc, tmp_path):
     """Issue 60, finding 3, run: kf_spmv_stream built for the host (sparse.cu as it is, its KfCsr
-    from sparse.cuh) and run by 32 threads standing for a warp's lanes (a matrix of 8 rows: the
-    warp's other 24 are past its end, empty).  A warp whose 8th row
+    from sparse.cuh) and run by 32 threads standing for a warp's lanes.  A warp whose 8th row
     starts past 2^31 entries after its first (7 long rows before it, summed by the pre-pass) sums
     that row; with int offsets it wrapped negative and the row summed to 0.  Short rows across
     chunk boundaries and long rows among short ones give the exact sums, int32 and int64."""

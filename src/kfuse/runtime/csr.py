@@ -27,22 +27,26 @@ need not be sorted within a row.
 
 Row mapping (docs/design.md, "Sparse mat-vec"): the same reductions give the mean and the longest
 row length, and the median row length.  The typical row length is the smaller of the mean and the
-median (a few very long rows must not set it).  Up to ``STREAM_MAX`` entries a row, ``lanes`` is 0:
-each warp streams its 32 rows' entries, all in flight at once whatever their lengths, and each lane
-adds up one row from shared memory.  Longer rows take ``lanes`` = 32: a warp takes its rows one
-after the other, all its lanes loading one row's entries (a lane adding up a row of hundreds of
-entries alone would hold the warp).  Rows longer than ``long_row`` (the larger of 256 and 8 times
-the typical length; set only where such a row exists, 0: none) are summed before each kernel that
-reads A x, by a pre-pass of a block per 4096 entries (``kf_spmv_long_rows``, sparse.cuh) into a
-buffer the kernel reads (``LongRows``), so that a row of a million entries is spread over the GPU
-instead of left to one instance.  Their pieces are found when the matrix is checked.
+median (a few very long rows must not set it).  Where the power of two nearest it is at least
+``STREAM_LANES`` (rows of about 6 entries or more), ``lanes`` is 0: each warp streams its 8 rows'
+entries, all in flight at once, whatever their lengths.  Shorter rows take ``lanes`` (that power
+of two, 1 to 4) threads a row, where that costs less than streaming them: a warp of groups of
+lanes steps until its longest row is done, so the lane-steps its warps take (``lane_slots``, long
+rows left out) are weighed against the entries plus ``STREAM_ROW`` a row, what a streamed warp
+spends (both in entries loaded by a lane); rows of irregular lengths (a power-law graph's) are
+streamed, at a cost that does not depend on the lengths.  Rows longer than ``long_row`` (the
+larger of 256 and 8 times the typical length; set only where such a row exists, 0: none) are
+summed before each kernel that reads A x, by a pre-pass of a block per 4096 entries
+(``kf_spmv_long_rows``, sparse.cuh) into a buffer the kernel reads (``LongRows``), so that a row of
+a million entries is spread over the GPU instead of left to one instance.  Their pieces are found
+when the matrix is checked.
 """
 from __future__ import annotations
 
 import math
 import sys
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -54,7 +58,9 @@ INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 PARTS = ("indptr", "indices", "data")
 LONG_MIN = 256          # rows at most this long always stay with one group of lanes
 LONG_FACTOR = 8         # ... and rows at most this many times the mean
-STREAM_MAX = 64         # typical rows up to this long are streamed, longer ones take a warp a row
+STREAM_LANES = 8        # rows whose groups would be this wide or wider are streamed instead
+STREAM_ROW = 4          # a streamed row's cost beyond its entries, in entries (benchmarks/sparse.py --sweep-lanes)
+SHORT_LANES = (1, 2, 4)     # the lanes a row ``mapping`` may choose (below STREAM_LANES)
 LONG_PIECE = 4096       # entries of a long row one block of its pre-pass sums
 
 
@@ -206,17 +212,40 @@ LANES: int | None = None    # for measurements (benchmarks/sparse.py --sweep-lan
 LANE_CHOICES = (0, 1, 2, 4, 8, 16, 32)      # what the kernel takes (a group's lanes within a warp)
 
 
-def mapping(rows: int, nnz: int, longest: int, median: float | None = None) -> tuple[int, int]:
+def mapping(rows: int, nnz: int, longest: int, median: float | None = None,
+            slots: Sequence[int] | None = None) -> tuple[int, int]:
     """(lanes, long_row) for a matrix of these row statistics (see the module docstring); lanes 0:
-    streamed rows.  ``LANES``, where set, overrides the lanes."""
+    streamed rows.  ``slots``: what ``lane_slots`` counts, as numbers (per lanes of ``SHORT_LANES``
+    the lane-steps their warps take, then the entries of the rows they take); without them short
+    rows are taken as regular.  ``LANES``, where set, overrides the lanes."""
     typical = nnz / rows if median is None else min(nnz / rows, median)
+    lanes = max(1, 2 ** round(math.log2(max(typical, 1.0))))
     threshold = max(LONG_MIN, int(LONG_FACTOR * typical))
-    chosen = 0 if typical <= STREAM_MAX else 32
+    chosen = 0 if lanes >= STREAM_LANES else lanes
+    if chosen and slots is not None and slots[SHORT_LANES.index(chosen)] > slots[-1] + STREAM_ROW * rows:
+        chosen = 0
     if LANES is not None:
         if LANES not in LANE_CHOICES:
             raise LaunchError(f"runtime.csr.LANES is {LANES!r}; the kernel takes one of {LANE_CHOICES}")
         chosen = LANES
     return chosen, (threshold if longest > threshold else 0)
+
+
+def lane_slots(d, cp) -> list:
+    """Per lanes of ``SHORT_LANES``, the lane-steps the warps of a lanes kernel take over rows of
+    lengths ``d`` (a CuPy array; rows longer than ``LONG_MIN`` left out, their pre-pass sums them):
+    each warp holds 32 / lanes rows and steps until its longest row is done.  Then the entries of
+    the rows kept; all as 0-d CuPy arrays (read with the checks' one synchronisation)."""
+    kept = cp.where(d > LONG_MIN, 0, d)
+    out = []
+    for lanes in SHORT_LANES:
+        group = 32 // lanes
+        steps = -(-kept // lanes)
+        pad = (-int(steps.shape[0])) % group
+        if pad:
+            steps = cp.concatenate([steps, cp.zeros(pad, steps.dtype)])
+        out.append(steps.reshape(-1, group).max(axis=1).sum() * 32)
+    return out + [kept.sum()]
 
 
 class Checked(NamedTuple):
@@ -329,7 +358,7 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
         cols_lo, cols_hi = ((ix.min().astype(cp.int64), ix.max().astype(cp.int64)) if nnz
                             else (cp.zeros((), cp.int64), cp.zeros((), cp.int64)))
         got = cp.stack([ip[0], ip[-1], ip.min(), ip.argmin(), ip.max(), ip.argmax(), d.min(), d.max(),
-                        cols_lo, cols_hi, cp.median(d).astype(cp.int64)]).get()
+                        cols_lo, cols_hi, cp.median(d).astype(cp.int64), *lane_slots(d, cp)]).get()
     first, last, lowest, at_lowest, highest, at_highest, shortest, longest, lo, hi, median = (int(v) for v in got[:11])
     if first != 0:
         raise LaunchError(f"{name}: malformed CSR: indptr[0] is {first}, not 0")
@@ -344,7 +373,7 @@ def validate(name: str, c: CSR, device: int, dtype) -> Checked:
     if lo < 0 or hi >= cols:
         bad = lo if lo < 0 else hi
         raise LaunchError(f"{name}: column index {bad} out of range for a matrix of {cols} columns")
-    lanes, long_row = mapping(rows, nnz, longest, median)
+    lanes, long_row = mapping(rows, nnz, longest, median, [int(v) for v in got[11:]])
     if not long_row:
         return Checked(lanes, 0, None)
     with cp.cuda.Device(device):
