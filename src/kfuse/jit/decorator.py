@@ -84,21 +84,30 @@ class _Entry:
         function that traces to it, whatever arithmetic each returns."""
         if self._executor is None:
             self._executor = self.compiled.calls.executor
-            exprs = [r[1] for r in self.lowered.returns if r[0] == "expr"]
-            names = {k: name for name, k in self.inputs}
-            if exprs:
-                from ..codegen.loop.scalars import ScalarCode
-                from ..runtime.binding import Returns
-                from ..runtime.control import ScalarTail
-                from ..runtime.executor import Executor
-                code = ScalarCode.traced(self.dtype, exprs, self.lowered.leaves)
-                if all(where == "out" or k in names for where, k in code.reads):
+            tail = self._tail()
+            if tail is not None:
+                names = {k: name for name, k in self.inputs}
+                reads = tail.code.reads
+                if all(where == "out" or k in names for where, k in reads):
+                    from ..runtime.binding import Returns
+                    from ..runtime.executor import Executor
                     calls = self.compiled.calls
                     ex = Executor(self.compiled.program, self.compiled.dtype, calls.resolve_artifact)
-                    ex.returns = Returns(ScalarTail(code), tuple(
-                        (where, k) if where == "out" else ("in", names[k]) for where, k in code.reads))
+                    ex.returns = Returns(tail, tuple(
+                        (where, k) if where == "out" else ("in", names[k]) for where, k in reads))
                     self._executor = ex
         return self._executor
+
+    def _tail(self):
+        """The returned scalar arithmetic as one kernel (``runtime/control.ScalarTail``), made once:
+        the executor's binding launches it, as does ``_scalars``; None where there is none."""
+        if self.tail is None:
+            exprs = [r[1] for r in self.lowered.returns if r[0] == "expr"]
+            if exprs:
+                from ..codegen.loop.scalars import ScalarCode
+                from ..runtime.control import ScalarTail
+                self.tail = ScalarTail(ScalarCode.traced(self.dtype, exprs, self.lowered.leaves))
+        return self.tail
 
     def package(self, res, args):
         outs = res if isinstance(res, tuple) else (res,)
@@ -131,14 +140,8 @@ class _Entry:
         """Every scalar arithmetic result, computed on the device by one small kernel launch on
         the caller's stream; None where there is none, or one reads a number given as a Python
         scalar (the framework computes those)."""
-        exprs = [r[1] for r in self.lowered.returns if r[0] == "expr"]
-        if not exprs:
-            return None
-        if self.tail is None:
-            from ..codegen.loop.scalars import ScalarCode
-            from ..runtime.control import ScalarTail
-            self.tail = ScalarTail(ScalarCode.traced(self.dtype, exprs, self.lowered.leaves))
-        return self.tail(outs, args)
+        tail = self._tail()
+        return None if tail is None else tail(outs, args)
 
     def _scalar(self, node, outs, args):
         """Scalar arithmetic returned as a result: evaluated with the caller's framework on the
