@@ -256,7 +256,7 @@ HARNESS = r"""
 
 #define KF_DEVICE inline
 #define KF_SUB 32
-typedef double real;
+typedef REAL real;
 
 // one warp: 32 threads meeting at every collective, as the warp's lanes do
 struct Warp {
@@ -317,21 +317,23 @@ SPARSE
 struct Slab { real d[4][128]; real& at(int w, int k) { return d[w][k]; } };
 struct Out { real d[32]; real& at(int r) { return d[r]; } };
 
-// a warp of 8 rows: rows r < 8 (ptr[r] .. ptr[r + 1]), entries k: column k % cols (of x[c] = c % 5 +
-// 0.5), value k % 7 - 3; rows longer than long_row read lsum[r] = 1000 + r.  Only the rows' own
-// entries are in memory (reserved address space elsewhere: a read outside them faults).
+// a warp of rows r < rows <= 8 (ptr[r] .. ptr[r + 1]; the warp's other rows past the matrix's
+// end), entries k: column k % cols (of x[c] = c % 5 + 0.5), value k % 7 - 3 (every sum exact in
+// float too); rows longer than long_row read lsum[r] = 1000 + r.  Only the rows' own entries are in
+// memory (reserved address space elsewhere: a read outside them faults).
 template <class I>
-int check(const char* name, const long long (&ptr)[9], long long long_row) {
-    const long long first = ptr[0], nnz = ptr[8], cols = 96;
+int check(const char* name, const std::vector<long long>& ptr, long long long_row) {
+    const int rows = (int)ptr.size() - 1;
+    const long long first = ptr[0], nnz = ptr[rows], cols = 96;
     const size_t span = (size_t)nnz * sizeof(I) + 8 * 4096, vspan = (size_t)nnz * sizeof(real) + 8 * 4096;
     char* ib = (char*)mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     char* vb = (char*)mmap(nullptr, vspan, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (ib == MAP_FAILED || vb == MAP_FAILED) { printf("%s: no address space\n", name); return 1; }
     I* idx = (I*)ib;
     real* val = (real*)vb;
-    real x[96], lsum[8], want[8];
+    real x[96], lsum[32], want[32];
     for (int c = 0; c < 96; ++c) x[c] = c % 5 + 0.5;
-    for (int r = 0; r < 8; ++r) {
+    for (int r = 0; r < rows; ++r) {
         const long long b = ptr[r], e = ptr[r + 1];
         lsum[r] = 1000 + r;
         want[r] = 0;
@@ -353,9 +355,9 @@ int check(const char* name, const long long (&ptr)[9], long long long_row) {
             want[r] += val[k] * x[k % cols];
         }
     }
-    I ip[9];
-    for (int r = 0; r < 9; ++r) ip[r] = (I)ptr[r];
-    const KfCsr A{ip, idx, val, 8, cols, nnz, sizeof(I) == 8, 0, long_row, lsum};
+    std::vector<I> ip(rows + 1);
+    for (int r = 0; r <= rows; ++r) ip[r] = (I)ptr[r];
+    const KfCsr A{ip.data(), idx, val, rows, cols, nnz, sizeof(I) == 8, 0, long_row, lsum};
     const KfVec xv{x, cols};
     static Slab slab;
     static Out out;
@@ -369,8 +371,8 @@ int check(const char* name, const long long (&ptr)[9], long long long_row) {
         });
     for (auto& t : lanes) t.join();
     int bad = 0;
-    for (int r = 0; r < 8; ++r)
-        if (out.d[r] != want[r]) { printf("%s: row %d is %g, not %g\n", name, r, out.d[r], want[r]); ++bad; }
+    for (int r = 0; r < rows; ++r)
+        if (out.d[r] != want[r]) { printf("%s: row %d is %g, not %g\n", name, r, (double)out.d[r], (double)want[r]); ++bad; }
     munmap(ib, span);
     munmap(vb, vspan);
     (void)first;
@@ -379,38 +381,75 @@ int check(const char* name, const long long (&ptr)[9], long long long_row) {
 
 int main() {
     const long long L = (1ll << 31) / 7 + 1;     // 7 long rows: the 8th starts past 2^31 entries
-    const long long huge[9] = {0, L, 2 * L, 3 * L, 4 * L, 5 * L, 6 * L, 7 * L, 7 * L + 300};
-    const long long short_rows[9] = {12345, 12345, 12350, 12650, 12651, 12780, 12908, 12945, 13205};
-    const long long mixed[9] = {7, 2007, 2017, 4017, 6017, 6020, 6020, 8020, 8070};
+    const std::vector<long long> huge = {0, L, 2 * L, 3 * L, 4 * L, 5 * L, 6 * L, 7 * L, 7 * L + 300};
+    const std::vector<long long> short_rows = {12345, 12345, 12350, 12650, 12651, 12780, 12908, 12945, 13205};
+    const std::vector<long long> mixed = {7, 2007, 2017, 4017, 6017, 6020, 6020, 8020, 8070};
     int bad = check<long long>("int64, past 2^31 entries", huge, 1000);
     bad += check<long long>("int64, short rows", short_rows, 0);
     bad += check<int>("int32, short rows", short_rows, 0);
     bad += check<long long>("int64, long rows", mixed, 1000);
     bad += check<int>("int32, long rows", mixed, 1000);
+PROFILES
     printf("%d\n", bad);
     return 0;
 }
 """
 
 
-def test_a_warp_streams_rows_past_2_to_the_31_entries_of_int64_indices(nvcc, tmp_path):
+def _stream_profiles(seed: int) -> list[tuple[list[int], int]]:
+    """Row pointers of one warp's rows (1 to 8 of them, from a random first entry) and the long-row
+    threshold (0: none): short, empty, power-law and chunk-straddling rows, long rows among them."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for case in range(24):
+        rows = int(rng.choice([1, 3, 7, 8, 8, 8]))
+        kind = case % 6
+        if kind == 0:
+            lengths = rng.integers(0, 9, rows)                      # short rows, empty ones among them
+        elif kind == 1:
+            lengths = np.minimum(rng.zipf(1.7, rows), 400)          # power law
+        elif kind == 2:
+            lengths = rng.integers(60, 70, rows)                    # rows around a float chunk's half
+        elif kind == 3:
+            lengths = rng.choice([0, 1, 127, 128, 129, 255, 257], rows)     # at the chunk edges
+        elif kind == 4:
+            lengths = np.zeros(rows, np.int64)                      # nothing but empty rows
+        else:
+            lengths = rng.integers(1, 6, rows)
+            lengths[rng.integers(0, rows, max(1, rows // 8))] = rng.integers(300, 900)   # long rows among short
+        long_row = 256 if kind in (1, 3, 5) else 0
+        start = int(rng.integers(0, 5000))
+        out.append(([start, *(start + np.cumsum(lengths)).tolist()], long_row))
+    return out
+
+
+@pytest.mark.parametrize("real", ["double", "float"])
+def test_a_warp_streams_rows_past_2_to_the_31_entries_of_int64_indices(nvcc, tmp_path, real):
     """Issue 60, finding 3, run: kf_spmv_stream built for the host (sparse.cu as it is, its KfCsr
     from sparse.cuh) and run by 32 threads standing for a warp's lanes.  A warp whose 8th row
     starts past 2^31 entries after its first (7 long rows before it, summed by the pre-pass) sums
     that row; with int offsets it wrapped negative and the row summed to 0.  Short rows across
-    chunk boundaries and long rows among short ones give the exact sums, int32 and int64."""
+    chunk boundaries and long rows among short ones give the exact sums, int32 and int64; so do 24
+    random profiles of 1 to 8 rows (the warp's other rows past the matrix's end), both index
+    types, in both precisions (chunks of 128 float or 64 double entries)."""
     cuh, prelude = SPARSE_CUH.read_text(), PRELUDE.read_text()
+    profiles = []
+    for k, (ptr, long_row) in enumerate(_stream_profiles(60)):
+        for index, ctype in (("int32", "int"), ("int64", "long long")):
+            ptrs = ", ".join(f"{v}LL" for v in ptr)
+            profiles.append(f'    bad += check<{ctype}>("profile {k}, {index}", {{{ptrs}}}, {long_row});')
     source = (HARNESS.replace("KFIX", _extract(prelude, "struct KfIx {"))
               .replace("KFCSR", _extract(cuh, "struct KfCsr {"))
               .replace("KFGATHER", _extract(cuh, "KF_DEVICE real kf_gather("))
-              .replace("SPARSE", SPARSE_CU.read_text()))
+              .replace("SPARSE", SPARSE_CU.read_text())
+              .replace("REAL", real).replace("PROFILES", "\n".join(profiles)))
     cpp = tmp_path / "stream.cpp"
     cpp.write_text(source)
     exe = tmp_path / "stream"
     done = subprocess.run([nvcc, "-std=c++17", "-O2", "-Xcompiler", "-pthread", "-o", str(exe), str(cpp)],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().splitlines()[-1] == "0", run.stdout + run.stderr
 
 
