@@ -41,11 +41,17 @@ class SequenceResult:
     retimed: tuple[float, float] | None = None
     alt_rank: int | None = None     # the alternative model's first choice: its place in ``measured`` (rank)
     alt_predicted: dict[int, float] = field(default_factory=dict)   # rank -> the alternative model's us
+    script: str = ""                # the script's text and sizes, and each measured plan's JSON form
+    sizes: dict[str, int] = field(default_factory=dict)             # (``plan_to_json``, by rank): what
+    plan_jsons: dict[int, list] = field(default_factory=dict)       # ``reprice`` prices again on the CPU
 
     def to_json(self) -> dict:
-        """Every measured plan (rank, predicted and measured us, plan summary), for analysis."""
-        return {"name": self.name, "plans": self.plans, "wrong": self.wrong,
-                "measured": [{"rank": r, "predicted_us": p, "measured_us": m, "plan": self.summaries[r - 1]}
+        """Every measured plan (rank, predicted and measured us, plan summary and JSON form), and the
+        script and sizes: enough for ``reprice`` to price the same plans with another model."""
+        return {"name": self.name, "plans": self.plans, "wrong": self.wrong, "script": self.script,
+                "sizes": dict(self.sizes),
+                "measured": [{"rank": r, "predicted_us": p, "measured_us": m, "plan": self.summaries[r - 1],
+                              **({"plan_json": self.plan_jsons[r]} if r in self.plan_jsons else {})}
                              for r, p, m in self.measured],
                 **({"retimed": {"first_us": self.retimed[0], "best_us": self.retimed[1]}} if self.retimed else {}),
                 **({"alternative_rank": self.alt_rank,
@@ -83,6 +89,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     import kfuse
     from .harness import sequence_dims
     from .records import display_name
+    from ..ir.plan import plan_to_json
     from ..tuning.measure import measure_plans, retime
     probe = kfuse.compile(path, dtype=dtype, tuned=False)          # for the script's size names
     dims = sequence_dims(probe.program, n, N)
@@ -96,11 +103,10 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     module_source(codes, compiled.library, dtype)
     all_s = time.perf_counter() - t0
     res = SequenceResult(display_name(path.stem), search.count_plans(), search.count_implementations(),
-                         first_s=first_s, all_s=all_s)
+                         first_s=first_s, all_s=all_s, script=path.read_text(), sizes=sizes)
     t1 = time.perf_counter()
     plans = list(itertools.islice(search.plans(), top))
     if alternative is not None:     # the alternative model's first choice, measured with the K
-        from ..ir.plan import plan_to_json
         alt = kfuse.compile(path, dtype=dtype, sizes=sizes, tuned=False, calibration=alternative).plan
         found = [k for k, p in enumerate(plans) if plan_to_json(p) == plan_to_json(alt)]
         if not found:
@@ -117,6 +123,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
     res.measured = sorted((k + 1, plans[k].predicted * 1e6, t) for t, k, _ in results)
     res.wrong = len(plans) - len(results)
     res.summaries = [p.summary() for p in plans]
+    res.plan_jsons = {k + 1: plan_to_json(p) for k, p in enumerate(plans)}
     best = res.best
     if rounds and best is not None and best[0] != 1 and any(m[0] == 1 for m in res.measured):
         first_us, best_us = retime(compiled, [plans[0], plans[best[0] - 1]], search.dims, reps=reps, rounds=rounds)

@@ -107,9 +107,11 @@ def cmd_report(args) -> int:
     from ..bench import resolve_sequences
     from ..bench.harness import default_sequences
     from ..bench.prediction import markdown, random_scripts, run_report
-    out = Path(args.out)
+    if args.reprice:
+        return _reprice(args)
+    out = Path(args.out or "report.md")
     if out.is_dir():
-        raise KfuseError(f"--out {args.out}: is a folder; give a file name")
+        raise KfuseError(f"--out {out}: is a folder; give a file name")
     require_gpu("report")          # before the output folder is made
     if args.random:
         paths = random_scripts(out.parent / f"{out.stem}-scripts", args.random, args.seed)
@@ -129,6 +131,35 @@ def cmd_report(args) -> int:
     if args.json:
         print_json({"out": str(out), "json": str(out.with_suffix(".json")),
                     "sequences": [r.to_json() for r in results]})
+    return 0
+
+
+def _reprice(args) -> int:
+    """``kfuse report --reprice FILE.json``: a report's measured plans priced again (no GPU)."""
+    from ..bench import reprice
+    from ..bench.prediction import alternative_model
+    if args.random or args.seq:
+        raise KfuseError("--reprice prices the plans of a report already made: --random and --seq do not apply")
+    src = Path(args.reprice)
+    out = Path(args.out) if args.out else src.with_name(src.stem + "-repriced.md")
+    if out.is_dir():
+        raise KfuseError(f"--out {out}: is a folder; give a file name")
+    data = reprice.load_report(src)
+    alt, label = None, None
+    if args.alt_launch_ns is not None or args.alt_clear_ns is not None:
+        alt = lambda m: alternative_model(m, args.alt_launch_ns, args.alt_clear_ns)      # noqa: E731
+        label = f"the same model with launch {args.alt_launch_ns} ns and clear {args.alt_clear_ns} ns (None: as it is)"
+    rows, name = reprice.reprice(data, alt, log=log.info)
+    text = reprice.markdown(rows, data, name, label)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    log.info(f"wrote {out}")
+    if args.json:
+        print_json({"out": str(out), "sequences": [{"name": r.name, "stale": r.stale, "plans": [
+            {"rank": k, "measured_us": m, "predicted_us": p, **({"alternative_us": a} if a is not None else {})}
+            for k, m, p, a in r.plans]} for r in rows]})
+    else:
+        print("\n".join(line for line in text.splitlines() if line.startswith("- ")))
     return 0
 
 
@@ -184,7 +215,7 @@ def measure_commands(sub) -> None:
     p.add_argument("--reps", type=positive_int, default=20, help="timed repetitions per plan, median (default 20)")
     p.add_argument("--retime", type=int, default=5, metavar="R",
                    help="time the first choice and the measured best again in turns, R rounds (default 5; 0: not)")
-    p.add_argument("--out", default="report.md", help="markdown file to write (default report.md)")
+    p.add_argument("--out", default=None, help="markdown file to write (default report.md; --reprice: FILE-repriced.md)")
     p.add_argument("--random", type=int, default=0, metavar="K",
                    help="report on K random scripts of the generator instead (written beside the report)")
     p.add_argument("--seed", type=int, default=0, help="first seed of --random (default 0)")
@@ -192,5 +223,8 @@ def measure_commands(sub) -> None:
                    help="also measure the first choice of the ranking model with this launch term (ns a kernel)")
     p.add_argument("--alt-clear-ns", type=nonnegative_float, default=None, metavar="NS",
                    help="... and this clear term (ns a kernel with reduced outputs)")
+    p.add_argument("--reprice", default=None, metavar="FILE.json",
+                   help="no GPU: price the plans a report measured (its JSON) again, with the model this machine "
+                        "plans with and the --alt-* terms, against the times measured")
     json_option(p, "print the files written and every sequence's measured plans as JSON, or the error")
     p.set_defaults(fn=cmd_report)
