@@ -13,7 +13,7 @@ import pytest
 import kfuse
 from conftest import ROOT
 from kfuse.bench import reprice
-from kfuse.bench.prediction import SequenceResult, alternative_model
+from kfuse.bench.prediction import SequenceResult, alternative_model, priced_unfused, sampled, spread
 from kfuse.cli.main import main
 from kfuse.errors import KfuseError
 from kfuse.ir.plan import plan_to_json
@@ -114,3 +114,28 @@ def test_the_command_line_reprices_without_a_gpu(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert main(["report", "--reprice", str(path), "--random", "3"]) == 1
     assert "--random and --seq do not apply" in capsys.readouterr().err
+
+
+def test_spread_orders_every_index_once_first_then_halves():
+    assert spread(1) == [0] and spread(4) == [0, 2, 1, 3]
+    for n in (2, 3, 7, 33, 100):
+        got = spread(n)
+        assert sorted(got) == list(range(n)) and got[:2] == [0, n // 2]
+
+
+def test_sampled_plans_take_each_kernel_count_in_turn_and_skip_the_top():
+    compiled = kfuse.compile(GEMVER, tuned=False, sizes={"n": 1024})
+    search = compiled.search
+    top = list(itertools.islice(search.plans(), 5))
+    unfused = priced_unfused(compiled, "float32")
+    assert len(unfused.kernels) == len(compiled.program.calls) == len(unfused.codes) > 2
+    assert unfused.predicted == pytest.approx(sum(unfused.parts)) and unfused.predicted > search.best().predicted
+    pool = [unfused] + list(itertools.islice(search.plans(), 5, 400))
+    counts = sorted({len(p.kernels) for p in pool})
+    assert len(counts) >= 2                      # several kernel counts to take turns between
+    got = sampled(top, pool, 2 * len(counts))
+    keys = [json.dumps(plan_to_json(p)) for p in got]
+    assert len(set(keys)) == len(got) == 2 * len(counts)
+    assert not set(keys) & {json.dumps(plan_to_json(p)) for p in top}
+    assert [len(p.kernels) for p in got[:len(counts)]] == counts        # one of each count, fewest first
+    assert sampled(top, top, 3) == [] and len(sampled([], pool[:4], 10)) == 4

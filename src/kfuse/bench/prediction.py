@@ -15,6 +15,7 @@ predicted / measured beside the ranking model's): a change to the model judged o
 from __future__ import annotations
 
 import itertools
+import json
 import statistics
 import sys
 import time
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codegen.module import module_source
+from ..ir.plan import plan_to_json
 from ..progress import Progress
 
 
@@ -44,6 +46,7 @@ class SequenceResult:
     script: str = ""                # the script's text and sizes, and each measured plan's JSON form
     sizes: dict[str, int] = field(default_factory=dict)             # (``plan_to_json``, by rank): what
     plan_jsons: dict[int, list] = field(default_factory=dict)       # ``reprice`` prices again on the CPU
+    sampled_from: int | None = None     # ranks from this one on: plans sampled beyond the top K (--sample)
 
     def to_json(self) -> dict:
         """Every measured plan (rank, predicted and measured us, plan summary and JSON form), and the
@@ -54,6 +57,7 @@ class SequenceResult:
                               **({"plan_json": self.plan_jsons[r]} if r in self.plan_jsons else {})}
                              for r, p, m in self.measured],
                 **({"retimed": {"first_us": self.retimed[0], "best_us": self.retimed[1]}} if self.retimed else {}),
+                **({"sampled_from": self.sampled_from} if self.sampled_from is not None else {}),
                 **({"alternative_rank": self.alt_rank,
                     "alternative_predicted_us": {str(k): v for k, v in sorted(self.alt_predicted.items())}}
                    if self.alt_rank is not None else {})}
@@ -84,12 +88,68 @@ class SequenceResult:
         return max(m[2] for m in self.measured) / best[2] if best else None
 
 
+SAMPLE_POOL = 2000      # plans after the top K that --sample draws from
+
+
+def spread(n: int) -> list[int]:
+    """0 .. n-1 in an order that spreads them: the first, then the halves, the quarters..."""
+    out: list[int] = []
+    seen: set[int] = set()
+    parts = 1
+    while len(out) < n:
+        for j in range(parts):
+            i = j * n // parts
+            if i not in seen:
+                seen.add(i)
+                out.append(i)
+        parts *= 2
+    return out
+
+
+def priced_unfused(compiled, dtype: str):
+    """The compiled program's unfused plan (a kernel a call), with its kernels and the ranking
+    model's price, as the search's plans come."""
+    import dataclasses
+
+    import numpy as np
+    from ..codegen import generate
+    from ..fusion.plans import unfused_plan
+    from ..ir.program import entries_of
+    search = compiled.search
+    plan = unfused_plan(compiled.program, compiled.library)
+    codes = tuple(generate(plan, compiled.library))
+    entries, itemsize = entries_of(compiled.program, search.dims), np.dtype(dtype).itemsize
+    parts = tuple(search.model.kernel_time(c, search.dims, entries, itemsize) for c in codes)
+    return dataclasses.replace(plan, predicted=sum(parts), parts=parts, codes=codes)
+
+
+def sampled(plans: list, pool: list, count: int) -> list:
+    """``count`` plans of ``pool`` (the unfused plan, then the plans after the top K in predicted
+    order) not among ``plans``: taken in turn from each kernel count, fewest kernels first, each
+    count's plans in an order spread over their place in the pool (``spread``), so the sample
+    spans what the model ranks lower."""
+    seen = {json.dumps(plan_to_json(p)) for p in plans}
+    groups: dict[int, list] = {}
+    for p in pool:
+        if json.dumps(plan_to_json(p)) not in seen:
+            groups.setdefault(len(p.kernels), []).append(p)
+    orders = {k: iter(spread(len(g))) for k, g in groups.items()}
+    chosen: list = []
+    while len(chosen) < count and orders:
+        for k in sorted(orders):
+            i = next(orders[k], None)
+            if i is None:
+                del orders[k]
+            elif len(chosen) < count:
+                chosen.append(groups[k][i])
+    return chosen
+
+
 def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int, log,
-                     rounds: int = 0, alternative=None) -> SequenceResult:
+                     rounds: int = 0, alternative=None, sample: int = 0) -> SequenceResult:
     import kfuse
     from .harness import sequence_dims
     from .records import display_name
-    from ..ir.plan import plan_to_json
     from ..tuning.measure import measure_plans, retime
     probe = kfuse.compile(path, dtype=dtype, tuned=False)          # for the script's size names
     dims = sequence_dims(probe.program, n, N)
@@ -112,6 +172,10 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
         if not found:
             plans.append(alt)
         res.alt_rank = (found[0] if found else len(plans) - 1) + 1
+    if sample:                      # plans the model ranks lower, measured too (ranks after the K)
+        res.sampled_from = len(plans) + 1
+        pool = [priced_unfused(compiled, dtype)] + list(itertools.islice(search.plans(), top, top + SAMPLE_POOL))
+        plans += sampled(plans, pool, sample)
     if alternative is not None:     # every measured plan as the alternative model prices it
         import numpy as np
         from ..ir.program import entries_of
@@ -146,6 +210,10 @@ def markdown(results: list[SequenceResult], header: dict) -> str:
         lines += ["", f"Re-timed: the first choice and the measured best timed again in turns, {rounds} rounds "
                   "(median of the rounds), where they differ: the best of many plans timed once each is "
                   "biased low, since the plan whose timing happened to fall low wins."]
+    if header.get("sample"):
+        lines += ["", f"Sampled: {header['sample']} plans a sequence from the next {SAMPLE_POOL} in predicted order "
+                  "(every kernel count in turn) were measured too, after the top ones: they take part in the "
+                  "measured best, so a first choice is also set against plans the model ranked lower."]
     if header.get("alternative"):
         lines += ["", f"Alternative model: {header['alternative']}; its first choice was measured with the top "
                   f"{header.get('top')} (added where not among them)."]
@@ -231,14 +299,14 @@ def alternative_model(model, launch_ns: float | None, clear_ns: float | None):
 
 def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int = 2**26, top: int = 20,
                reps: int = 20, log=None, checkpoint=None, rounds: int = 0, alt_launch_ns: float | None = None,
-               alt_clear_ns: float | None = None) -> tuple[list[SequenceResult], dict]:
+               alt_clear_ns: float | None = None, sample: int = 0) -> tuple[list[SequenceResult], dict]:
     import kfuse
     from ..runtime.gpu import gpu_name
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     search = kfuse.compile(paths[0], dtype=dtype, tuned=False).search if paths else None
     model = search.model if search is not None else None
     header = {"gpu": gpu_name() or "no GPU", "dtype": dtype, "n": n, "N": N, "top": top, "reps": reps, "rounds": rounds,
-              "model": getattr(model, "name", "?")}
+              "model": getattr(model, "name", "?"), "sample": sample}
     alternative = None
     if model is not None and (alt_launch_ns is not None or alt_clear_ns is not None):
         alternative = alternative_model(model, alt_launch_ns, alt_clear_ns)
@@ -248,7 +316,7 @@ def run_report(paths: list[Path], dtype: str = "float32", n: int = 8192, N: int 
     with Progress("report: sequences", len(paths), log) as bar:
         for k, path in enumerate(paths):
             log(f"report [{k + 1}/{len(paths)}] {Path(path).stem}")
-            results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log, rounds, alternative))
+            results.append(measure_sequence(Path(path), dtype, n, N, top, reps, log, rounds, alternative, sample))
             bar.step()
             if checkpoint:
                 checkpoint(results, header)

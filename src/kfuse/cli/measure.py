@@ -6,8 +6,8 @@ import json
 import logging
 from pathlib import Path
 
-from .util import (EXIT_ERROR, GpuRequiredError, bench_size, nonnegative_float, positive_int, require_gpu, error_json,
-                       json_option, print_json)
+from .util import (EXIT_ERROR, GpuRequiredError, bench_size, nonnegative_float, nonnegative_int, positive_int,
+                   require_gpu, error_json, json_option, print_json)
 from ..errors import KfuseError
 
 log = logging.getLogger("kfuse")
@@ -125,7 +125,7 @@ def cmd_report(args) -> int:
                                                        indent=1))
     results, header = run_report(paths, dtype=args.dtype, n=args.n, N=args.N, top=args.top, reps=args.reps,
                                  checkpoint=checkpoint, rounds=args.retime, alt_launch_ns=args.alt_launch_ns,
-                                 alt_clear_ns=args.alt_clear_ns)
+                                 alt_clear_ns=args.alt_clear_ns, sample=args.sample)
     checkpoint(results, header)
     log.info(f"wrote {out}")
     if args.json:
@@ -213,7 +213,7 @@ def measure_commands(sub) -> None:
                    "(default 2^26)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="element type (default float32)")
     p.add_argument("--reps", type=positive_int, default=20, help="timed repetitions per plan, median (default 20)")
-    p.add_argument("--retime", type=int, default=5, metavar="R",
+    p.add_argument("--retime", type=nonnegative_int, default=5, metavar="R",
                    help="time the first choice and the measured best again in turns, R rounds (default 5; 0: not)")
     p.add_argument("--out", default=None, help="markdown file to write (default report.md; --reprice: FILE-repriced.md)")
     p.add_argument("--random", type=int, default=0, metavar="K",
@@ -223,6 +223,9 @@ def measure_commands(sub) -> None:
                    help="also measure the first choice of the ranking model with this launch term (ns a kernel)")
     p.add_argument("--alt-clear-ns", type=nonnegative_float, default=None, metavar="NS",
                    help="... and this clear term (ns a kernel with reduced outputs)")
+    p.add_argument("--sample", type=nonnegative_int, default=0, metavar="S",
+                   help="also measure S plans a sequence sampled from those ranked after the top K (every kernel "
+                        "count in turn): data for judging the model beyond its first choices (default 0)")
     p.add_argument("--reprice", default=None, metavar="FILE.json",
                    help="no GPU: price the plans a report measured (its JSON) again, with the model this machine "
                         "plans with and the --alt-* terms, against the times measured")
