@@ -572,3 +572,27 @@ def test_a_recursive_global_function_has_a_key():
 
 def _countdown(n):
     return _countdown(n - 1) if n else 0
+
+
+def test_compile_plans_for_the_sizes_it_is_given_not_those_traced_first():
+    """A signature is traced once, at the sizes it first comes with; ``.compile`` at other sizes
+    gives the plan a call at those sizes runs (their size class), and ``.compiled``, ``.explain()``
+    and ``.cuda_source`` describe it; a grid vector's size is its entries."""
+    @kfuse.jit
+    def step(A, x, y):
+        return A @ x + 2.0 * y, x @ y
+
+    small = step.compile(np.zeros((1024, 1024), np.float32), np.zeros(1024, np.float32), np.zeros(1024, np.float32))
+    large = step.compile(np.zeros((4096, 4096), np.float32), np.zeros(4096, np.float32), np.zeros(4096, np.float32))
+    assert sorted(small.search.dims.values()) == [1024] and sorted(large.search.dims.values()) == [4096]
+    assert large.plan.predicted > small.plan.predicted
+    assert step.compiled is large and step.explain().endswith(large.describe())
+    assert step.cuda_source == large.cuda_source
+    again = step.compile(np.zeros((1000, 1000), np.float32), np.zeros(1000, np.float32), np.zeros(1000, np.float32))
+    assert again is small                                   # 1000 is of 1024's size class
+
+    @kfuse.jit
+    def grid(u, v):
+        return kfuse.lib.lap7(u) @ v
+    assert grid.compile(np.zeros((8, 8, 8)), np.zeros((8, 8, 8))).search.dims[0] == 512
+    assert grid.compile(np.zeros((16, 16, 16)), np.zeros((16, 16, 16))).search.dims[0] == 4096

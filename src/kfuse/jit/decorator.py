@@ -234,6 +234,7 @@ class JitFunction:
         self._code = fn.__code__
         self._entries: dict = {}        # fast key (per argument: type, rank, dtype) -> _Entry
         self.last: _Entry | None = None
+        self._sized: tuple | None = None    # (entry, its program planned for the last .compile()'s sizes)
         self._names = tuple(sig.parameters)
         self._defaults = {p.name: p.default for p in sig.parameters.values() if p.default is not p.empty}
         self._positional_only = {p.name for p in sig.parameters.values() if p.kind == p.POSITIONAL_ONLY}
@@ -391,10 +392,14 @@ class JitFunction:
 
     def compile(self, *args, **kwargs):
         """The compiled program a call with these arguments runs (traced and compiled now if need be;
-        NumPy arrays will do)."""
+        NumPy arrays will do): planned for their sizes' class, as the call's executor resolves it
+        (a signature's program is traced once, at the sizes it first came with)."""
         args = self._bound(args, kwargs)
-        self.last = self._entry(args)       # .script, .explain() and .cuda_source describe it
-        return self.last.compiled
+        entry = self.last = self._entry(args)       # .script, .explain() and .cuda_source describe it
+        specs, _ = self.specs(args)
+        sized = entry.compiled.for_sizes(_sizes(entry.compiled.program, entry.inputs, specs))
+        self._sized = (entry, sized)
+        return sized
 
     def _entry(self, args) -> _Entry:
         specs, dtype = self.specs(args)
@@ -423,21 +428,41 @@ class JitFunction:
 
     @property
     def compiled(self):
-        return self._last().compiled
+        """The compiled program of the last signature: planned for the sizes of the last
+        ``.compile()`` where that was of this signature, else for those it was traced at."""
+        return self._last_compiled()
+
+    def _last_compiled(self):
+        e = self._last()
+        return self._sized[1] if self._sized is not None and self._sized[0] is e else e.compiled
 
     @property
     def cuda_source(self) -> str:
         """The generated CUDA of the last call's signature."""
-        return self._last().compiled.cuda_source
+        return self._last_compiled().cuda_source
 
     def explain(self) -> str:
         """The traced script and the plan of the last call's signature (for the sizes it was
         compiled at)."""
-        e = self._last()
-        return f"{e.lowered.script}\n{e.compiled.describe()}"
+        return f"{self._last().lowered.script}\n{self._last_compiled().describe()}"
 
     def __repr__(self) -> str:
         return f"<kfuse.jit {self.fn.__qualname__}: {len(self._entries)} signature(s)>"
+
+
+def _sizes(program, inputs, specs) -> dict[int, int]:
+    """Dimension id -> size of a traced program called with arguments of these ``specs``
+    (``inputs``: program input name, argument index): a vector given as a grid is its entries, a
+    CSR matrix its rows and columns."""
+    from ..runtime.binding import bind_sizes
+    arg = dict(inputs)
+    shapes = {}
+    for v in program.inputs:
+        if v.type == "scalar" or v.name not in arg:
+            continue
+        shape = tuple(specs[arg[v.name]].shape)
+        shapes[v.name] = (math.prod(shape),) if v.type == "vector" else shape[:2]
+    return bind_sizes(program, shapes)
 
 
 def lower_and_compile(tr: Trace, name: str, dtype: np.dtype, library: Library,
