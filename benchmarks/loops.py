@@ -113,6 +113,19 @@ def reference(method: str, state, steps: int) -> np.ndarray:
     return state[RESULT.get(method, 1)]
 
 
+def prices(method: str, n: int, dtype: str) -> dict:
+    """The model's prices of a method's step at n (us; no GPU needed): the plain call's prediction
+    (the plan's, as ``kfuse plan`` gives it) and the device-loop step's (``cost/queued.py``, as
+    ``kfuse.explain_loop`` gives it), and the plan's kernels."""
+    from kfuse.cost.queued import step_price
+    shapes = [np.shape(v) for v in problem(method, 4, "float64", lambda v, d: np.asarray(v))]
+    state = [np.zeros(tuple(n for _ in shape), dtype) for shape in shapes]      # shapes only are read
+    c = kfuse.jit(METHODS[method][0]).compile(*state)
+    s = c.search
+    step = step_price(s.model, c.kernels, s.dims, s.entries, s.itemsize)
+    return {"plain call": c.plan.predicted * 1e6, "device loop step": step.seconds * 1e6, "kernels": len(c.kernels)}
+
+
 # -- contenders: each returns a function running ``steps`` steps from a state ------------------------------
 def kfuse_plain(method):
     jitted = kfuse.jit(METHODS[method][0])
@@ -303,7 +316,8 @@ def main(argv=None) -> int:
             for method in args.methods:
                 passes = METHODS[method][1]
                 row = {"method": method, "dtype": dtype, "n": n, "us": {}, "err": {}, "note": {},
-                       "limit": passes * n * n * np.dtype(dtype).itemsize / bandwidth * 1e6}
+                       "limit": passes * n * n * np.dtype(dtype).itemsize / bandwidth * 1e6,
+                       "price": prices(method, n, dtype)}
                 ref = reference(method, problem(method, n, "float64", lambda v, d: np.asarray(v, np.float64)),
                                 args.check)
                 contenders = [("kfuse device loop", kfuse_fori, "cupy")]
@@ -376,8 +390,11 @@ def report(rows, args, cp, torch, bandwidth) -> str:
              "µs per iteration (lower is better). \"vs best peer\": the best torch contender's time over kfuse's "
              "device loop. \"A limit\": the passes over A one iteration needs, over the copy bandwidth. "
              "\"max error\": the largest relative difference of a contender's iterate from float64 NumPy "
-             "after the same steps.", ""]
-    head = ["method", "dtype", "n"] + names + ["vs best peer", "A limit", "max error"]
+             "after the same steps. \"model / measured\": the model's price of the step over the time measured, "
+             "for the device loop (the step as a graph's nodes, cost/queued.py) and the plain loop (the plan's "
+             "prediction, as kfuse plan gives it).", ""]
+    head = ["method", "dtype", "n"] + names + ["vs best peer", "A limit", "max error",
+                                                "model / measured: device loop, plain loop"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         us = r["us"]
@@ -388,6 +405,10 @@ def report(rows, args, cp, torch, bandwidth) -> str:
         cells.append(f"{best / k:.2f}x" if best and k else "-")
         cells.append(f"{r['limit']:.1f}")
         cells.append(f"{max(r['err'].values()):.1e}" if r["err"] else "-")
+        price = r.get("price", {})
+        ratios = [f"{price[p] / us[m]:.2f}" if p in price and m in us else "-"
+                  for p, m in (("device loop step", "kfuse device loop"), ("plain call", "kfuse plain loop"))]
+        cells.append(", ".join(ratios))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- {r['method']} {r['dtype']} n={r['n']} {n}: {msg}" for r in rows for n, msg in r["note"].items()]
     if notes:
