@@ -588,3 +588,20 @@ def test_per_call_csv_reads_back_and_charts_keep_the_bench_colours(tmp_path):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     with pytest.raises(KfuseError, match="not a per-call CSV"):
         percall.read_csv(tmp_path / "bad.csv")
+
+
+def test_the_loops_table_sets_the_models_prices_against_the_times(monkeypatch):
+    """benchmarks/loops.py (no GPU for this part): each method's step priced as a plain call and as a
+    device-loop step, and the table's last column their ratios to the times measured."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import loops
+    got = {m: loops.prices(m, 1024, "float32") for m in ("cg", "power", "lanczos")}
+    for m, p in got.items():
+        assert p["kernels"] >= 2 and p["plain call"] > p["device loop step"] > 0, (m, p)
+    cp = types.SimpleNamespace(__version__="test", cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
+        getDeviceProperties=lambda i: {"name": b"test GPU"})))
+    row = {"method": "cg", "dtype": "float32", "n": 1024, "us": {"kfuse device loop": 5.0, "kfuse plain loop": 10.0},
+           "err": {}, "note": {}, "limit": 1.5, "price": got["cg"]}
+    last = loops.report([row], types.SimpleNamespace(steps=60, reps=5, check=30), cp, None, 3e12).splitlines()[-1]
+    want = f"{got['cg']['device loop step'] / 5.0:.2f}, {got['cg']['plain call'] / 10.0:.2f}"
+    assert last.endswith(f"| {want} |"), last
