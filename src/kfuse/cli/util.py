@@ -15,26 +15,21 @@ EXIT_INTERRUPTED = 130
 MAX_SIZE = 2**48    # no array dimension beyond this (a size, or a power such as 2^26)
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _integer_at_least(low: int, words: str):
+    """An argparse type: an integer >= ``low`` (``words`` names it in the message)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {words}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {words}, got {value}")
+        return value
+    return parse
 
 
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
+positive_int = _integer_at_least(1, "a positive integer")
+nonnegative_int = _integer_at_least(0, "an integer >= 0")
 
 
 def nonnegative_float(text: str) -> float:
