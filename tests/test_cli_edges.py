@@ -215,3 +215,42 @@ def test_cache_clear_json(tmp_path, capsys, monkeypatch):
     assert main(["-q", "cache", "clear", "--yes", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["removed"] == [] and doc["error"]["kind"] == "refused" and "not a kfuse tuning file" in doc["error"]["message"]
+
+
+# ---- --size: the names kfuse.compile reads, and no value silently dropped -----------------------
+def test_size_takes_the_automatic_names_of_every_value(capsys):
+    """``--size x.len=N`` (docs/cli.md: "or an automatic one such as A.rows") was refused with
+    "the script's sizes are A.cols, A.rows" where ``kfuse.compile(sizes={"x.len": N})`` took it."""
+    from kfuse.cli.util import parse_sizes
+    p = kfuse.compile("matrix A;\nvector x, y;\ninput A, x;\ny = gemv(A, x);\nreturn y;\n", fuse=False).program
+    dims = parse_sizes(p, ["x.len=7", "y.len=5"])
+    assert {p.dims[d].name: s for d, s in dims.items()} == {"A.cols": 7, "A.rows": 5}
+    assert main(["-q", "plan", SSCAL, "--size", "ax.len=64"]) == 0
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (["N=5", "N=7"], "--size N=5 and --size N=7 give one size of the script \\(N\\) two values"),
+    (["x.len=5", "N=7"], "--size x.len=5 and --size N=7 give one size"),
+    (["5", "6"], "--size 5 and --size 6: two sizes for every size not named"),
+    (["=5"], "the name is empty"),
+    (["N=5=6"], "--size N=5=6: expected NAME=INT or INT"),
+])
+def test_size_given_twice_or_malformed_is_an_error(sizes, message, capsys):
+    """The last of two values silently won; ``--size =5`` was taken as a bare size and ``N=5=6``
+    was refused as an unknown name ``N=5``."""
+    argv = ["plan", SSCAL]
+    for s in sizes:
+        argv += ["--size", s]
+    assert main(argv) == 1
+    assert re.search(message, capsys.readouterr().err)
+    assert main(["-q", "plan", SSCAL, "--size", "N=5", "--size", "N=5"]) == 0      # the same value twice is fine
+
+
+def test_size_of_a_size_the_script_fixes(tmp_path, capsys):
+    """``vector x[5]`` planned for ``--size 5=100`` (or ``x.len=100``) in silence."""
+    script = tmp_path / "lit.kf"
+    script.write_text("vector x[5], y[5];\ninput x;\ny = scal(2, x);\nreturn y;\n")
+    for size in ("5=100", "x.len=100"):
+        assert main(["plan", str(script), "--size", size]) == 1
+        assert f"--size {size}: the script fixes that size at 5" in capsys.readouterr().err
+    assert main(["-q", "plan", str(script), "--size", "x.len=5", "--size", "100"]) == 0     # bare: the others

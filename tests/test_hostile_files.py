@@ -196,6 +196,15 @@ def test_api_sizes_are_capped(size):
         kfuse.compile("vector x, y; input x; y = scal(2, x); return y;", sizes={"x.len": size})
 
 
+def test_api_size_the_script_fixes_is_not_overridden():
+    """sizes={"x.len": 100} for ``vector x[5]`` planned for 100 in silence."""
+    src = "vector x[5], y[5]; input x; y = scal(2, x); return y;"
+    for key in ("x.len", "5", "y.len"):
+        with pytest.raises(KfuseError, match=f"sizes\\['{key}'\\] = 100: the script fixes that size at 5"):
+            kfuse.compile(src, sizes={key: 100})
+    assert kfuse.compile(src, sizes={"x.len": 5}).search.dims == {0: 5}
+
+
 class _Duck:
     ndim = 1
 

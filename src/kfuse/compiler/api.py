@@ -72,18 +72,35 @@ def read_script_file(path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
-def _resolve_sizes(program, sizes) -> dict[str, int]:
-    """``sizes`` by the script's size names: a declared name, or ``<value>.len`` / ``.rows`` /
-    ``.cols`` of any vector or matrix (the size it has after unification).  A name that is
-    neither, a size that is not a positive integer or two names of one size given different
-    values are errors (a misspelt name would otherwise plan at the default size in silence)."""
-    names = [d.name for d in program.dims]
-    if not isinstance(sizes, dict):
-        raise KfuseError(f"sizes must be a dict of size name -> int (the script's sizes: {', '.join(names)})")
+def size_names(program) -> dict:
+    """Every name a size of ``program`` goes by -> its ``Dim``: the declared (or automatic) names,
+    then ``<value>.len`` / ``.rows`` / ``.cols`` of every vector and matrix (the size it has after
+    unification).  ``kfuse.compile(sizes=...)`` and the command line's ``--size`` read the same
+    names."""
     by_name = {d.name: d for d in program.dims}
     for v in program.values:
         for word, d in zip(SIZE_WORDS.get(len(v.dims), ()), v.dims):
             by_name.setdefault(f"{v.name}.{word}", program.dims[d])
+    return by_name
+
+
+def check_literal(dim, value: int, given: str) -> None:
+    """A size the script fixes (``vector x[5]``) given another value: a KfuseError naming both
+    (planned at the other value in silence before, for arrays the call would then refuse)."""
+    if dim.literal is not None and value != dim.literal:
+        raise KfuseError(f"{given}: the script fixes that size at {dim.literal}")
+
+
+def _resolve_sizes(program, sizes) -> dict[str, int]:
+    """``sizes`` by the script's size names: a declared name, or ``<value>.len`` / ``.rows`` /
+    ``.cols`` of any vector or matrix (``size_names``).  A name that is neither, a size that is
+    not a positive integer, a size the script fixes at another value or two names of one size
+    given different values are errors (a misspelt name would otherwise plan at the default size
+    in silence)."""
+    names = [d.name for d in program.dims]
+    if not isinstance(sizes, dict):
+        raise KfuseError(f"sizes must be a dict of size name -> int (the script's sizes: {', '.join(names)})")
+    by_name = size_names(program)
     out: dict[str, int] = {}
     given: dict[str, str] = {}
     for k, v in sizes.items():
@@ -96,6 +113,7 @@ def _resolve_sizes(program, sizes) -> dict[str, int]:
         if v > MAX_SIZE:
             raise KfuseError(f"sizes[{k!r}] is too large: about 2^{int(v).bit_length() - 1} (at most 2^48 "
                              "entries along an axis)")
+        check_literal(dim, int(v), f"sizes[{k!r}] = {v}")
         if dim.name in out and out[dim.name] != int(v):
             raise KfuseError(f"sizes[{k!r}] = {v} and sizes[{given[dim.name]!r}] = {out[dim.name]} "
                              "name the same size of the script")
