@@ -148,13 +148,11 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """
     _check_dtype(dtype)
     check_tuned(tuned)
+    check_flags(fuse=fuse, shipped_library=shipped_library, horizontal=horizontal, vector_on_strips=vector_on_strips)
     _check_device_scalars(device_scalars)
     if name is not None and not isinstance(name, str):
         raise KfuseError(f"name names the program: a str or None, got {type(name).__name__} {name!r:.60}")
-    if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
-        raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
-    folders = [] if library is None or isinstance(library, Library) else (
-        [library] if isinstance(library, (str, Path)) else list(library))
+    folders = [] if isinstance(library, Library) else library_folders(library, loaded=True)
     timer = PassTimes()
     with _collector_paused():
         with timer("library"):
@@ -176,13 +174,35 @@ def compile_program(program: Program, library: Library, dtype: str = "float32", 
     ``compile`` does a parsed script; ``timer`` holds the passes timed before (the front end)."""
     _check_dtype(dtype)
     check_tuned(tuned)
+    check_flags(fuse=fuse, horizontal=horizontal, vector_on_strips=vector_on_strips)
     with _collector_paused():
         return _planned(program, library, dtype, fuse, sizes, tuned, calibration, horizontal, vector_on_strips,
                         timer or PassTimes())
 
 
+def check_flags(**flags) -> None:
+    """Each of ``flags`` (an on/off option of ``kfuse.compile`` or ``@kfuse.jit``) is a bool: a
+    KfuseError naming it otherwise (``fuse="no"`` was true, so it fused, in silence)."""
+    for key, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise KfuseError(f"{key} is True or False, got {type(value).__name__} {value!r:.60}")
+
+
+def library_folders(library, loaded: bool = False) -> list:
+    """The user library folders ``library`` names (``kfuse.compile``'s and ``@kfuse.jit``'s
+    argument): None (none), a folder, or a list or tuple of folders, each a str or a path; a
+    KfuseError naming what it got otherwise (a TypeError from pathlib before).  ``loaded``: the
+    caller takes a loaded library too (the message says so)."""
+    folders = [] if library is None else [library] if isinstance(library, (str, os.PathLike)) else \
+        list(library) if isinstance(library, (list, tuple)) else None
+    if folders is None or not all(isinstance(f, (str, os.PathLike)) for f in folders):
+        raise KfuseError(f"library is a folder{', a list of folders or a loaded library' if loaded else ' or a list of folders'}"
+                         f", got {type(library).__name__} {library!r:.60}")
+    return folders
+
+
 def _check_dtype(dtype: str) -> None:
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
 

@@ -36,12 +36,11 @@ import marshal
 import math
 import operator
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..compiler.api import check_tuned, compile_program
+from ..compiler.api import check_flags, check_tuned, compile_program, library_folders
 from ..compiler import torchop
 from ..compiler.compiled import CompiledScript
 from ..errors import KfuseError, ScriptError, TraceError
@@ -219,6 +218,7 @@ class JitFunction:
     def __init__(self, fn, library=None, fuse: bool = True, tuned=True, calibration=True,
                  vector_on_strips: bool = False):
         check_tuned(tuned)          # said at decoration, not at a first call's plan look-up
+        check_flags(fuse=fuse, vector_on_strips=vector_on_strips)
         functools.update_wrapper(self, fn)
         self.fn = fn
         sig = inspect.signature(fn)
@@ -228,7 +228,7 @@ class JitFunction:
                                  "parameter (no *args, **kwargs or keyword-only parameters)")
         self._sig = sig
         self._n = len(sig.parameters)
-        self._folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+        self._folders = library_folders(library)
         self._options = (fuse, tuned, calibration, vector_on_strips)
         self._library: Library | None = None
         self._code = fn.__code__

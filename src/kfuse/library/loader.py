@@ -6,6 +6,7 @@ Every problem raises :class:`LibraryError` naming the file and the field.  See t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import reprlib
 from dataclasses import replace
@@ -77,6 +78,8 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
     Each folder's ``.toml`` and ``.cu`` files are read once, here: the checks, the digest and the
     CUDA modules built later all use those bytes (``Library.source_text``), so a file changed or
     replaced after the load is never compiled unchecked."""
+    for bad in (f for f in folders if not isinstance(f, (str, os.PathLike))):     # a TypeError from pathlib else
+        raise LibraryError(str(bad)[:60], "folders", f"a library folder is a str or a path, got {type(bad).__name__}")
     roots = ([SHIPPED] if shipped else []) + [Path(f) for f in folders]
     if not roots:
         raise LibraryError("<none>", "folders", "no library folder given")
