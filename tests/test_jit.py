@@ -263,6 +263,19 @@ def test_argument_errors_name_the_callers_line():
         f(x)
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 0, 3)])
+def test_empty_arguments_name_the_argument(shape):
+    """An empty argument traced, then failed planning as "sizes['x.len'] must be a positive
+    integer, got 0": a size the caller never gave (a loop's state as "sizes['state0.len']")."""
+    f = kfuse.jit(lambda A, x: A * 2.0 + x)
+    with pytest.raises(kfuse.TraceError, match=r"argument A of <lambda> is empty \(shape") as e:
+        line = here() + 1
+        f.compile(np.zeros(shape, np.float32), np.zeros(shape[-1:] or (1,), np.float32))
+    assert e.value.line == line and e.value.file == __file__
+    with pytest.raises(kfuse.TraceError, match=r"explain_loop: state entry 0 is empty"):
+        kfuse.explain_loop(lambda i, s: s * 2.0, np.zeros(shape, np.float32))
+
+
 def test_traced_values_do_not_escape():
     kept = []
 
