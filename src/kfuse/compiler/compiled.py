@@ -78,7 +78,24 @@ class CompiledScript:
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search).
-        The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``)."""
+        The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``).
+        A plan of another program is checked against this one as a stored plan is
+        (``ir/plan.plan_from_json``): one that does not fit it is a KfuseError (it was compiled
+        as given: another script's kernels under this one's name)."""
+        if not isinstance(plan, Plan):
+            raise KfuseError(f"with_plan takes a plan (kfuse.ir.plan.Plan: a compiled script's .plan, or one of "
+                             f".search.plans()), got {type(plan).__name__} {plan!r:.60}")
+        if plan.program != self.program:
+            from ..ir.plan import plan_from_json, plan_to_json
+            theirs, mine = ([c.function.name for c in p.calls] for p in (plan.program, self.program))
+            if theirs != mine:
+                raise KfuseError(f"with_plan: the plan is one of {plan.program.name} (calls {', '.join(theirs)}), "
+                                 f"not of {self.program.name} (calls {', '.join(mine)})")
+            try:
+                plan = plan_from_json(self.program, plan_to_json(plan))
+            except KfuseError as e:
+                raise KfuseError(f"with_plan: the plan of {plan.program.name} does not fit {self.program.name}: "
+                                 f"{str(e).removeprefix('stored plan ')}") from None
         return self._session().with_plan(self, plan)
 
     @property
