@@ -265,12 +265,7 @@ def _check_reserved(program: Program) -> None:
 
 
 def _with_device_scalars(program: Program, names) -> Program:
-    scalars = [v.name for v in program.inputs if v.type == "scalar"]
-    for n in ([names] if isinstance(names, str) else names):
-        if n not in scalars:
-            raise KfuseError(f"device_scalars: {n!r} is not a scalar input of the script "
-                             f"(its scalar inputs: {', '.join(scalars) or 'none'})")
-    return program.with_device_scalars([names] if isinstance(names, str) else names)
+    return program.with_device_scalars(names)      # checked there: a KfuseError naming a wrong name
 
 
 @contextmanager

@@ -13,6 +13,7 @@ drops.  What a program moves and computes at given sizes is counted by ``cost/co
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
@@ -106,7 +107,14 @@ class CompiledScript:
     def share_source(self, source: str) -> "CompiledScript":
         """This program with its GPU modules built from ``source``, a module that holds its kernels
         among others (tuning/measure.py: one NVRTC compile for many candidate plans): a new
-        compiled script, whose artifact shares that module."""
+        compiled script, whose artifact shares that module.  A source that is no str, or lacks
+        one of this program's kernels, is a KfuseError now (it surfaced as a compile or launch
+        error on the GPU, far from the call that made it)."""
+        if not isinstance(source, str):
+            raise KfuseError(f"share_source takes a CUDA module's text, got {type(source).__name__} {source!r:.60}")
+        missing = [k.launch.kernel for k in self.kernels if not re.search(rf"\b{k.launch.kernel}\(", source)]
+        if missing:
+            raise KfuseError(f"share_source: the module holds no kernel {', '.join(missing)} of {self.program.name}")
         return dataclasses.replace(self, _shared=source)
 
     @property
