@@ -254,3 +254,28 @@ def test_size_of_a_size_the_script_fixes(tmp_path, capsys):
         assert main(["plan", str(script), "--size", size]) == 1
         assert f"--size {size}: the script fixes that size at 5" in capsys.readouterr().err
     assert main(["-q", "plan", str(script), "--size", "x.len=5", "--size", "100"]) == 0     # bare: the others
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--unfused", "--explain"], "--explain: --unfused plans one kernel per call"),
+    (["--unfused", "--all", "3", "--loop"], "--all, --loop: --unfused plans one kernel per call"),
+    (["--graph", "--all", "3"], "--all: --graph prints the DOT graph alone"),
+    (["--graph", "--explain", "--timings"], "--explain, --timings: --graph prints the DOT graph alone"),
+])
+def test_plan_options_that_would_be_dropped_are_usage_errors(argv, named, capsys):
+    """plan --unfused --explain (or --all, --loop) printed the plain plan, and --graph with
+    --explain, --all, --loop or --timings the graph alone: the options were dropped in silence."""
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "gemver", *argv])
+    assert e.value.code == 2 and named in capsys.readouterr().err
+    assert main(["-q", "plan", "gemver", "--unfused", "--timings"]) == 0
+    assert main(["-q", "plan", "gemver", "--unfused", "--graph"]) == 0
+
+
+def test_plan_json_says_the_explanation(capsys):
+    """plan --json --explain left the explanation out of the document."""
+    assert main(["-q", "plan", "gemver", "--json", "--explain", "--graph"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "legal fusion(s)" in doc["explain"] and "refused" in doc["explain"] and doc["graph"]
+    assert main(["-q", "plan", "gemver", "--json"]) == 0
+    assert "explain" not in json.loads(capsys.readouterr().out)
