@@ -5,6 +5,7 @@ the script front end, code generation, and nvcc builds of traced programs.  NumP
 in for device arrays where only shapes and dtypes are read; the call path runs on the CuPy
 stand-in of test_callpath (nothing is compiled or launched)."""
 import inspect
+import math
 
 import numpy as np
 import pytest
@@ -274,6 +275,16 @@ def test_empty_arguments_name_the_argument(shape):
     assert e.value.line == line and e.value.file == __file__
     with pytest.raises(kfuse.TraceError, match=r"explain_loop: state entry 0 is empty"):
         kfuse.explain_loop(lambda i, s: s * 2.0, np.zeros(shape, np.float32))
+
+
+def test_sqrt_of_a_negative_number_is_nan_as_on_the_device():
+    """kfuse.sqrt(-4.0) outside a jitted function was the complex number 2j (Python's ** 0.5):
+    the function run as its own reference disagreed with the device's NaN; inside one, the
+    constant is refused as any NaN is."""
+    assert math.isnan(kfuse.sqrt(-4.0)) and math.isnan(kfuse.sqrt(-1)) and kfuse.sqrt(4) == 2.0
+    assert isinstance(kfuse.sqrt(2.0), float) and np.isnan(kfuse.sqrt(np.float64(-4.0)))
+    c = -4.0
+    _raises(kfuse.jit(lambda x: kfuse.sqrt(c) * x), x, match="the number nan is not finite")
 
 
 def test_traced_values_do_not_escape():
