@@ -132,7 +132,8 @@ def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
         elif (sv, tl) != (subvector, tile):
             raise ctx.fail("elements", f"element sizes {sv}, {tl} differ from the first library's "
                            f"{subvector}, {tile}")
-        this_name = ctx.get(table, "name", "library", str, root.name)
+        # by default the folder's own name: "." or "" (the working folder) has none but its real one
+        this_name = ctx.get(table, "name", "library", str, root.name or root.resolve().name or "library")
         this_version = str(ctx.get(table, "version", "library", (str, int), "0"))
         for field, value in (("name", this_name), ("version", this_version)):
             if not PLAIN.fullmatch(value):
