@@ -279,3 +279,19 @@ def test_plan_json_says_the_explanation(capsys):
     assert "legal fusion(s)" in doc["explain"] and "refused" in doc["explain"] and doc["graph"]
     assert main(["-q", "plan", "gemver", "--json"]) == 0
     assert "explain" not in json.loads(capsys.readouterr().out)
+
+
+def test_compile_never_writes_over_its_script(tmp_path, capsys):
+    """``kfuse compile x.kf -o x.kf`` (or through a link, or ./x.kf) replaced the script with its
+    CUDA, and ``-o ''`` wrote to stdout in silence."""
+    script = tmp_path / "x.kf"
+    text = "vector x, y;\ninput x;\ny = scal(2, x);\nreturn y;\n"
+    script.write_text(text)
+    (tmp_path / "link.kf").symlink_to(script)
+    for out in (script, tmp_path / "." / "x.kf", tmp_path / "link.kf"):
+        e = _one_json_error(capsys, ["compile", str(script), "-o", str(out), "--json"], 1)
+        assert e["message"] == f"-o {out}: is the script itself; give another file name"
+    e = _one_json_error(capsys, ["compile", str(script), "-o", "", "--json"], 1)
+    assert e["message"] == "-o: the file name is empty"
+    assert script.read_text() == text
+    assert main(["-q", "compile", str(tmp_path / "link.kf"), "-o", str(tmp_path / "x.cu")]) == 0

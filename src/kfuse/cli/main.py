@@ -44,14 +44,14 @@ def cmd_compile(args) -> int:
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     source = prog.cuda_source
-    if args.output:
-        write_output(args.output, source)
+    if args.output is not None:
+        write_output(args.output, source, keep=script_path(args))
         log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(source.splitlines())} lines")
     if args.json:
         print_json({"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                     "kernels": len(prog.kernels), "lines": len(source.splitlines()), "output": args.output,
-                    **({} if args.output else {"cuda_source": source}), "plan": plan_json(prog.plan)})
-    elif not args.output:
+                    **({} if args.output is not None else {"cuda_source": source}), "plan": plan_json(prog.plan)})
+    elif args.output is None:
         sys.stdout.write(source)
     return 0
 

@@ -51,10 +51,20 @@ def require_gpu(what: str) -> None:
                          "work without one")
 
 
-def write_output(path: str, text: str) -> None:
+def write_output(path: str, text: str, keep: Path | None = None) -> None:
     """Write ``text`` to ``path`` with an error that says what is wrong (folder missing, a folder
-    given, no permission) instead of a traceback."""
+    given, no permission, an empty name -- which was stdout in silence) instead of a traceback;
+    ``keep``, the command's input file, is never written over (``kfuse compile x.kf -o x.kf``
+    replaced the script with its CUDA)."""
+    if not path:
+        raise KfuseError("-o: the file name is empty")
     out = Path(path)
+    try:
+        same = keep is not None and out.exists() and out.samefile(keep)
+    except OSError:
+        same = False
+    if same:
+        raise KfuseError(f"-o {path}: is the script itself; give another file name")
     if out.is_dir():
         raise KfuseError(f"-o {path}: is a folder; give a file name")
     if not out.parent.is_dir():
