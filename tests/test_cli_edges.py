@@ -215,3 +215,83 @@ def test_cache_clear_json(tmp_path, capsys, monkeypatch):
     assert main(["-q", "cache", "clear", "--yes", "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["removed"] == [] and doc["error"]["kind"] == "refused" and "not a kfuse tuning file" in doc["error"]["message"]
+
+
+# ---- --size: the names kfuse.compile reads, and no value silently dropped -----------------------
+def test_size_takes_the_automatic_names_of_every_value(capsys):
+    """``--size x.len=N`` (docs/cli.md: "or an automatic one such as A.rows") was refused with
+    "the script's sizes are A.cols, A.rows" where ``kfuse.compile(sizes={"x.len": N})`` took it."""
+    from kfuse.cli.util import parse_sizes
+    p = kfuse.compile("matrix A;\nvector x, y;\ninput A, x;\ny = gemv(A, x);\nreturn y;\n", fuse=False).program
+    dims = parse_sizes(p, ["x.len=7", "y.len=5"])
+    assert {p.dims[d].name: s for d, s in dims.items()} == {"A.cols": 7, "A.rows": 5}
+    assert main(["-q", "plan", SSCAL, "--size", "ax.len=64"]) == 0
+
+
+@pytest.mark.parametrize("sizes, message", [
+    (["N=5", "N=7"], "--size N=5 and --size N=7 give one size of the script \\(N\\) two values"),
+    (["x.len=5", "N=7"], "--size x.len=5 and --size N=7 give one size"),
+    (["5", "6"], "--size 5 and --size 6: two sizes for every size not named"),
+    (["=5"], "the name is empty"),
+    (["N=5=6"], "--size N=5=6: expected NAME=INT or INT"),
+])
+def test_size_given_twice_or_malformed_is_an_error(sizes, message, capsys):
+    """The last of two values silently won; ``--size =5`` was taken as a bare size and ``N=5=6``
+    was refused as an unknown name ``N=5``."""
+    argv = ["plan", SSCAL]
+    for s in sizes:
+        argv += ["--size", s]
+    assert main(argv) == 1
+    assert re.search(message, capsys.readouterr().err)
+    assert main(["-q", "plan", SSCAL, "--size", "N=5", "--size", "N=5"]) == 0      # the same value twice is fine
+
+
+def test_size_of_a_size_the_script_fixes(tmp_path, capsys):
+    """``vector x[5]`` planned for ``--size 5=100`` (or ``x.len=100``) in silence."""
+    script = tmp_path / "lit.kf"
+    script.write_text("vector x[5], y[5];\ninput x;\ny = scal(2, x);\nreturn y;\n")
+    for size in ("5=100", "x.len=100"):
+        assert main(["plan", str(script), "--size", size]) == 1
+        assert f"--size {size}: the script fixes that size at 5" in capsys.readouterr().err
+    assert main(["-q", "plan", str(script), "--size", "x.len=5", "--size", "100"]) == 0     # bare: the others
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--unfused", "--explain"], "--explain: --unfused plans one kernel per call"),
+    (["--unfused", "--all", "3", "--loop"], "--all, --loop: --unfused plans one kernel per call"),
+    (["--graph", "--all", "3"], "--all: --graph prints the DOT graph alone"),
+    (["--graph", "--explain", "--timings"], "--explain, --timings: --graph prints the DOT graph alone"),
+])
+def test_plan_options_that_would_be_dropped_are_usage_errors(argv, named, capsys):
+    """plan --unfused --explain (or --all, --loop) printed the plain plan, and --graph with
+    --explain, --all, --loop or --timings the graph alone: the options were dropped in silence."""
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "gemver", *argv])
+    assert e.value.code == 2 and named in capsys.readouterr().err
+    assert main(["-q", "plan", "gemver", "--unfused", "--timings"]) == 0
+    assert main(["-q", "plan", "gemver", "--unfused", "--graph"]) == 0
+
+
+def test_plan_json_says_the_explanation(capsys):
+    """plan --json --explain left the explanation out of the document."""
+    assert main(["-q", "plan", "gemver", "--json", "--explain", "--graph"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "legal fusion(s)" in doc["explain"] and "refused" in doc["explain"] and doc["graph"]
+    assert main(["-q", "plan", "gemver", "--json"]) == 0
+    assert "explain" not in json.loads(capsys.readouterr().out)
+
+
+def test_compile_never_writes_over_its_script(tmp_path, capsys):
+    """``kfuse compile x.kf -o x.kf`` (or through a link, or ./x.kf) replaced the script with its
+    CUDA, and ``-o ''`` wrote to stdout in silence."""
+    script = tmp_path / "x.kf"
+    text = "vector x, y;\ninput x;\ny = scal(2, x);\nreturn y;\n"
+    script.write_text(text)
+    (tmp_path / "link.kf").symlink_to(script)
+    for out in (script, tmp_path / "." / "x.kf", tmp_path / "link.kf"):
+        e = _one_json_error(capsys, ["compile", str(script), "-o", str(out), "--json"], 1)
+        assert e["message"] == f"-o {out}: is the script itself; give another file name"
+    e = _one_json_error(capsys, ["compile", str(script), "-o", "", "--json"], 1)
+    assert e["message"] == "-o: the file name is empty"
+    assert script.read_text() == text
+    assert main(["-q", "compile", str(tmp_path / "link.kf"), "-o", str(tmp_path / "x.cu")]) == 0

@@ -196,6 +196,15 @@ def test_api_sizes_are_capped(size):
         kfuse.compile("vector x, y; input x; y = scal(2, x); return y;", sizes={"x.len": size})
 
 
+def test_api_size_the_script_fixes_is_not_overridden():
+    """sizes={"x.len": 100} for ``vector x[5]`` planned for 100 in silence."""
+    src = "vector x[5], y[5]; input x; y = scal(2, x); return y;"
+    for key in ("x.len", "5", "y.len"):
+        with pytest.raises(KfuseError, match=f"sizes\\['{key}'\\] = 100: the script fixes that size at 5"):
+            kfuse.compile(src, sizes={key: 100})
+    assert kfuse.compile(src, sizes={"x.len": 5}).search.dims == {0: 5}
+
+
 class _Duck:
     ndim = 1
 
@@ -213,3 +222,42 @@ def test_duck_typed_arrays_are_checked(shape, dtype):
 
     with pytest.raises(TraceError):
         f.trace(_Duck(shape, dtype), np.zeros(4, np.float32))
+
+
+# ---- argument types of kfuse.compile, @kfuse.jit and kfuse.load_library -----------------------
+SCAL = "vector x, y; input x; y = scal(2, x); return y;"
+
+
+@pytest.mark.parametrize("key", ["fuse", "shipped_library", "horizontal", "vector_on_strips"])
+@pytest.mark.parametrize("value", ["no", None, 0, "False"])
+def test_compile_flags_are_bools(key, value):
+    """fuse="no" (a non-empty string, so true) fused in silence; None unfused."""
+    with pytest.raises(KfuseError, match=f"{key} is True or False, got"):
+        kfuse.compile(SCAL, **{key: value})
+
+
+@pytest.mark.parametrize("kwargs", [{"fuse": "no"}, {"vector_on_strips": 1}])
+def test_jit_flags_are_bools(kwargs):
+    with pytest.raises(KfuseError, match="is True or False"):
+        kfuse.jit(lambda x, y: x + y, **kwargs)
+
+
+@pytest.mark.parametrize("library", [5, [5], [None], ("lib", 3.0), {"lib"}])
+def test_library_arguments_of_the_wrong_type(library):
+    """library=[5] and @kfuse.jit(library=5) were TypeErrors from pathlib and list()."""
+    with pytest.raises(KfuseError, match="library is a folder"):
+        kfuse.compile(SCAL, library=library)
+    with pytest.raises(KfuseError, match="library is a folder or a list of folders, got"):
+        kfuse.jit(lambda x, y: x + y, library=library)
+
+
+@pytest.mark.parametrize("folder", [5, None])
+def test_load_library_folders_of_the_wrong_type(folder):
+    with pytest.raises(KfuseError, match="a library folder is a str or a path"):
+        kfuse.load_library(folder)
+
+
+def test_dtype_of_the_wrong_type():
+    """dtype=["float32"] was a TypeError (unhashable) from the membership test."""
+    with pytest.raises(KfuseError, match="dtype must be one of float32, float64"):
+        kfuse.compile(SCAL, dtype=["float32"])

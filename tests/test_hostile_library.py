@@ -210,3 +210,19 @@ def test_a_by_reference_overload_beside_a_by_value_one_loads(tmp_path):
     assert load_library(folder, shipped=False).functions[0].name == "myscal"
     (folder / SOURCE).write_text(by_value + SCAL_SOURCE.replace("VO& out", "VO out"))
     assert "scal_compute (fn.cu:2) takes out" in str(load_error(folder))
+
+
+@pytest.mark.parametrize("given", [".", ""])
+def test_the_working_folder_as_a_library(tmp_path, monkeypatch, given):
+    """--library . (or "") was refused as "library.toml: library.name: '': letters, digits ..."
+    -- a file that does not exist, and a name nobody gave: the default name is the folder's."""
+    folder = make_library(tmp_path / "mylib", meta=None)
+    monkeypatch.chdir(folder)
+    assert [f.name for f in load_library(given, shipped=False).functions] == ["myscal"]
+
+
+def test_a_missing_library_folder_says_so(tmp_path):
+    """A folder that does not exist was "is not a directory", as a file given is."""
+    assert str(load_error(tmp_path / "nolib")).endswith("folder: is not a directory (nothing is there)")
+    (tmp_path / "afile").write_text("x")
+    assert str(load_error(tmp_path / "afile")).endswith("folder: is not a directory")

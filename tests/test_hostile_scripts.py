@@ -133,3 +133,15 @@ def test_jit_loop_of_a_thousand_additions_is_a_clean_error():
         return x
 
     g.trace(np.zeros(8, np.float32), np.zeros(8, np.float32))
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n", "\n"])
+def test_line_ends_of_every_kind(lib, newline):
+    """A script with old Mac line ends (a lone CR) was one line: a comment on its first line ran
+    to the end of the file ("the script has no return statement"), and an error showed the whole
+    file, carriage returns and all, as its line."""
+    lines = ["# a comment", "vector x, y;", "input x;", "y = scal(2, x);", "return y;", ""]
+    assert parse_script(newline.join(lines), lib).calls[0].function.name == "scal"
+    lines[3] = "y = nosuch(2, x);"
+    err = script_error(newline.join(lines), lib)
+    assert (err.line, err.column) == (4, 5) and "\r" not in str(err) and "y = nosuch(2, x);" in str(err)

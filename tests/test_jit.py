@@ -5,6 +5,7 @@ the script front end, code generation, and nvcc builds of traced programs.  NumP
 in for device arrays where only shapes and dtypes are read; the call path runs on the CuPy
 stand-in of test_callpath (nothing is compiled or launched)."""
 import inspect
+import math
 
 import numpy as np
 import pytest
@@ -261,6 +262,29 @@ def test_argument_errors_name_the_callers_line():
         kfuse.jit(lambda *xs: xs[0])
     with pytest.raises(KfuseError, match="missing a required argument"):
         f(x)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0), (2, 0, 3)])
+def test_empty_arguments_name_the_argument(shape):
+    """An empty argument traced, then failed planning as "sizes['x.len'] must be a positive
+    integer, got 0": a size the caller never gave (a loop's state as "sizes['state0.len']")."""
+    f = kfuse.jit(lambda A, x: A * 2.0 + x)
+    with pytest.raises(kfuse.TraceError, match=r"argument A of <lambda> is empty \(shape") as e:
+        line = here() + 1
+        f.compile(np.zeros(shape, np.float32), np.zeros(shape[-1:] or (1,), np.float32))
+    assert e.value.line == line and e.value.file == __file__
+    with pytest.raises(kfuse.TraceError, match=r"explain_loop: state entry 0 is empty"):
+        kfuse.explain_loop(lambda i, s: s * 2.0, np.zeros(shape, np.float32))
+
+
+def test_sqrt_of_a_negative_number_is_nan_as_on_the_device():
+    """kfuse.sqrt(-4.0) outside a jitted function was the complex number 2j (Python's ** 0.5):
+    the function run as its own reference disagreed with the device's NaN; inside one, the
+    constant is refused as any NaN is."""
+    assert math.isnan(kfuse.sqrt(-4.0)) and math.isnan(kfuse.sqrt(-1)) and kfuse.sqrt(4) == 2.0
+    assert isinstance(kfuse.sqrt(2.0), float) and np.isnan(kfuse.sqrt(np.float64(-4.0)))
+    c = -4.0
+    _raises(kfuse.jit(lambda x: kfuse.sqrt(c) * x), x, match="the number nan is not finite")
 
 
 def test_traced_values_do_not_escape():

@@ -71,6 +71,25 @@ def test_a_plan_given_by_hand_runs_at_every_size():
     assert replanned is not prog and replanned.search.dims == dims
 
 
+def test_a_plan_of_another_program_is_checked():
+    """gemver.with_plan(sscal.plan) compiled sscal's kernel as gemver's program, in silence
+    (describe() said "plan for sscal"); with_plan(None) was an AttributeError from codegen."""
+    gemver = kfuse.compile(ROOT / "examples" / "gemver.kf", tuned=False)
+    sscal = kfuse.compile(ROOT / "examples" / "sscal.kf", tuned=False)
+    with pytest.raises(kfuse.KfuseError, match=r"the plan is one of sscal \(calls scal\), not of gemver "
+                                               r"\(calls ger, ger, gemtv, gemv\)"):
+        gemver.with_plan(sscal.plan)
+    for bad in (None, "plan", plan_to_json(gemver.plan)):
+        with pytest.raises(kfuse.KfuseError, match="with_plan takes a plan"):
+            gemver.with_plan(bad)
+    # the same calls in a program compiled apart (script text, not the file): checked, then taken
+    text = kfuse.compile((ROOT / "examples" / "gemver.kf").read_text(), fuse=False)
+    assert plan_to_json(text.with_plan(gemver.plan).plan) == plan_to_json(gemver.plan)
+    waxpby = kfuse.compile(ROOT / "examples" / "waxpby.kf", tuned=False)
+    other = kfuse.compile(ROOT / "examples" / "waxpby.kf", tuned=False, sizes={"N": 1000})
+    assert other.with_plan(waxpby.plan).kernels == waxpby.kernels
+
+
 def test_tune_at_another_size_class_searches_that_class(monkeypatch):
     """kfuse tune --size N=2^26 on a script compiled at 2^24 measures the plans ranked at 2^26."""
     prog = kfuse.compile(ROOT / "examples" / "waxpby.kf", tuned=False)

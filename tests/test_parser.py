@@ -359,6 +359,13 @@ def test_caret_under_a_later_token(lib):
     (lambda k: k.compile(EXAMPLES[0]).for_sizes({d.id: 0 for d in k.compile(EXAMPLES[0]).program.dims}),
      "sizes must be positive integers"),
     (lambda k: k.jit(123), "@kfuse.jit decorates a Python function, got int 123"),
+    (lambda k: k.compile(EXAMPLES[0]).for_sizes("n"), "sizes are a dict of dimension id -> size, got str"),
+    (lambda k: k.compile(ROOT / "examples" / "gemver.kf").for_sizes({"n": 64}),
+     "sizes must be positive integers, by dimension id: n \\(id 0\\) \\(given 'n'\\)"),
+    (lambda k: k.compile(ROOT / "examples" / "gemver.kf").for_device_scalars(["nope"]),
+     "device_scalars: 'nope' is not a scalar input of the script \\(its scalar inputs: a, b\\)"),
+    (lambda k: k.compile(ROOT / "examples" / "gemver.kf").for_device_scalars("ab"),
+     "device_scalars: 'ab' is not a scalar input"),
 ])
 def test_api_misuse_is_a_kfuse_error(call, match):
     """Arguments of kfuse.compile, CompiledScript.for_sizes and kfuse.jit of the wrong kind are
@@ -367,3 +374,13 @@ def test_api_misuse_is_a_kfuse_error(call, match):
     import kfuse
     with pytest.raises(KfuseError, match=match):
         call(kfuse)
+
+
+def test_device_scalars_as_one_name():
+    """for_device_scalars("ab") was read as the letters a and b (gemver's two scalars, both then
+    read by address) and a wrong name was a ValueError; a str is one name, as for compile."""
+    import kfuse
+    prog = kfuse.compile(ROOT / "examples" / "gemver.kf")
+    assert prog.for_device_scalars("a").program.device_scalars() == {"a"}
+    assert prog.for_device_scalars(("a", "b")).program.device_scalars() == {"a", "b"}
+    assert prog.for_device_scalars(()) is prog

@@ -74,6 +74,17 @@ def test_share_source_returns_a_new_compiled_script():
     assert shared.artifact.shared is not None and prog.artifact.shared is None
 
 
+def test_share_source_refuses_a_module_without_its_kernels():
+    """share_source(5) or a module lacking the program's kernels was accepted: the mistake
+    surfaced as an NVRTC or launch error at the first GPU call."""
+    prog = kfuse.compile(BICGK, calibration=False, fuse=False)
+    with pytest.raises(kfuse.KfuseError, match="share_source takes a CUDA module's text, got int"):
+        prog.share_source(5)
+    other = kfuse.compile("vector x, y; input x; y = scal(2, x); return y;", calibration=False, fuse=False)
+    with pytest.raises(kfuse.KfuseError, match=r"the module holds no kernel k0_gemv, k1_gemtv of script"):
+        prog.share_source(other.cuda_source)
+
+
 def test_a_compiled_script_goes_with_its_session():
     import weakref
     prog = kfuse.compile(BICGK, calibration=False, tuned=False)

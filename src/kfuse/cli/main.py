@@ -44,14 +44,14 @@ def cmd_compile(args) -> int:
     prog = kcompile(script_path(args), dtype=args.dtype, library=args.library, fuse=not args.unfused,
                     sizes=_named_sizes(args), vector_on_strips=args.vector_on_strips)
     source = prog.cuda_source
-    if args.output:
-        write_output(args.output, source)
+    if args.output is not None:
+        write_output(args.output, source, keep=script_path(args))
         log.info(f"wrote {args.output}: {len(prog.kernels)} kernel(s), {len(source.splitlines())} lines")
     if args.json:
         print_json({"script": str(args.script), "name": prog.program.name, "dtype": args.dtype,
                     "kernels": len(prog.kernels), "lines": len(source.splitlines()), "output": args.output,
-                    **({} if args.output else {"cuda_source": source}), "plan": plan_json(prog.plan)})
-    elif not args.output:
+                    **({} if args.output is not None else {"cuda_source": source}), "plan": plan_json(prog.plan)})
+    elif args.output is None:
         sys.stdout.write(source)
     return 0
 
@@ -78,6 +78,8 @@ def cmd_plan(args) -> int:
             doc["graph"] = plan_dot(prog)
         if search is not None and args.all:
             doc["plans"] = [plan_json(p) for p in itertools.islice(search.plans(), args.all)]
+        if search is not None and args.explain:
+            doc["explain"] = search.explain()
         if args.timings:
             doc["timings_s"] = {k: round(v, 6) for k, v in _with_emit(prog).seconds.items()}
         if args.loop and search is not None:
@@ -102,6 +104,23 @@ def cmd_plan(args) -> int:
     if args.timings:
         print(_with_emit(prog).describe())
     return 0
+
+
+def _plan_check(p):
+    """The usage check of ``kfuse plan``'s options (``p`` its parser): options that say nothing
+    with the others given are usage errors rather than dropped in silence -- --explain, --all
+    and --loop need the plan search that --unfused leaves out, and --graph without --json prints
+    the DOT text alone (so that it pipes into Graphviz)."""
+    def check(args) -> None:
+        searched = [o for o, on in (("--explain", args.explain), ("--all", args.all), ("--loop", args.loop)) if on]
+        if args.unfused and searched:
+            p.error(f"{', '.join(searched)}: --unfused plans one kernel per call, with no plan search to "
+                    "explain, list or price")
+        dropped = searched + (["--timings"] if args.timings else [])
+        if args.graph and not args.json and dropped:
+            p.error(f"{', '.join(dropped)}: --graph prints the DOT graph alone (to pipe into Graphviz); "
+                    "add --json for the graph and the rest in one document")
+    return check
 
 
 def _with_emit(prog):
@@ -228,7 +247,7 @@ def _script_commands(sub) -> None:
                    help="also price the plan as one step of a device loop (kfuse.fori_loop): its kernels' bodies, "
                         "graph nodes and merged phases instead of host launches")
     _on_strips(p)
-    p.set_defaults(fn=cmd_plan)
+    p.set_defaults(fn=cmd_plan, check=_plan_check(p))
     p = sub.add_parser("run", help="run on random inputs, check against NumPy, print the time (GPU)")
     common(p)
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
@@ -361,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser().parse_args(argv)    # usage errors exit with 2 here
+        if getattr(args, "check", None):
+            args.check(args)                # and options that contradict each other
     except UsageExit as e:
         if wants_json(argv):
             print_json({"error": error_json("usage", e.message, EXIT_USAGE)})

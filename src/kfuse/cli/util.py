@@ -57,10 +57,20 @@ def require_gpu(what: str) -> None:
                          "work without one")
 
 
-def write_output(path: str, text: str) -> None:
+def write_output(path: str, text: str, keep: Path | None = None) -> None:
     """Write ``text`` to ``path`` with an error that says what is wrong (folder missing, a folder
-    given, no permission) instead of a traceback."""
+    given, no permission, an empty name -- which was stdout in silence) instead of a traceback;
+    ``keep``, the command's input file, is never written over (``kfuse compile x.kf -o x.kf``
+    replaced the script with its CUDA)."""
+    if not path:
+        raise KfuseError("-o: the file name is empty")
     out = Path(path)
+    try:
+        same = keep is not None and out.exists() and out.samefile(keep)
+    except OSError:
+        same = False
+    if same:
+        raise KfuseError(f"-o {path}: is the script itself; give another file name")
     if out.is_dir():
         raise KfuseError(f"-o {path}: is a folder; give a file name")
     if not out.parent.is_dir():
@@ -112,11 +122,21 @@ def byte_text(n: float) -> str:
 
 
 def parse_sizes(program, specs: list[str]) -> dict[int, int]:
-    """--size NAME=V (a dimension of the script) or --size V (every dimension not named)."""
-    default = None
-    named: dict[str, int] = {}
+    """--size NAME=V (a size of the script: a declared name, or ``x.len``, ``A.rows``, ``A.cols``
+    of any vector or matrix, as ``kfuse.compile(sizes=...)`` reads them) or --size V (every size
+    not named).  A name given an empty or a second, different value (two names of one size
+    included), a bare size given twice differently, or a size the script fixes (``vector x[5]``)
+    given another value is an error: the last one silently won before, or the script's own."""
+    from ..compiler.api import check_literal, size_names
+    by_name = size_names(program)
+    default: tuple[str, int] | None = None
+    named: dict[int, tuple[str, int]] = {}           # dim id -> (the --size given, its value)
     for spec in specs:
-        name, _, value = spec.rpartition("=")
+        name, eq, value = spec.partition("=")
+        if not eq:
+            name, value = "", spec
+        elif not name.strip():
+            raise KfuseError(f"--size {spec}: expected NAME=INT or INT (the name is empty)")
         try:
             size = int(value)
         except ValueError:
@@ -125,17 +145,24 @@ def parse_sizes(program, specs: list[str]) -> dict[int, int]:
             raise KfuseError(f"--size {spec}: sizes are at least 1")
         if size > MAX_SIZE:
             raise KfuseError(f"--size {spec}: sizes are at most 2^48")
-        if name:
-            named[name] = size
-        else:
-            default = size
+        if not name:
+            if default is not None and default[1] != size:
+                raise KfuseError(f"--size {default[0]} and --size {spec}: two sizes for every size not named")
+            default = (spec, size)
+            continue
+        dim = by_name.get(name.strip())
+        if dim is None:
+            raise KfuseError(f"--size {name}=...: the script's sizes are "
+                             f"{', '.join(sorted(d.name for d in program.dims))}")
+        check_literal(dim, size, f"--size {spec}")
+        if dim.id in named and named[dim.id][1] != size:
+            raise KfuseError(f"--size {named[dim.id][0]} and --size {spec} give one size of the script "
+                             f"({dim.name}) two values")
+        named[dim.id] = (spec, size)
     dims: dict[int, int] = {}
-    known = {d.name for d in program.dims}
-    for name in named:
-        if name not in known:
-            raise KfuseError(f"--size {name}=...: the script's sizes are {', '.join(sorted(known))}")
     for d in program.dims:
-        got = named.get(d.name, d.literal if d.literal is not None else default)
+        got = named[d.id][1] if d.id in named else d.literal if d.literal is not None else \
+            default[1] if default is not None else None
         if got is None:
             raise KfuseError(f"no size for {d.name}: give --size {d.name}=N (or --size N for all)")
         dims[d.id] = got

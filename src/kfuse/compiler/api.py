@@ -72,18 +72,35 @@ def read_script_file(path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
-def _resolve_sizes(program, sizes) -> dict[str, int]:
-    """``sizes`` by the script's size names: a declared name, or ``<value>.len`` / ``.rows`` /
-    ``.cols`` of any vector or matrix (the size it has after unification).  A name that is
-    neither, a size that is not a positive integer or two names of one size given different
-    values are errors (a misspelt name would otherwise plan at the default size in silence)."""
-    names = [d.name for d in program.dims]
-    if not isinstance(sizes, dict):
-        raise KfuseError(f"sizes must be a dict of size name -> int (the script's sizes: {', '.join(names)})")
+def size_names(program) -> dict:
+    """Every name a size of ``program`` goes by -> its ``Dim``: the declared (or automatic) names,
+    then ``<value>.len`` / ``.rows`` / ``.cols`` of every vector and matrix (the size it has after
+    unification).  ``kfuse.compile(sizes=...)`` and the command line's ``--size`` read the same
+    names."""
     by_name = {d.name: d for d in program.dims}
     for v in program.values:
         for word, d in zip(SIZE_WORDS.get(len(v.dims), ()), v.dims):
             by_name.setdefault(f"{v.name}.{word}", program.dims[d])
+    return by_name
+
+
+def check_literal(dim, value: int, given: str) -> None:
+    """A size the script fixes (``vector x[5]``) given another value: a KfuseError naming both
+    (planned at the other value in silence before, for arrays the call would then refuse)."""
+    if dim.literal is not None and value != dim.literal:
+        raise KfuseError(f"{given}: the script fixes that size at {dim.literal}")
+
+
+def _resolve_sizes(program, sizes) -> dict[str, int]:
+    """``sizes`` by the script's size names: a declared name, or ``<value>.len`` / ``.rows`` /
+    ``.cols`` of any vector or matrix (``size_names``).  A name that is neither, a size that is
+    not a positive integer, a size the script fixes at another value or two names of one size
+    given different values are errors (a misspelt name would otherwise plan at the default size
+    in silence)."""
+    names = [d.name for d in program.dims]
+    if not isinstance(sizes, dict):
+        raise KfuseError(f"sizes must be a dict of size name -> int (the script's sizes: {', '.join(names)})")
+    by_name = size_names(program)
     out: dict[str, int] = {}
     given: dict[str, str] = {}
     for k, v in sizes.items():
@@ -96,6 +113,7 @@ def _resolve_sizes(program, sizes) -> dict[str, int]:
         if v > MAX_SIZE:
             raise KfuseError(f"sizes[{k!r}] is too large: about 2^{int(v).bit_length() - 1} (at most 2^48 "
                              "entries along an axis)")
+        check_literal(dim, int(v), f"sizes[{k!r}] = {v}")
         if dim.name in out and out[dim.name] != int(v):
             raise KfuseError(f"sizes[{k!r}] = {v} and sizes[{given[dim.name]!r}] = {out[dim.name]} "
                              "name the same size of the script")
@@ -130,13 +148,11 @@ def compile(script: str | Path, dtype: str = "float32", library: str | Path | li
     """
     _check_dtype(dtype)
     check_tuned(tuned)
+    check_flags(fuse=fuse, shipped_library=shipped_library, horizontal=horizontal, vector_on_strips=vector_on_strips)
     _check_device_scalars(device_scalars)
     if name is not None and not isinstance(name, str):
         raise KfuseError(f"name names the program: a str or None, got {type(name).__name__} {name!r:.60}")
-    if library is not None and not isinstance(library, (Library, str, Path, list, tuple)):
-        raise KfuseError(f"library is a folder, a list of folders or a loaded library, got {type(library).__name__}")
-    folders = [] if library is None or isinstance(library, Library) else (
-        [library] if isinstance(library, (str, Path)) else list(library))
+    folders = [] if isinstance(library, Library) else library_folders(library, loaded=True)
     timer = PassTimes()
     with _collector_paused():
         with timer("library"):
@@ -158,13 +174,35 @@ def compile_program(program: Program, library: Library, dtype: str = "float32", 
     ``compile`` does a parsed script; ``timer`` holds the passes timed before (the front end)."""
     _check_dtype(dtype)
     check_tuned(tuned)
+    check_flags(fuse=fuse, horizontal=horizontal, vector_on_strips=vector_on_strips)
     with _collector_paused():
         return _planned(program, library, dtype, fuse, sizes, tuned, calibration, horizontal, vector_on_strips,
                         timer or PassTimes())
 
 
+def check_flags(**flags) -> None:
+    """Each of ``flags`` (an on/off option of ``kfuse.compile`` or ``@kfuse.jit``) is a bool: a
+    KfuseError naming it otherwise (``fuse="no"`` was true, so it fused, in silence)."""
+    for key, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise KfuseError(f"{key} is True or False, got {type(value).__name__} {value!r:.60}")
+
+
+def library_folders(library, loaded: bool = False) -> list:
+    """The user library folders ``library`` names (``kfuse.compile``'s and ``@kfuse.jit``'s
+    argument): None (none), a folder, or a list or tuple of folders, each a str or a path; a
+    KfuseError naming what it got otherwise (a TypeError from pathlib before).  ``loaded``: the
+    caller takes a loaded library too (the message says so)."""
+    folders = [] if library is None else [library] if isinstance(library, (str, os.PathLike)) else \
+        list(library) if isinstance(library, (list, tuple)) else None
+    if folders is None or not all(isinstance(f, (str, os.PathLike)) for f in folders):
+        raise KfuseError(f"library is a folder{', a list of folders or a loaded library' if loaded else ' or a list of folders'}"
+                         f", got {type(library).__name__} {library!r:.60}")
+    return folders
+
+
 def _check_dtype(dtype: str) -> None:
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise KfuseError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     nvrtc_options()             # a $KFUSE_NVRTC_OPTIONS that does not split: said now, not at the first run
 
@@ -227,12 +265,7 @@ def _check_reserved(program: Program) -> None:
 
 
 def _with_device_scalars(program: Program, names) -> Program:
-    scalars = [v.name for v in program.inputs if v.type == "scalar"]
-    for n in ([names] if isinstance(names, str) else names):
-        if n not in scalars:
-            raise KfuseError(f"device_scalars: {n!r} is not a scalar input of the script "
-                             f"(its scalar inputs: {', '.join(scalars) or 'none'})")
-    return program.with_device_scalars([names] if isinstance(names, str) else names)
+    return program.with_device_scalars(names)      # checked there: a KfuseError naming a wrong name
 
 
 @contextmanager

@@ -13,6 +13,7 @@ drops.  What a program moves and computes at given sizes is counted by ``cost/co
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
@@ -78,7 +79,24 @@ class CompiledScript:
 
     def with_plan(self, plan: Plan) -> "CompiledScript":
         """The same script compiled with another plan (e.g. the next best, for empirical search).
-        The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``)."""
+        The plan is pinned: a call at sizes of another size class runs it too (``for_sizes``).
+        A plan of another program is checked against this one as a stored plan is
+        (``ir/plan.plan_from_json``): one that does not fit it is a KfuseError (it was compiled
+        as given: another script's kernels under this one's name)."""
+        if not isinstance(plan, Plan):
+            raise KfuseError(f"with_plan takes a plan (kfuse.ir.plan.Plan: a compiled script's .plan, or one of "
+                             f".search.plans()), got {type(plan).__name__} {plan!r:.60}")
+        if plan.program != self.program:
+            from ..ir.plan import plan_from_json, plan_to_json
+            theirs, mine = ([c.function.name for c in p.calls] for p in (plan.program, self.program))
+            if theirs != mine:
+                raise KfuseError(f"with_plan: the plan is one of {plan.program.name} (calls {', '.join(theirs)}), "
+                                 f"not of {self.program.name} (calls {', '.join(mine)})")
+            try:
+                plan = plan_from_json(self.program, plan_to_json(plan))
+            except KfuseError as e:
+                raise KfuseError(f"with_plan: the plan of {plan.program.name} does not fit {self.program.name}: "
+                                 f"{str(e).removeprefix('stored plan ')}") from None
         return self._session().with_plan(self, plan)
 
     @property
@@ -89,7 +107,14 @@ class CompiledScript:
     def share_source(self, source: str) -> "CompiledScript":
         """This program with its GPU modules built from ``source``, a module that holds its kernels
         among others (tuning/measure.py: one NVRTC compile for many candidate plans): a new
-        compiled script, whose artifact shares that module."""
+        compiled script, whose artifact shares that module.  A source that is no str, or lacks
+        one of this program's kernels, is a KfuseError now (it surfaced as a compile or launch
+        error on the GPU, far from the call that made it)."""
+        if not isinstance(source, str):
+            raise KfuseError(f"share_source takes a CUDA module's text, got {type(source).__name__} {source!r:.60}")
+        missing = [k.launch.kernel for k in self.kernels if not re.search(rf"\b{k.launch.kernel}\(", source)]
+        if missing:
+            raise KfuseError(f"share_source: the module holds no kernel {', '.join(missing)} of {self.program.name}")
         return dataclasses.replace(self, _shared=source)
 
     @property

@@ -105,10 +105,14 @@ class CompilerSession:
     def for_sizes(self, compiled: CompiledScript, dims: Mapping[int, int]) -> CompiledScript:
         """``CompiledScript.for_sizes``: the program planned for the size class of ``dims``."""
         program = compiled.program
-        bad = [d.name for d in program.dims if not isinstance(dims.get(d.id), numbers.Integral)
+        if not isinstance(dims, Mapping):
+            raise LaunchError(f"sizes are a dict of dimension id -> size, got {type(dims).__name__} {dims!r:.60}")
+        bad = [f"{d.name} (id {d.id})" for d in program.dims if not isinstance(dims.get(d.id), numbers.Integral)
                or isinstance(dims[d.id], bool) or dims[d.id] < 1]
         if bad:
-            raise LaunchError(f"sizes must be positive integers: {', '.join(bad)}")
+            raise LaunchError(f"sizes must be positive integers, by dimension id: {', '.join(bad)}"
+                              + (f" (given {', '.join(map(repr, dims))})" if set(dims) - {d.id for d in program.dims}
+                                 else ""))
         search = compiled.search
         if search is None or compiled.pinned:
             short = uncovered_at(compiled.kernels, dims)
@@ -131,10 +135,9 @@ class CompilerSession:
     def for_device_scalars(self, compiled: CompiledScript, names) -> CompiledScript:
         """``CompiledScript.for_device_scalars``: the program with the scalar inputs ``names``
         read by address, planned like ``compiled`` (at its sizes; a given plan kept)."""
-        names = frozenset(names)
-        if names == compiled.program.device_scalars():
+        program = compiled.program.with_device_scalars(names)    # a str is one name; each checked
+        if program is compiled.program:
             return compiled
-        program = compiled.program.with_device_scalars(names)
         search = compiled.search
         if search is None:
             return self._kept(self.key(program, ()), lambda: self.compile(program))

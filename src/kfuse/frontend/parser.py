@@ -261,4 +261,7 @@ def parse_script(source: str, library: Library, file: str = "<script>", name: st
         name = Path(file).stem if file != "<script>" else "script"
     name = program_name(name)
     source = source.removeprefix("\ufeff")         # a UTF-8 byte-order mark is no part of the script
+    # old Mac line ends (a lone CR) end lines too: read as white space, they made the file one line,
+    # a comment ran to its end and errors showed the whole file as their line
+    source = re.sub(r"\r(?!\n)", "\n", source) if "\r" in source else source
     return _Parser(source, file, library, name).parse()

@@ -15,6 +15,7 @@ error saying to move it out of the traced function.
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -309,8 +310,12 @@ def outer(u, v):
 
 def sqrt(s):
     """The square root of a scalar: of a traced scalar (evaluated on the device), or of a number
-    or array (computed at once)."""
+    or array (computed at once).  A negative Python number gives NaN, as the device and NumPy
+    give (``-4.0 ** 0.5`` is a complex number in Python: a reference that differed from the
+    device's result, and a complex constant inside a traced function)."""
     if not isinstance(s, Proxy):
+        if isinstance(s, (int, float)) and not isinstance(s, bool):
+            return math.sqrt(s) if s >= 0 else math.nan
         return s ** 0.5
     if s._node.rank:
         raise TraceError("kfuse.sqrt takes a scalar", user_site())

@@ -315,13 +315,16 @@ class Program:
     def with_device_scalars(self, names) -> "Program":
         """This program with the scalar inputs ``names`` (and no others) bound to 0-d device arrays:
         kernels read them by address, so a scalar an earlier call left on the GPU is used
-        without a round trip through the host."""
-        names = frozenset(names)
+        without a round trip through the host.  ``names`` is one name or an iterable of them (a
+        str is one name, not its letters); a name that is no scalar input is a KfuseError."""
+        from ..errors import KfuseError
+        names = frozenset((names,) if isinstance(names, str) else names)
         if names == self.device_scalars():
             return self
-        scalars = {v.name for v in self.inputs if v.type == "scalar"}
-        if names - scalars:
-            raise ValueError(f"not scalar inputs: {', '.join(sorted(names - scalars))}")
+        scalars = [v.name for v in self.inputs if v.type == "scalar"]
+        for n in sorted(names - set(scalars), key=repr):
+            raise KfuseError(f"device_scalars: {n!r} is not a scalar input of the script "
+                             f"(its scalar inputs: {', '.join(scalars) or 'none'})")
         values = tuple(replace(v, on_device=v.name in names) if v.is_input and v.type == "scalar" else v
                        for v in self.values)
 

@@ -36,12 +36,11 @@ import marshal
 import math
 import operator
 import types
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..compiler.api import check_tuned, compile_program
+from ..compiler.api import check_flags, check_tuned, compile_program, library_folders
 from ..compiler import torchop
 from ..compiler.compiled import CompiledScript
 from ..errors import KfuseError, ScriptError, TraceError
@@ -190,8 +189,8 @@ def _refuse_grad(function: str, name: str) -> None:
 def array_facts(a, label: str) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and element type of an array argument of a jitted function or a loop's state entry
     (``label`` names it), checked: a duck-typed array's shape and dtype must be an array's, each
-    size within the scripts' bound, and the entries too (a 3-D array is one vector of them), rank at
-    most 3 (a 3-D array is a grid vector), float32 or float64.  A size must be an integer (not a
+    size within the scripts' bound and at least 1, and the entries too (a 3-D array is one vector
+    of them), rank at most 3 (a 3-D array is a grid vector), float32 or float64.  A size must be an integer (not a
     float, which ``int`` would truncate, nor a bool) and the dtype given (``np.dtype(None)`` is
     float64).  Errors name the caller's line."""
     try:                # a duck-typed array: its shape and dtype may be anything
@@ -208,6 +207,9 @@ def array_facts(a, label: str) -> tuple[tuple[int, ...], np.dtype]:
     if len(shape) > 3:
         raise TraceError(f"{label} has rank {len(shape)} (shape {shape}); kfuse works on scalars, vectors, "
                          "matrices and 3-D grids (vectors)", user_site())
+    if 0 in shape:      # else planned until sizes[...] refused, naming a size the caller never gave
+        raise TraceError(f"{label} is empty (shape {shape}); vectors, matrices and grids have at least one "
+                         "entry along each axis", user_site())
     if dt not in (np.float32, np.float64):
         raise TraceError(f"{label} has dtype {dt}; kfuse runs float32 or float64", user_site())
     return shape, dt
@@ -219,6 +221,7 @@ class JitFunction:
     def __init__(self, fn, library=None, fuse: bool = True, tuned=True, calibration=True,
                  vector_on_strips: bool = False):
         check_tuned(tuned)          # said at decoration, not at a first call's plan look-up
+        check_flags(fuse=fuse, vector_on_strips=vector_on_strips)
         functools.update_wrapper(self, fn)
         self.fn = fn
         sig = inspect.signature(fn)
@@ -228,7 +231,7 @@ class JitFunction:
                                  "parameter (no *args, **kwargs or keyword-only parameters)")
         self._sig = sig
         self._n = len(sig.parameters)
-        self._folders = [] if library is None else ([library] if isinstance(library, (str, Path)) else list(library))
+        self._folders = library_folders(library)
         self._options = (fuse, tuned, calibration, vector_on_strips)
         self._library: Library | None = None
         self._code = fn.__code__

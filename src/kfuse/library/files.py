@@ -39,7 +39,7 @@ def read_folder(root: Path) -> dict[str, bytes | None]:
     """Name -> bytes of the ``.toml`` and ``.cu`` files directly in ``root``; ``None`` for a
     ``.cu`` link that leads out of the folder (refused if a variant names it)."""
     if not root.is_dir():
-        raise LibraryError(root, "folder", "is not a directory")
+        raise LibraryError(root, "folder", "is not a directory" + ("" if root.exists() else " (nothing is there)"))
     try:
         folder = root.resolve()
         paths = sorted(p for p in root.iterdir() if p.suffix in (".toml", ".cu"))

@@ -6,6 +6,7 @@ Every problem raises :class:`LibraryError` naming the file and the field.  See t
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import reprlib
 from dataclasses import replace
@@ -77,6 +78,8 @@ def load_library(*folders: str | Path, shipped: bool = True) -> Library:
     Each folder's ``.toml`` and ``.cu`` files are read once, here: the checks, the digest and the
     CUDA modules built later all use those bytes (``Library.source_text``), so a file changed or
     replaced after the load is never compiled unchecked."""
+    for bad in (f for f in folders if not isinstance(f, (str, os.PathLike))):     # a TypeError from pathlib else
+        raise LibraryError(str(bad)[:60], "folders", f"a library folder is a str or a path, got {type(bad).__name__}")
     roots = ([SHIPPED] if shipped else []) + [Path(f) for f in folders]
     if not roots:
         raise LibraryError("<none>", "folders", "no library folder given")
@@ -129,7 +132,8 @@ def _load(roots: list[Path], files: list[dict[str, bytes | None]]) -> Library:
         elif (sv, tl) != (subvector, tile):
             raise ctx.fail("elements", f"element sizes {sv}, {tl} differ from the first library's "
                            f"{subvector}, {tile}")
-        this_name = ctx.get(table, "name", "library", str, root.name)
+        # by default the folder's own name: "." or "" (the working folder) has none but its real one
+        this_name = ctx.get(table, "name", "library", str, root.name or root.resolve().name or "library")
         this_version = str(ctx.get(table, "version", "library", (str, int), "0"))
         for field, value in (("name", this_name), ("version", this_version)):
             if not PLAIN.fullmatch(value):
