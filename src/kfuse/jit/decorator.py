@@ -456,7 +456,7 @@ class JitFunction:
 def _sizes(program, inputs, specs) -> dict[int, int]:
     """Dimension id -> size of a traced program called with arguments of these ``specs``
     (``inputs``: program input name, argument index): a vector given as a grid is its entries, a
-    CSR matrix its rows and columns."""
+    CSR matrix its rows, columns and entries (``ArgSpec.shape``)."""
     from ..runtime.binding import bind_sizes
     arg = dict(inputs)
     shapes = {}
@@ -464,7 +464,7 @@ def _sizes(program, inputs, specs) -> dict[int, int]:
         if v.type == "scalar" or v.name not in arg:
             continue
         shape = tuple(specs[arg[v.name]].shape)
-        shapes[v.name] = (math.prod(shape),) if v.type == "vector" else shape[:2]
+        shapes[v.name] = (math.prod(shape),) if v.type == "vector" else shape
     return bind_sizes(program, shapes)
 
 
