@@ -139,3 +139,31 @@ def test_sampled_plans_take_each_kernel_count_in_turn_and_skip_the_top():
     assert not set(keys) & {json.dumps(plan_to_json(p)) for p in top}
     assert [len(p.kernels) for p in got[:len(counts)]] == counts        # one of each count, fewest first
     assert sampled(top, top, 3) == [] and len(sampled([], pool[:4], 10)) == 4
+
+
+def test_a_report_with_samples_and_an_alternative_reprices(monkeypatch, tmp_path):
+    """run_report's bookkeeping on the CPU (measure_plans stood in for: plan k 'measured' at its
+    prediction times 1 + k/100, the second plan wrong): the sampled plans come after the top K and
+    the alternative's choice, every measured plan keeps its JSON form, and the file it writes
+    reprices."""
+    from kfuse.bench import prediction
+    from kfuse.tuning import measure
+
+    def fake_measure(compiled, plans, dims, reps=30, log=None, label=""):
+        return [(p.predicted * 1e6 * (1 + k / 100), k, None) for k, p in enumerate(plans) if k != 1], 0.0
+    monkeypatch.setattr(measure, "measure_plans", fake_measure)
+    monkeypatch.setattr(measure, "retime", lambda compiled, plans, dims, reps=20, rounds=5: [1.0, 1.0])
+    results, header = prediction.run_report([BICGK, GEMVER], n=1024, top=3, reps=2, rounds=0, log=lambda m: None,
+                                            alt_launch_ns=1520.0, sample=4)
+    assert header["sample"] == 4
+    for r in results:
+        assert r.sampled_from is not None and r.sampled_from >= 4 and r.wrong == 1
+        ranks = [m[0] for m in r.measured]
+        assert max(ranks) >= r.sampled_from and all(k in r.plan_jsons for k in ranks)
+        doc = r.to_json()
+        assert doc["sampled_from"] == r.sampled_from and doc["script"] and doc["sizes"]
+    text = prediction.markdown(results, header)
+    assert "Sampled: 4 plans a sequence" in text
+    data = json.loads(json.dumps({"header": header, "sequences": [r.to_json() for r in results]}))
+    rows, _ = reprice.reprice(data)
+    assert [len(r.plans) for r in rows] == [len(r.measured) for r in results] and not any(r.stale for r in rows)
