@@ -112,3 +112,35 @@ def test_reachability_bitsets_agree_with_a_walk(lib):
                         seen.add(x)
                         stack.append(x)
             assert {b for b in range(n) if g.reaches(a, b)} == seen
+
+
+EXTRA_KINDS = [frozenset(k) for k in ({"ew"}, {"arith"}, {"csr"}, {"grid"}, {"ew", "arith", "csr", "grid"})]
+
+
+def test_extras_leave_the_seeds_scripts_alone(lib):
+    """``extras`` left out, a seed's script is the one it was (tests and published results name
+    seeds); with extras, the scripts hold statements of each kind."""
+    assert random_script(lib, 7, extras=frozenset()) == random_script(lib, 7)
+    joined = "".join(random_script(lib, s, extras=k).text for s in range(40) for k in EXTRA_KINDS)
+    for feature in ("spmv(", "csr ", "lap", "mean(", "sigmoid(", "[:, None]", "sqrt(", "return"):
+        assert feature in joined, feature
+    with pytest.raises(ValueError, match="unknown extras"):
+        random_script(lib, 1, extras=frozenset({"rect"}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extras", EXTRA_KINDS, ids=lambda k: "+".join(sorted(k)))
+def test_scripts_with_extras_plan_and_build(lib, nvcc, tmp_path, extras):
+    """Scripts with elementwise expressions, scalar arithmetic, sparse mat-vecs and stencils plan
+    (valid plans, both dtypes, sizes 1, 33 and 4097 among them) and build; every tenth builds with nvcc."""
+    batch = []
+    for s in range(30):
+        text = random_script(lib, s, extras=extras).text
+        sizes = {d.name: (1, 33, 4097)[s % 3] for d in parse_script(text, lib).dims}
+        for dtype in ("float32", "float64"):
+            prog = kfuse.compile(text, dtype=dtype, sizes=sizes, calibration=False, tuned=False)
+            plan_is_valid(prog)
+            if s % 10 == 0 and dtype == "float64":
+                batch.append(prog.with_plan(renamed(prog.plan, f"x{s}")))
+    source = module_source([k for p in batch for k in p.kernels], batch[0].library, "float64", title="extras")
+    nvcc_compile(nvcc, source, tmp_path, "extras")

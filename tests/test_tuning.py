@@ -33,6 +33,20 @@ def test_plan_round_trip(gemver):
         build_kernel(k, gemver.library)
 
 
+def test_a_kernel_of_many_calls_round_trips():
+    """Five synthesized functions fused: the planner's kernel name (a name per call) was 79
+    characters, over the 64 that ``plan_problem`` takes, so the plan's JSON form was refused -- a
+    tuned winner ignored, a ``with_plan`` plan read by address (``for_device_scalars``) failed.
+    Names are kept to 64 characters, those that do not fit counted."""
+    prog = kfuse.compile("scalar a;\nvector x, y, z, w, u, t;\ninput a, x;\ny = exp(x);\nz = sin(y) * a;\n"
+                         "w = cos(z);\nu = tanh(w);\nt = log(u);\nreturn t;\n", tuned=False, calibration=False)
+    (name,) = [k.name for k in prog.plan.kernels]
+    assert len(name) <= 64 and name.startswith("k0_map_") and name.endswith("_and2more"), name
+    back = plan_from_json(prog.program, plan_to_json(prog.plan))
+    assert [k.name for k in back.kernels] == [name]
+    prog.with_plan(prog.plan).for_device_scalars(["a"])
+
+
 @pytest.mark.parametrize("mutate, match", [
     (lambda d: d[0]["calls"].pop(), "cover every call"),
     (lambda d: d[0]["calls"][0].update(variant="nope"), "does not fit"),

@@ -18,7 +18,7 @@ from typing import Iterator
 from ..cost.transfer import DEFAULT_MACHINE, Machine
 from ..ir.graph import DependencyGraph
 from ..ir.kernel import KernelCall, KernelSpec
-from ..ir.plan import Plan
+from ..ir.plan import Plan, kernel_name
 from ..ir.program import Program
 from ..library.schema import Library, Variant
 from ..progress import no_timer
@@ -66,7 +66,7 @@ def unfused_plan(program: Program, lib: Library) -> Plan:
         if call.function.nesting == 1:
             allowed = variant.instances_per_block
             ipb = DEFAULT_IPB if DEFAULT_IPB in allowed else max(allowed)
-        kernels.append(KernelSpec(f"k{n}_{call.function.name}",
+        kernels.append(KernelSpec(kernel_name(n, [call.function.name]),
                                   (KernelCall(call, variant, default_macros(variant)),),
                                   iters=DEFAULT_ITERS, ipb=ipb, loop=preferred_loop(call.function),
                                   stores=frozenset(v.id for v in call.outputs)))
@@ -168,9 +168,9 @@ class PlanSearch:
         specs, parts, impls, codes = [], [], [], []
         for n, b in enumerate(ordered(self.graph, blocks)):
             t, impl, code = self.ranked[b][choice[b]]
-            names = "_".join(self.program.calls[i].function.name for i in impl.order)
+            name = kernel_name(n, [self.program.calls[i].function.name for i in impl.order])
             # the search's kernel calls (what they memoise serves the lower stage's layouts too)
-            specs.append(impl.spec(self.program, f"k{n}_{names}", stores_of(self.program, self.graph, b),
+            specs.append(impl.spec(self.program, name, stores_of(self.program, self.graph, b),
                                    self.space.memo.calls))
             parts.append(t)
             impls.append(impl)

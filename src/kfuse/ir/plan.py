@@ -61,8 +61,26 @@ def plan_to_json(plan: Plan) -> list[dict]:
                        for kc in k.calls]} for k in plan.kernels]
 
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_NAME = 64                                                      # a stored name's most characters
+_IDENT = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME - 1}}}")
 _KERNEL_NAME = re.compile(r"k[0-9]{1,6}_[A-Za-z0-9_]{1,200}")      # as the planner names kernels
+
+
+def kernel_name(n: int, functions: list[str]) -> str:
+    """The planner's name of its ``n``-th kernel, which runs calls of ``functions`` in order:
+    ``k<n>_<function>_<function>...``, at most ``MAX_NAME`` characters -- where the names do not
+    fit, as many as fit and ``_and<k>more`` for the other k (a longer name, five synthesized
+    functions fused, made a plan whose JSON form ``plan_problem`` refused: a tuned winner was
+    ignored, and ``with_plan``'s plan read by address failed).  ``k<n>`` keeps names distinct."""
+    head = f"k{n}_"
+    full = head + "_".join(functions)
+    if len(full) <= MAX_NAME:
+        return full
+    for kept in range(len(functions) - 1, 0, -1):
+        name = f"{head}{'_'.join(functions[:kept])}_and{len(functions) - kept}more"
+        if len(name) <= MAX_NAME:
+            return name
+    return full[:MAX_NAME]                  # one function's name alone too long: a prefix of it
 
 
 def _is_int(v, low: int = 0, high: int = 1 << 31) -> bool:
