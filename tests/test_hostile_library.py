@@ -226,3 +226,18 @@ def test_a_missing_library_folder_says_so(tmp_path):
     assert str(load_error(tmp_path / "nolib")).endswith("folder: is not a directory (nothing is there)")
     (tmp_path / "afile").write_text("x")
     assert str(load_error(tmp_path / "afile")).endswith("folder: is not a directory")
+
+
+def test_a_variant_name_a_stored_plan_cannot_hold_is_refused_at_load(tmp_path):
+    """A variant's name goes into a tuned plan's record (ir/plan.plan_problem: at most MAX_NAME
+    characters); a longer one loaded, and its tuned plans could never be read back."""
+    from kfuse.ir.plan import MAX_NAME
+    from kfuse.library.loader import VARIANT_NAME_MAX
+    assert VARIANT_NAME_MAX == MAX_NAME
+    fn = scal_function()
+    fn["variant"][0]["name"] = "v" * (MAX_NAME + 1)
+    err = load_error(make_library(tmp_path / "long", [fn]))
+    assert err.field.endswith(".name") and f"at most {MAX_NAME}" in str(err)
+    fn["variant"][0]["name"] = "v" * MAX_NAME
+    lib = load_library(make_library(tmp_path / "ok", [fn]))
+    assert any(v.name == "v" * MAX_NAME for f in lib.functions for v in f.variants)

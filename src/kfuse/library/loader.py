@@ -24,6 +24,7 @@ from .schema import (ACCESS_MODES, AXES, KINDS, REDUCE_OPS, SCRIPT_TYPES, Arg, F
                      Library, Local, Param, Routine, Variant)
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+VARIANT_NAME_MAX = 64   # a stored plan names its variants (ir/plan.MAX_NAME: the tuning store's records)
 SHIPPED = Path(__file__).resolve().parent.parent / "blas"
 RESERVED = {"ix", "tx", "ty", "k", "real"}
 
@@ -285,6 +286,9 @@ def _load_variant(ctx: _Ctx, v: dict, where: str, params: tuple[Param, ...], nes
                          "routines", "tile", "whole", "cluster", "fallback", "triangle",
                          "resident_threads"}, where)
     name = ctx.ident(ctx.get(v, "name", where, str), f"{where}.name")
+    if len(name) > VARIANT_NAME_MAX:
+        raise ctx.fail(f"{where}.name", f"{len(name)} characters; a variant's name has at most {VARIANT_NAME_MAX} "
+                                        "(a tuned plan names it in the tuning store)")
     where = f"{where.rsplit('.', 1)[0]}.variant.{name}"
     sources = sources_field(ctx, v, where)
     source = sources[0]
