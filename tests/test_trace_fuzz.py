@@ -1,0 +1,356 @@
+"""Differential fuzzing of ``@kfuse.jit``'s tracing: seeded random functions of ordinary array code
+(products, dots, linear combinations, entrywise operators and functions, broadcasting, reductions,
+scalar arithmetic, several results) are traced on NumPy arguments of odd sizes, their programs
+evaluated in float64 by ``kfuse.reference`` and every result compared with the function run on
+NumPy itself.  A difference is a program that computes something else than the function: the
+GPU would return it silently.  Tracing a function of the documented vocabulary raises nothing
+(no Python traceback, no refusal), and the programs plan and generate code.
+
+``python tests/test_trace_fuzz.py FIRST LAST`` runs the seeds FIRST .. LAST - 1 and prints each
+failure's function (``--nvcc K``: also builds every K-th program's CUDA)."""
+from __future__ import annotations
+
+import math
+import re
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kfuse
+from kfuse.errors import KfuseError
+from kfuse.reference import evaluate
+
+SIZES = (1, 2, 7, 32, 33, 100, 257)
+UNARY = ("-{}", "abs({})", "np.abs({})", "np.sin({})", "np.cos({})", "np.tanh({})", "np.exp(np.tanh({}))",
+         "np.exp(-np.abs({}))", "np.log(np.abs({}) + 1.0)", "np.log({} * {} + 0.5)", "np.sqrt(np.abs({}))",
+         "np.square({})", "np.clip({}, -0.5, 0.75)", "{} ** 2", "{} ** 3", "np.abs({}) ** 0.5", "np.abs({}) ** 1.5",
+         "(np.abs({}) + 0.5) ** -1", "(np.abs({}) + 0.5) ** -2.0", "{}.clip(-1.0, 1.0)", "np.exp({}.clip(-2.0, 2.0))",
+         "np.reciprocal(np.abs({}) + 1.0)", "np.negative({})")
+BINARY = ("({} + {})", "({} - {})", "({} * {})", "({} / (np.abs({}) + 0.5))", "np.maximum({}, {})",
+          "np.minimum({}, {})", "np.add({}, {})", "np.multiply({}, {})", "np.subtract({}, {})",
+          "(({} > {}) * 1.0)", "(1.0 * ({} <= {}))")
+REDUCE = ("{}.sum()", "np.sum({})", "{}.max()", "{}.min()", "np.max({})", "np.min({})", "{}.mean()",
+          "np.mean({})", "np.linalg.norm({})", "np.linalg.norm({}, 1)", "np.linalg.norm({}, np.inf)",
+          "np.add.reduce({})", "np.amax({})")
+SCALAR_NUMBERS = ("2.0", "0.5", "-1.5", "3", "1")
+
+
+class Gen:
+    """One random function: its source text and its arguments.  Values are named by kind:
+    scalars, vectors of the two lengths (``m`` rows, ``n`` columns) and m x n matrices.  Every
+    operation's operands are kept where NumPy's result is finite (log, sqrt and division of
+    positive values, exp of bounded ones)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        r = self.rng
+        self.m, self.n = int(r.choice(SIZES)), int(r.choice(SIZES))
+        self.args: list[tuple[str, str]] = []           # (name, kind) in order
+        self.pools: dict[str, list[str]] = {"s": [], "m": [], "n": [], "A": []}
+        for kind, count in (("A", r.integers(0, 3)), ("m", r.integers(0, 3)), ("n", r.integers(1, 3)),
+                            ("s", r.integers(0, 3))):
+            for k in range(count):
+                name = f"{kind.lower() if kind != 'A' else 'A'}{k}" if kind != "s" else f"a{k}"
+                name = {"m": f"u{k}", "n": f"x{k}"}.get(kind, name)
+                self.args.append((name, kind))
+                self.pools[kind].append(name)
+        if not self.pools["A"] and not self.pools["m"]:
+            self.pools["m"] = []
+        self.lines: list[str] = []
+        self.temps = 0
+
+    def pick(self, kind: str) -> str | None:
+        pool = self.pools[kind]
+        return str(self.rng.choice(pool)) if pool else None
+
+    def choice(self, options):
+        return options[int(self.rng.integers(len(options)))]
+
+    # -- expressions of each kind --------------------------------------------------------------
+    def vec(self, which: str, depth: int) -> str:
+        """A vector expression of length m (``which`` "m") or n."""
+        r = self.rng
+        leaf = self.pick(which)
+        if depth <= 0 or r.random() < 0.2:
+            if leaf is not None:
+                return leaf
+            if depth <= -2:
+                return self.product(which, 0) or f"({self.scalar(0)} * {self.vec(which, -3)})"
+        other = "n" if which == "m" else "m"
+        k = int(r.integers(9))
+        if k == 0:
+            got = self.product(which, depth)
+            if got is not None:
+                return got
+        if k == 1:
+            return "(" + self.choice(UNARY).format(*[self.vec(which, depth - 1)] * 2) + ")"
+        if k in (2, 3):
+            a, b = self.vec(which, depth - 1), self.vec(which, depth - 1)
+            return self.choice(BINARY).format(a, b)
+        if k == 4:      # with a scalar
+            s, v = self.scalar(depth - 1), self.vec(which, depth - 1)
+            return self.choice(("({} * {})", "({1} * {0})", "({} + {})", "({1} - {0})", "({1} / ({0} * {0} + 1.0))",
+                                "np.maximum({1}, {0})", "({0} / (np.abs({1}) + 1.0))")).format(s, v)
+        if k == 5:
+            a, b, c = self.vec(which, depth - 1), self.vec(which, depth - 1), self.vec(which, depth - 1)
+            return self.choice(("np.where({} > {}, {}, {})", "np.where({} < {}, {}, 0.25)")).format(a, b, c, b)
+        if k == 6 and self.pools["A"]:      # a matrix's row or column sums
+            axis = 1 if which == "m" else 0
+            return f"{self.mat(depth - 1)}.sum(axis={axis})"
+        if k == 7:      # linear combinations as BLAS write them
+            s, t = self.scalar(depth - 2), self.scalar(depth - 2)
+            return f"({s} * {self.vec(which, depth - 1)} + {t} * {self.vec(which, depth - 1)})"
+        if k == 8 and self.pick(other) is not None and self.pools["A"]:
+            return self.product(which, depth) or self.vec(which, depth - 1)
+        return self.vec(which, depth - 1) if depth > -3 else (leaf or f"(1.0 * {self.vec(which, -3)})")
+
+    def product(self, which: str, depth: int) -> str | None:
+        """A matrix-vector product giving a vector of length ``which``, or None (no matrix)."""
+        if not self.pools["A"]:
+            return None
+        M = self.mat(depth - 1) if self.rng.random() < 0.3 else self.pick("A")
+        if which == "m":
+            x = self.vec("n", depth - 1)
+            return self.choice((f"({M} @ {x})", f"np.dot({M}, {x})", f"np.matmul({M}, {x})", f"{M}.dot({x})"))
+        u = self.vec("m", depth - 1)
+        return self.choice((f"({M}.T @ {u})", f"({u} @ {M})", f"np.dot({M}.T, {u})", f"np.dot({u}, {M})"))
+
+    def mat(self, depth: int) -> str:
+        r = self.rng
+        A = self.pick("A")
+        assert A is not None
+        if depth <= 0 or r.random() < 0.4:
+            return A
+        k = int(r.integers(7))
+        if k == 0:
+            return f"({self.mat(depth - 1)} + {self.mat(depth - 1)})"
+        if k == 1:
+            return f"({self.choice(SCALAR_NUMBERS)} * {self.mat(depth - 1)})"
+        if k == 2:
+            return f"({self.mat(depth - 1)} * {self.vec('m', depth - 2)}[:, None])"
+        if k == 3:
+            return f"({self.vec('n', depth - 2)}[None, :] * {self.mat(depth - 1)})"
+        if k == 4:
+            return f"({A} + np.outer({self.vec('m', depth - 2)}, {self.vec('n', depth - 2)}))"
+        if k == 5:
+            return f"({self.mat(depth - 1)} - {self.mat(depth - 1)})"
+        return f"np.tanh({self.mat(depth - 1)})"
+
+    def scalar(self, depth: int) -> str:
+        r = self.rng
+        leaf = self.pick("s")
+        if depth <= 0 or r.random() < 0.25:
+            return leaf if leaf is not None and r.random() < 0.7 else self.choice(SCALAR_NUMBERS)
+        k = int(r.integers(6))
+        which = self.choice(("m", "n")) if self.pools["m"] or self.pools["A"] else "n"
+        if k == 0:
+            return f"({self.vec(which, depth - 1)} @ {self.vec(which, depth - 1)})"
+        if k == 1:
+            return self.choice(REDUCE).format(self.vec(which, depth - 1))
+        if k == 2:
+            a, b = self.scalar(depth - 1), self.scalar(depth - 1)
+            return self.choice(("({} + {})", "({} - {})", "({} * {})", "({0} / ({1} * {1} + 1.0))")).format(a, b)
+        if k == 3:
+            a = self.scalar(depth - 1)
+            return self.choice(("(-{0})", "kfuse.sqrt({0} * {0} + 0.25)", "(({0} * {0}) ** 0.5)", "({0} ** 2)",
+                                "np.sqrt({0} * {0} + 1.0)")).format(a)
+        if k == 4:
+            return f"np.dot({self.vec(which, depth - 1)}, {self.vec(which, depth - 1)})"
+        return leaf or self.choice(SCALAR_NUMBERS)
+
+    def traced(self) -> list[str]:
+        return [a for a, _ in self.args] + [line.split(" = ")[0] for line in self.lines]
+
+    # -- the function ----------------------------------------------------------------------------
+    def source(self) -> str:
+        r = self.rng
+        kinds = ["n", "n", "s"] + (["m", "m"] if self.pools["m"] or self.pools["A"] else []) + \
+            (["A"] if self.pools["A"] else [])
+        for _ in range(int(r.integers(1, 5))):
+            kind = self.choice(kinds)
+            depth = int(r.integers(1, 4))
+            e = {"n": lambda: self.vec("n", depth), "m": lambda: self.vec("m", depth),
+                 "s": lambda: self.scalar(depth), "A": lambda: self.mat(depth)}[kind]()
+            if not set(re.findall(r"\b[A-Za-z_]\w*\b", e)) & set(self.traced()):
+                continue        # a Python number: no traced value
+            self.temps += 1
+            name = f"t{self.temps}"
+            self.lines.append(f"{name} = {e}")
+            self.pools[kind].append(name)
+        made = [line.split(" = ")[0] for line in self.lines] or [self.choice([a for a, _ in self.args])]
+        r.shuffle(made)
+        out = made[:int(r.integers(1, len(made) + 1))]
+        if self.lines and made[-1] not in out:      # the last statement's value, mostly computed
+            out.append(self.lines[-1].split(" = ")[0])
+        if r.random() < 0.2:
+            out.append(self.choice([a for a, _ in self.args]))
+        if r.random() < 0.15 and self.pools["s"]:
+            out.append(f"{self.pick('s')} * 2.0 - 1.0")
+        ret = out[0] if len(out) == 1 and r.random() < 0.5 else ", ".join(out) + ("," if len(out) == 1 else "")
+        params = ", ".join(a for a, _ in self.args)
+        body = "\n".join(self.lines + [f"return {ret}"])
+        return f"def f({params}):\n{textwrap.indent(body, '    ')}\n"
+
+    def values(self, dtype="float64", seed: int = 0) -> list:
+        """Arguments: matrices and vectors uniform in [-1, 1], scalars as Python numbers."""
+        r = np.random.default_rng(seed)
+        out: list = []
+        for _, kind in self.args:
+            if kind == "s":
+                out.append(float(r.uniform(0.5, 2.0) * r.choice([-1.0, 1.0])))
+            else:
+                shape = {"m": (self.m,), "n": (self.n,), "A": (self.m, self.n)}[kind]
+                out.append(r.uniform(-1.0, 1.0, shape).astype(dtype))
+        return out
+
+
+def make(seed: int):
+    """(the generated function's source, the function, its arguments) of a seed."""
+    g = Gen(seed)
+    src = g.source()
+    scope = {"np": np, "kfuse": kfuse}
+    exec(compile(src, f"<fuzz {seed}>", "exec"), scope)
+    return src, scope["f"], g.values(seed=seed)
+
+
+def traced_results(lowered, args) -> list:
+    """What a call returns, computed from the traced program by ``kfuse.reference`` in float64."""
+    prog = lowered.program
+    inputs = {name: args[k] for name, k in lowered.inputs}
+    env = evaluate(prog, inputs)
+    outs = [env[next(v for v in prog.outputs if v.name == name).id] for name in lowered.outputs]
+
+    def scalar(n):
+        if n.kind == "lit":
+            return n.data
+        if id(n) in lowered.leaves:
+            where, k = lowered.leaves[id(n)]
+            return float(outs[k] if where == "out" else args[k])
+        a = [scalar(x) for x in n.args]
+        if n.kind == "neg":
+            return -a[0]
+        if n.kind == "sqrt":
+            return math.sqrt(a[0]) if a[0] >= 0 else math.nan
+        return {"+": a[0] + a[1], "-": a[0] - a[1], "*": a[0] * a[1],
+                "/": a[0] / a[1] if a[1] else math.copysign(math.inf, a[0]) * math.copysign(1, a[1])}[n.data]
+    return [outs[r[1]] if r[0] == "out" else args[r[1]] if r[0] == "arg" else scalar(r[1]) for r in lowered.returns]
+
+
+def differs(got, want) -> str | None:
+    """Why a traced result is not NumPy's (shape, or a relative error over 1e-9), or None."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return f"shape {got.shape}, NumPy's {want.shape}"
+    nan_got, nan_want = np.isnan(got), np.isnan(want)
+    if (nan_got != nan_want).any():
+        return "NaN where NumPy has none" if nan_got.any() else "a number where NumPy has NaN"
+    ok = ~nan_got
+    g, w = got[ok], want[ok]
+    inf = np.isinf(w) | np.isinf(g)
+    if (g[inf] != w[inf]).any():
+        return "infinities differ"
+    g, w = g[~inf], w[~inf]
+    scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
+    err = float(np.max(np.abs(g - w), initial=0.0)) / scale
+    return f"relative error {err:.3g}" if err > 1e-9 else None
+
+
+def disagreement(fn, args, src: str = "") -> str | None:
+    """Why ``fn`` traced on ``args`` computes something else than ``fn`` on NumPy (``src``, the
+    function's source, heads the message), or None where every result agrees."""
+    with np.errstate(all="ignore"):
+        returned = fn(*args)
+    want = list(returned) if isinstance(returned, tuple) else [returned]
+    try:
+        lowered, single = kfuse.jit(fn).lowered(*args)
+    except KfuseError as e:
+        if "computes nothing on the GPU" in str(e):      # returns its arguments: refused, as documented
+            return None
+        return f"{src}refused: {type(e).__name__}: {e}"
+    except Exception as e:      # noqa: BLE001 - what is looked for: a Python traceback for user code
+        import traceback
+        return f"{src}raised {type(e).__name__}: {e}\n{traceback.format_exc()}"
+    with np.errstate(all="ignore"):
+        got = traced_results(lowered, args)
+    if len(got) != len(want) or single != (not isinstance(returned, tuple)):
+        return f"{src}{len(got)} result(s) (single {single}), NumPy {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        why = differs(g, w)
+        if why:
+            return f"{src}result {k + 1}: {why}\n traced: {np.asarray(g)!r}\n numpy:  {np.asarray(w)!r}\n" \
+                   f"{lowered.script}"
+    return None
+
+
+def check(seed: int, nvcc=None, tmp_path=None):
+    """None where seed's function traces to a program computing what NumPy computes, plans and
+    generates code (``nvcc``: code that builds), else why not (the function's source heads the
+    message)."""
+    src, fn, args = make(seed)
+    why = disagreement(fn, args, src)
+    if why is not None:
+        return why
+    try:
+        lowered = kfuse.jit(fn).trace(*args)
+    except KfuseError:          # refused as documented (disagreement says which)
+        return None
+    try:
+        dtype = "float32" if seed % 2 else "float64"
+        compiled = kfuse.jit(fn).compile(*[a.astype(dtype) if isinstance(a, np.ndarray) else a for a in args])
+        source = compiled.cuda_source
+    except KfuseError as e:
+        return f"{src}compile refused: {type(e).__name__}: {e}\n{lowered.script}"
+    except Exception as e:      # noqa: BLE001
+        import traceback
+        return f"{src}compile raised {type(e).__name__}: {e}\n{traceback.format_exc()}"
+    if nvcc is not None:
+        from test_nvcc import nvcc_compile
+        try:
+            nvcc_compile(nvcc, source, tmp_path, f"fuzz{seed}")
+        except AssertionError as e:
+            return f"{src}nvcc failed: {str(e)[-2000:]}"
+    return None
+
+
+def _arguments(*shapes, seed: int = 0) -> list:
+    """Arguments uniform in [-1, 1] of these shapes (() a Python number)."""
+    r = np.random.default_rng(seed)
+    return [float(r.uniform(0.5, 2.0)) if shape == () else r.uniform(-1.0, 1.0, shape) for shape in shapes]
+
+
+# -- what the fuzzer found ----------------------------------------------------------------------------
+def test_a_matrix_read_twice_in_a_sum_is_a_map():
+    """``A + (A + B)`` is ``2 A + B``: no BLAS call scales a matrix, so the sum is one map (it
+    was refused as "a scaled matrix"); a sum of distinct matrices is still madd."""
+    def f(A, B, u, v):
+        return A + A, A + (A + B), (A + B) + A + np.outer(u, v), A + B
+    args = _arguments((5, 3), (5, 3), (5,), (3,))
+    assert disagreement(f, args) is None
+    script = kfuse.jit(f).trace(*args).script
+    assert "= 2.0 * A;" in script and "= madd(A, B);" in script and "ger(" in script
+
+
+if __name__ == "__main__":
+    import argparse
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    p = argparse.ArgumentParser()
+    p.add_argument("first", type=int)
+    p.add_argument("last", type=int)
+    p.add_argument("--nvcc", type=int, default=0, help="build every K-th program's CUDA with nvcc")
+    p.add_argument("--quiet", action="store_true")
+    o = p.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    nv = shutil.which("nvcc")
+    bad, start = 0, time.time()
+    for s in range(o.first, o.last):
+        why = check(s, nv if o.nvcc and s % o.nvcc == 0 else None, tmp)
+        if why:
+            bad += 1
+            print(f"=== seed {s}\n{why if not o.quiet else why.splitlines()[-1]}\n", flush=True)
+    print(f"{o.last - o.first} cases, {bad} failures, {time.time() - start:.0f} s")
