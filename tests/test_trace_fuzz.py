@@ -332,6 +332,18 @@ def test_a_matrix_read_twice_in_a_sum_is_a_map():
     assert "= 2.0 * A;" in script and "= madd(A, B);" in script and "ger(" in script
 
 
+def test_an_outer_product_inside_elementwise_code_is_a_map():
+    """``np.outer(u, v)`` read by elementwise code (``np.tanh(A + np.outer(u, v))``, ``np.outer(u, v) * A``)
+    is ``u[:, None] * v[None, :]`` in the map (it was refused as "outer(u, v) alone"); ``A + np.outer(u, v)``
+    is still ger."""
+    def f(A, u, v):
+        return np.tanh(A + np.outer(u, v)), np.outer(u, v) * A, v[None, :] * (A + kfuse.outer(u, v)), A + np.outer(u, v)
+    args = _arguments((5, 3), (5,), (3,))
+    assert disagreement(f, args) is None
+    script = kfuse.jit(f).trace(*args).script
+    assert "tanh(A + ((u[:, None]) * (v[None, :])))" in script and script.count("ger(") == 1
+
+
 if __name__ == "__main__":
     import argparse
     import shutil

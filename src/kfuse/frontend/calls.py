@@ -201,6 +201,9 @@ class _Lowering:
         tok = Tok("ident", "x", 0, 0)
         if n.rank == 0:
             return self.scalar(n)
+        if n.kind == "outer":       # u v^T is no value of its own (ger takes it in): u[:, None] * v[None, :]
+            return ("*", tok, ("row", tok, name_node(self.tensor(n.args[0]))),
+                    ("col", tok, name_node(self.tensor(n.args[1]))))
         if not private or n.kind not in ("ew", "bcast", "add", "scale"):
             return name_node(self.tensor(n))
         if n.kind == "add":
