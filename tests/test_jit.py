@@ -53,6 +53,11 @@ def test_matrix_vector_products():
     assert calls(kfuse.jit(lambda A, r: r @ A), A, r) == [("gemtv", 2, ())]
     assert calls(kfuse.jit(lambda a, A, x: a * (A @ x)), 2.0, A, x) == [("gemv", 3, ("a",))]
     assert calls(kfuse.jit(lambda A, r: (A.T @ r) * 3), A, r) == [("gemtv", 3, ("3.0",))]
+    # x @ A.T is A @ x (it was refused as "vector @ matrix")
+    assert calls(kfuse.jit(lambda A, x: x @ A.T), A, x) == [("gemv", 2, ())]
+    assert calls(kfuse.jit(lambda A, x, r: np.dot(x, A.T) - r), A, x, r) == [("gemv", 5, ("1.0", "-1.0"))]
+    with pytest.raises(kfuse.TraceError, match="x @ A.T: the length of x and the columns of A: sizes 33 and 31"):
+        kfuse.jit(lambda A, r: r @ A.T).compile(A, r)
 
 
 def test_five_argument_gemv_is_one_call():

@@ -27,43 +27,58 @@ UNARY = ("-{}", "abs({})", "np.abs({})", "np.sin({})", "np.cos({})", "np.tanh({}
          "np.exp(-np.abs({}))", "np.log(np.abs({}) + 1.0)", "np.log({} * {} + 0.5)", "np.sqrt(np.abs({}))",
          "np.square({})", "np.clip({}, -0.5, 0.75)", "{} ** 2", "{} ** 3", "np.abs({}) ** 0.5", "np.abs({}) ** 1.5",
          "(np.abs({}) + 0.5) ** -1", "(np.abs({}) + 0.5) ** -2.0", "{}.clip(-1.0, 1.0)", "np.exp({}.clip(-2.0, 2.0))",
-         "np.reciprocal(np.abs({}) + 1.0)", "np.negative({})")
+         "np.reciprocal(np.abs({}) + 1.0)", "np.negative({})", "+{}", "np.clip({}, 0.0, None)", "np.fabs({})",
+         "{}.clip(min=-0.25)", "np.tanh({}) ** 4", "np.sqrt({} ** 2 + 1.0)", "np.log(np.exp(np.tanh({})))",
+         "2.0 / (np.abs({}) + 1.0)", "{} ** 0", "{} ** 1", "np.maximum({}, 0.0)", "np.minimum(0.5, {})",
+         "np.where({} > 0.0, 1.0, -1.0)", "({} < 0.1) * 2.0")
 BINARY = ("({} + {})", "({} - {})", "({} * {})", "({} / (np.abs({}) + 0.5))", "np.maximum({}, {})",
           "np.minimum({}, {})", "np.add({}, {})", "np.multiply({}, {})", "np.subtract({}, {})",
-          "(({} > {}) * 1.0)", "(1.0 * ({} <= {}))")
+          "(({} > {}) * 1.0)", "(1.0 * ({} <= {}))", "({} >= {})", "np.divide({}, np.abs({}) + 1.0)",
+          "np.where({} > {}, 2.0, 0.5)", "({0} - {1}) * ({0} + {1})", "({0} * {1} - {1})")
 REDUCE = ("{}.sum()", "np.sum({})", "{}.max()", "{}.min()", "np.max({})", "np.min({})", "{}.mean()",
           "np.mean({})", "np.linalg.norm({})", "np.linalg.norm({}, 1)", "np.linalg.norm({}, np.inf)",
-          "np.add.reduce({})", "np.amax({})")
-SCALAR_NUMBERS = ("2.0", "0.5", "-1.5", "3", "1")
+          "np.add.reduce({})", "np.amax({})", "np.amin({})", "np.maximum.reduce({})", "np.minimum.reduce({})",
+          "np.linalg.norm({}, ord=2)", "{}.sum(axis=0)")
+SCALAR_NUMBERS = ("2.0", "0.5", "-1.5", "3", "1", "0.0", "-1")
 
 
 class Gen:
     """One random function: its source text and its arguments.  Values are named by kind:
-    scalars, vectors of the two lengths (``m`` rows, ``n`` columns) and m x n matrices.  Every
-    operation's operands are kept where NumPy's result is finite (log, sqrt and division of
-    positive values, exp of bounded ones)."""
+    scalars, vectors of the two lengths (``m`` rows, ``n`` columns) and m x n matrices (of one
+    length where m is n: then vectors of either kind go anywhere).  Every operation's operands
+    are kept where NumPy's result is finite (log, sqrt and division of positive values, exp of
+    bounded ones)."""
 
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
         r = self.rng
         self.m, self.n = int(r.choice(SIZES)), int(r.choice(SIZES))
+        if r.random() < 0.25:
+            self.m = self.n
         self.args: list[tuple[str, str]] = []           # (name, kind) in order
         self.pools: dict[str, list[str]] = {"s": [], "m": [], "n": [], "A": []}
+        if self.m == self.n:
+            self.pools["m"] = self.pools["n"]
+        self.device = r.random() < 0.3                  # scalars as 0-d arrays (device scalars)
         for kind, count in (("A", r.integers(0, 3)), ("m", r.integers(0, 3)), ("n", r.integers(1, 3)),
                             ("s", r.integers(0, 3))):
             for k in range(count):
-                name = f"{kind.lower() if kind != 'A' else 'A'}{k}" if kind != "s" else f"a{k}"
-                name = {"m": f"u{k}", "n": f"x{k}"}.get(kind, name)
+                name = {"A": f"A{k}", "m": f"u{k}", "n": f"x{k}", "s": f"a{k}"}[kind]
                 self.args.append((name, kind))
                 self.pools[kind].append(name)
-        if not self.pools["A"] and not self.pools["m"]:
-            self.pools["m"] = []
+        r.shuffle(self.args)
         self.lines: list[str] = []
         self.temps = 0
 
     def pick(self, kind: str) -> str | None:
+        """A value of ``kind``: a computed one (``t1`` ...) more often than its share."""
         pool = self.pools[kind]
-        return str(self.rng.choice(pool)) if pool else None
+        if not pool:
+            return None
+        temps = [p for p in pool if p.startswith("t")]
+        if temps and self.rng.random() < 0.5:
+            return str(self.rng.choice(temps))
+        return str(self.rng.choice(pool))
 
     def choice(self, options):
         return options[int(self.rng.integers(len(options)))]
@@ -78,8 +93,7 @@ class Gen:
                 return leaf
             if depth <= -2:
                 return self.product(which, 0) or f"({self.scalar(0)} * {self.vec(which, -3)})"
-        other = "n" if which == "m" else "m"
-        k = int(r.integers(9))
+        k = int(r.integers(11))
         if k == 0:
             got = self.product(which, depth)
             if got is not None:
@@ -92,18 +106,26 @@ class Gen:
         if k == 4:      # with a scalar
             s, v = self.scalar(depth - 1), self.vec(which, depth - 1)
             return self.choice(("({} * {})", "({1} * {0})", "({} + {})", "({1} - {0})", "({1} / ({0} * {0} + 1.0))",
-                                "np.maximum({1}, {0})", "({0} / (np.abs({1}) + 1.0))")).format(s, v)
+                                "np.maximum({1}, {0})", "({0} / (np.abs({1}) + 1.0))", "({1} / 4)", "({1} > {0})",
+                                "np.where({1} < {0}, {0}, {1})", "np.clip({1}, -np.abs({0}), np.abs({0}))",
+                                "({0} - {1})", "(-{0} * {1})", "({1} * {0} - {1})")).format(s, v)
         if k == 5:
             a, b, c = self.vec(which, depth - 1), self.vec(which, depth - 1), self.vec(which, depth - 1)
             return self.choice(("np.where({} > {}, {}, {})", "np.where({} < {}, {}, 0.25)")).format(a, b, c, b)
         if k == 6 and self.pools["A"]:      # a matrix's row or column sums
-            axis = 1 if which == "m" else 0
-            return f"{self.mat(depth - 1)}.sum(axis={axis})"
+            M = self.mat(depth - 1)
+            return f"{M}.sum(axis={1 if which == 'm' else 0})" if r.random() < 0.7 else \
+                f"np.sum({M}, axis={-1 if which == 'm' else -2})"
         if k == 7:      # linear combinations as BLAS write them
             s, t = self.scalar(depth - 2), self.scalar(depth - 2)
             return f"({s} * {self.vec(which, depth - 1)} + {t} * {self.vec(which, depth - 1)})"
-        if k == 8 and self.pick(other) is not None and self.pools["A"]:
-            return self.product(which, depth) or self.vec(which, depth - 1)
+        if k == 8:      # a scalar times a product plus a vector (a 5-argument gemv)
+            got = self.product(which, depth - 1)
+            if got is not None:
+                return f"({self.scalar(depth - 2)} * {got} + {self.vec(which, depth - 1)})"
+        if k == 9 and leaf is not None:     # a value read twice in one expression
+            return self.choice(("({0} + {0})", "({0} - 0.5 * {0})", "({0} * {0} - {0})", "(2 * {0} + {1} - {0})")) \
+                .format(leaf, self.vec(which, depth - 1))
         return self.vec(which, depth - 1) if depth > -3 else (leaf or f"(1.0 * {self.vec(which, -3)})")
 
     def product(self, which: str, depth: int) -> str | None:
@@ -113,9 +135,11 @@ class Gen:
         M = self.mat(depth - 1) if self.rng.random() < 0.3 else self.pick("A")
         if which == "m":
             x = self.vec("n", depth - 1)
-            return self.choice((f"({M} @ {x})", f"np.dot({M}, {x})", f"np.matmul({M}, {x})", f"{M}.dot({x})"))
+            return self.choice((f"({M} @ {x})", f"np.dot({M}, {x})", f"np.matmul({M}, {x})", f"{M}.dot({x})",
+                                f"({x} @ {M}.T)"))
         u = self.vec("m", depth - 1)
-        return self.choice((f"({M}.T @ {u})", f"({u} @ {M})", f"np.dot({M}.T, {u})", f"np.dot({u}, {M})"))
+        return self.choice((f"({M}.T @ {u})", f"({u} @ {M})", f"np.dot({M}.T, {u})", f"np.dot({u}, {M})",
+                            f"{u}.dot({M})"))
 
     def mat(self, depth: int) -> str:
         r = self.rng
@@ -123,7 +147,7 @@ class Gen:
         assert A is not None
         if depth <= 0 or r.random() < 0.4:
             return A
-        k = int(r.integers(7))
+        k = int(r.integers(10))
         if k == 0:
             return f"({self.mat(depth - 1)} + {self.mat(depth - 1)})"
         if k == 1:
@@ -136,7 +160,14 @@ class Gen:
             return f"({A} + np.outer({self.vec('m', depth - 2)}, {self.vec('n', depth - 2)}))"
         if k == 5:
             return f"({self.mat(depth - 1)} - {self.mat(depth - 1)})"
-        return f"np.tanh({self.mat(depth - 1)})"
+        if k == 6:
+            return f"({self.mat(depth - 1)} * {self.vec('n', depth - 2)})"     # a bare vector: along the columns
+        if k == 7:
+            return f"({self.scalar(depth - 2)} * {self.mat(depth - 1)} / 2.0)"
+        if k == 8:
+            return f"({self.mat(depth - 1)} + {self.vec('m', depth - 2)}[:, np.newaxis] * " \
+                   f"{self.vec('n', depth - 2)}[np.newaxis, :])"
+        return "(" + self.choice(UNARY).format(*[self.mat(depth - 1)] * 2) + ")"
 
     def scalar(self, depth: int) -> str:
         r = self.rng
@@ -155,20 +186,20 @@ class Gen:
         if k == 3:
             a = self.scalar(depth - 1)
             return self.choice(("(-{0})", "kfuse.sqrt({0} * {0} + 0.25)", "(({0} * {0}) ** 0.5)", "({0} ** 2)",
-                                "np.sqrt({0} * {0} + 1.0)")).format(a)
+                                "np.sqrt({0} * {0} + 1.0)", "({0} / 3)", "(1 - {0})")).format(a)
         if k == 4:
             return f"np.dot({self.vec(which, depth - 1)}, {self.vec(which, depth - 1)})"
         return leaf or self.choice(SCALAR_NUMBERS)
 
+    # -- the function ----------------------------------------------------------------------------
     def traced(self) -> list[str]:
         return [a for a, _ in self.args] + [line.split(" = ")[0] for line in self.lines]
 
-    # -- the function ----------------------------------------------------------------------------
     def source(self) -> str:
         r = self.rng
         kinds = ["n", "n", "s"] + (["m", "m"] if self.pools["m"] or self.pools["A"] else []) + \
             (["A"] if self.pools["A"] else [])
-        for _ in range(int(r.integers(1, 5))):
+        for _ in range(int(r.integers(1, 6))):
             kind = self.choice(kinds)
             depth = int(r.integers(1, 4))
             e = {"n": lambda: self.vec("n", depth), "m": lambda: self.vec("m", depth),
@@ -186,24 +217,42 @@ class Gen:
             out.append(self.lines[-1].split(" = ")[0])
         if r.random() < 0.2:
             out.append(self.choice([a for a, _ in self.args]))
+        if r.random() < 0.1:
+            out.append(self.choice(out))
         if r.random() < 0.15 and self.pools["s"]:
-            out.append(f"{self.pick('s')} * 2.0 - 1.0")
+            s = self.pick("s")
+            out.append(self.choice((f"{s} * 2.0 - 1.0", f"-{s}", f"{s} / 4", f"kfuse.sqrt({s} * {s})", f"{s} + {s}")))
         ret = out[0] if len(out) == 1 and r.random() < 0.5 else ", ".join(out) + ("," if len(out) == 1 else "")
         params = ", ".join(a for a, _ in self.args)
         body = "\n".join(self.lines + [f"return {ret}"])
         return f"def f({params}):\n{textwrap.indent(body, '    ')}\n"
 
     def values(self, dtype="float64", seed: int = 0) -> list:
-        """Arguments: matrices and vectors uniform in [-1, 1], scalars as Python numbers."""
+        """Arguments: matrices and vectors uniform in [-1, 1], scalars as Python numbers (0-d
+        arrays where the function takes device scalars)."""
         r = np.random.default_rng(seed)
         out: list = []
         for _, kind in self.args:
             if kind == "s":
-                out.append(float(r.uniform(0.5, 2.0) * r.choice([-1.0, 1.0])))
+                a = float(r.uniform(0.5, 2.0) * r.choice([-1.0, 1.0]))
+                out.append(np.array(a, dtype) if self.device else a)
             else:
                 shape = {"m": (self.m,), "n": (self.n,), "A": (self.m, self.n)}[kind]
                 out.append(r.uniform(-1.0, 1.0, shape).astype(dtype))
         return out
+
+
+class DeviceScalar:
+    """A 0-d device array as tracing sees it (its shape and dtype): a device scalar input."""
+    shape, ndim = (), 0
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+
+
+def for_tracing(args: list) -> list:
+    """The arguments as a call passes them: 0-d arrays as device scalars (``DeviceScalar``)."""
+    return [DeviceScalar(a.dtype) if isinstance(a, np.ndarray) and a.ndim == 0 else a for a in args]
 
 
 def make(seed: int):
@@ -264,7 +313,7 @@ def disagreement(fn, args, src: str = "") -> str | None:
         returned = fn(*args)
     want = list(returned) if isinstance(returned, tuple) else [returned]
     try:
-        lowered, single = kfuse.jit(fn).lowered(*args)
+        lowered, single = kfuse.jit(fn).lowered(*for_tracing(args))
     except KfuseError as e:
         if "computes nothing on the GPU" in str(e):      # returns its arguments: refused, as documented
             return None
@@ -293,12 +342,12 @@ def check(seed: int, nvcc=None, tmp_path=None):
     if why is not None:
         return why
     try:
-        lowered = kfuse.jit(fn).trace(*args)
+        lowered = kfuse.jit(fn).trace(*for_tracing(args))
     except KfuseError:          # refused as documented (disagreement says which)
         return None
     try:
         dtype = "float32" if seed % 2 else "float64"
-        compiled = kfuse.jit(fn).compile(*[a.astype(dtype) if isinstance(a, np.ndarray) else a for a in args])
+        compiled = kfuse.jit(fn).compile(*for_tracing([a.astype(dtype) if isinstance(a, np.ndarray) else a for a in args]))
         source = compiled.cuda_source
     except KfuseError as e:
         return f"{src}compile refused: {type(e).__name__}: {e}\n{lowered.script}"
@@ -342,6 +391,13 @@ def test_an_outer_product_inside_elementwise_code_is_a_map():
     assert disagreement(f, args) is None
     script = kfuse.jit(f).trace(*args).script
     assert "tanh(A + ((u[:, None]) * (v[None, :])))" in script and script.count("ger(") == 1
+
+
+def test_a_vector_times_a_transpose_is_a_product():
+    """``x @ A.T`` and ``np.dot(x, A.T)`` are ``A @ x`` (they were refused as "vector @ matrix")."""
+    def f(A, x, u):
+        return x @ A.T, np.dot(u @ A, A.T) + u
+    assert disagreement(f, _arguments((5, 3), (3,), (5,))) is None
 
 
 if __name__ == "__main__":

@@ -89,6 +89,10 @@ def matmul(a: Node, b: Node) -> Node:
     if a.rank == 1 and b.rank == 2 and b.kind != "T":
         check_len("x @ A: the length of x and the rows of A", a.shape[0], b.shape[0])
         return Node("matvec", 1, (b, a), "T", shape=(b.shape[1],))
+    if a.rank == 1 and b.kind == "T":       # x @ A.T is A @ x
+        B = b.args[0]
+        check_len("x @ A.T: the length of x and the columns of A", a.shape[0], B.shape[1])
+        return Node("matvec", 1, (B, a), "N", shape=(B.shape[0],))
     if a.rank == 1 and b.rank == 1:
         check_len("x @ y: the lengths of x and y", a.shape[0], b.shape[0])
         return Node("dot", 0, (a, b))
