@@ -400,6 +400,18 @@ def test_a_vector_times_a_transpose_is_a_product():
     assert disagreement(f, _arguments((5, 3), (3,), (5,))) is None
 
 
+@pytest.mark.parametrize("case", range(3))
+def test_a_size_of_1_that_numpy_would_stretch_is_refused_at_the_line(case):
+    """NumPy stretches an array's own size 1 (``x * y`` of shapes (1,) and (5,)); the program's
+    sizes cannot, so tracing refuses it at the user's line (it traced, and the compile failed
+    with "sizes ... name the same size of the script")."""
+    f, shapes = [(lambda x, y: x * y, [(1,), (5,)]), (lambda A, u: A * u, [(5, 1), (5,)]),
+                 (lambda A, B: np.maximum(A, B), [(1, 3), (5, 3)])][case]
+    with pytest.raises(kfuse.TraceError, match="kfuse broadcasts no size of 1 of a vector or matrix") as e:
+        kfuse.jit(f).compile(*_arguments(*shapes))
+    assert e.value.file == __file__
+
+
 if __name__ == "__main__":
     import argparse
     import shutil
