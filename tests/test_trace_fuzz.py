@@ -400,6 +400,14 @@ def test_a_vector_times_a_transpose_is_a_product():
     assert disagreement(f, _arguments((5, 3), (3,), (5,))) is None
 
 
+def test_a_scaled_broadcast_vector_beside_a_matrix_is_elementwise():
+    """``2.0 * u[:, None] + A`` and ``-u[:, None] + A``: the scaled broadcast vector keeps its
+    broadcast shape (it was refused as "+: shapes (5, 1) and (5, 3) differ")."""
+    def f(A, u, v):
+        return 2.0 * u[:, None] + A, A - (-u[:, None]), (v[None, :] / 4 - A) * v, (A * u[:, None]).T @ u
+    assert disagreement(f, _arguments((5, 3), (5,), (3,))) is None
+
+
 @pytest.mark.parametrize("case", range(3))
 def test_a_size_of_1_that_numpy_would_stretch_is_refused_at_the_line(case):
     """NumPy stretches an array's own size 1 (``x * y`` of shapes (1,) and (5,)); the program's

@@ -28,8 +28,9 @@ def dense(n: Node, what: str) -> None:
 
 def _elementwise(a: Node, b: Node) -> bool:
     """An operation of these operands that no BLAS call makes: ranks differ (a vector plus a
-    number, a vector beside a matrix), or a broadcast vector takes part."""
-    return a.rank != b.rank or a.kind == "bcast" or b.kind == "bcast"
+    number, a vector beside a matrix), a broadcast vector takes part, or matrix shapes differ
+    (``2.0 * u[:, None] + A``: an expression of a broadcast vector beside a matrix)."""
+    return a.rank != b.rank or a.kind == "bcast" or b.kind == "bcast" or (a.rank == 2 and a.shape != b.shape)
 
 
 def linear(op: str, a: Node, b: Node) -> Node:
@@ -52,6 +53,8 @@ def scale(s: Node, x: Node, op: str) -> Node:
     dense(x, op)
     if x.kind == "T":
         raise TraceError("A.T is only used as the left operand of @ (A.T @ x is gemtv)", user_site())
+    if x.stretch:               # -u[:, None]: a broadcast vector scaled is elementwise, of its shape
+        return ewtrace.ew("/", [x, s]) if op == "/" else ewtrace.ew("*", [s, x])
     if op == "/":
         s = Node("bin", 0, (lit(1.0), s), "/")
     return Node("scale", x.rank, (s, x), shape=x.shape)
