@@ -420,6 +420,18 @@ def test_a_size_of_1_that_numpy_would_stretch_is_refused_at_the_line(case):
     assert e.value.file == __file__
 
 
+def test_numpy_scalars_are_numbers():
+    """NumPy's numbers (``np.float32(2)``, ``np.abs(3)`` an ``np.int64``) are numbers of the
+    function as Python's are (they were refused as "cannot be combined with a int64"); bools
+    are still refused."""
+    def f(x, y):
+        return x * np.float32(2) + np.int64(3) * y, np.clip(x, -np.abs(3), np.abs(1)) ** np.int64(2), \
+            (x @ y) * np.float32(0.5) + np.float16(1)
+    assert disagreement(f, _arguments((5,), (5,))) is None
+    with pytest.raises(kfuse.TraceError, match="cannot be combined with a bool"):
+        kfuse.jit(lambda x: x * np.True_).compile(np.ones(5))
+
+
 if __name__ == "__main__":
     import argparse
     import shutil

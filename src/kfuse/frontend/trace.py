@@ -15,6 +15,7 @@ error saying to move it out of the traced function.
 """
 from __future__ import annotations
 
+import numbers
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -51,14 +52,19 @@ def _tracer() -> Tracer:
     return t
 
 
+def _number(x) -> bool:
+    """``x`` is a real number, a Python or a NumPy one (``np.float32(0.5)``, ``np.int64(3)``), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _node(x, what: str) -> Node:
-    """The node of an operand: a proxy's, or a literal for a Python number."""
+    """The node of an operand: a proxy's, or a literal for a number."""
     if isinstance(x, Proxy):
         if x._tracer is not getattr(_state, "tracer", None):
             raise TraceError(f"{what}: a value traced by another call of a jitted function (do not keep "
                              "traced values past the function)", user_site())
         return x._node
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
+    if _number(x):
         return lit(x)
     raise TraceError(f"{what}: a traced value cannot be combined with a {type(x).__name__} inside a "
                      "@kfuse.jit function (pass it as an argument)", user_site())
@@ -161,7 +167,7 @@ class Proxy:
 
     def __pow__(self, o):
         n = self._node
-        if not isinstance(o, (int, float)) or isinstance(o, bool):
+        if not _number(o):
             raise TraceError("** takes a number as its exponent (x ** 2, x ** 0.5)", user_site())
         return _wrap(ewtrace.ew("pow", [_node(self, "**"), lit(o)]))
 
