@@ -33,7 +33,7 @@ UNARY = ("-{}", "abs({})", "np.abs({})", "np.sin({})", "np.cos({})", "np.tanh({}
          "np.where({} > 0.0, 1.0, -1.0)", "({} < 0.1) * 2.0")
 BINARY = ("({} + {})", "({} - {})", "({} * {})", "({} / (np.abs({}) + 0.5))", "np.maximum({}, {})",
           "np.minimum({}, {})", "np.add({}, {})", "np.multiply({}, {})", "np.subtract({}, {})",
-          "(({} > {}) * 1.0)", "(1.0 * ({} <= {}))", "({} >= {})", "np.divide({}, np.abs({}) + 1.0)",
+          "(({} > {}) * 1.0)", "(1.0 * ({} <= {}))", "(1.0 * ({} >= {}))", "np.divide({}, np.abs({}) + 1.0)",
           "np.where({} > {}, 2.0, 0.5)", "({0} - {1}) * ({0} + {1})", "({0} * {1} - {1})")
 REDUCE = ("{}.sum()", "np.sum({})", "{}.max()", "{}.min()", "np.max({})", "np.min({})", "{}.mean()",
           "np.mean({})", "np.linalg.norm({})", "np.linalg.norm({}, 1)", "np.linalg.norm({}, np.inf)",
@@ -102,12 +102,12 @@ class Gen:
             return "(" + self.choice(UNARY).format(*[self.vec(which, depth - 1)] * 2) + ")"
         if k in (2, 3):
             a, b = self.vec(which, depth - 1), self.vec(which, depth - 1)
-            return self.choice(BINARY).format(a, b)
+            return "(" + self.choice(BINARY).format(a, b) + ")"
         if k == 4:      # with a scalar
             s, v = self.scalar(depth - 1), self.vec(which, depth - 1)
             return self.choice(("({} * {})", "({1} * {0})", "({} + {})", "({1} - {0})", "({1} / ({0} * {0} + 1.0))",
-                                "np.maximum({1}, {0})", "({0} / (np.abs({1}) + 1.0))", "({1} / 4)", "({1} > {0})",
-                                "np.where({1} < {0}, {0}, {1})", "np.clip({1}, -np.abs({0}), np.abs({0}))",
+                                "np.maximum({1}, {0})", "({0} / (np.abs({1}) + 1.0))", "({1} / 4)", "(1.0 * ({1} > {0}))",
+                                "np.where({1} < {0}, {0}, {1})", "np.clip({1}, -1.0 - {0} * {0}, {0} * {0})",
                                 "({0} - {1})", "(-{0} * {1})", "({1} * {0} - {1})")).format(s, v)
         if k == 5:
             a, b, c = self.vec(which, depth - 1), self.vec(which, depth - 1), self.vec(which, depth - 1)
@@ -153,9 +153,9 @@ class Gen:
         if k == 1:
             return f"({self.choice(SCALAR_NUMBERS)} * {self.mat(depth - 1)})"
         if k == 2:
-            return f"({self.mat(depth - 1)} * {self.vec('m', depth - 2)}[:, None])"
+            return f"({self.mat(depth - 1)} * ({self.vec('m', depth - 2)})[:, None])"
         if k == 3:
-            return f"({self.vec('n', depth - 2)}[None, :] * {self.mat(depth - 1)})"
+            return f"(({self.vec('n', depth - 2)})[None, :] * {self.mat(depth - 1)})"
         if k == 4:
             return f"({A} + np.outer({self.vec('m', depth - 2)}, {self.vec('n', depth - 2)}))"
         if k == 5:
@@ -165,8 +165,8 @@ class Gen:
         if k == 7:
             return f"({self.scalar(depth - 2)} * {self.mat(depth - 1)} / 2.0)"
         if k == 8:
-            return f"({self.mat(depth - 1)} + {self.vec('m', depth - 2)}[:, np.newaxis] * " \
-                   f"{self.vec('n', depth - 2)}[np.newaxis, :])"
+            return f"({self.mat(depth - 1)} + ({self.vec('m', depth - 2)})[:, np.newaxis] * " \
+                   f"({self.vec('n', depth - 2)})[np.newaxis, :])"
         return "(" + self.choice(UNARY).format(*[self.mat(depth - 1)] * 2) + ")"
 
     def scalar(self, depth: int) -> str:
@@ -430,6 +430,22 @@ def test_numpy_scalars_are_numbers():
     assert disagreement(f, _arguments((5,), (5,))) is None
     with pytest.raises(kfuse.TraceError, match="cannot be combined with a bool"):
         kfuse.jit(lambda x: x * np.True_).compile(np.ones(5))
+
+
+def test_an_axis_given_by_position_is_the_axis():
+    """``x.max(0)``, ``np.max(x, 0)`` and ``np.sum(A, 1)`` reduce along the axis NumPy's second
+    argument names: ``x.max(0)`` was traced as ``np.maximum(x, 0)`` (a silently wrong vector where
+    NumPy has the largest entry) and ``x.sum(0)`` refused; a traced second operand is still
+    torch's ``torch.max(a, b)``, the entrywise maximum."""
+    def wrong(x, y):
+        return x.max(0) * y, np.max(x, 0) + y, x.min(-1)
+
+    def refused(x, y, A):
+        return np.amin(x, -1) * y, x.sum(0) * y, np.sum(A, 1), A.sum(0), np.mean(x, 0) * y, np.sum(x, None)
+    assert disagreement(wrong, _arguments((5,), (5,))) is None
+    assert disagreement(refused, _arguments((5,), (5,), (5, 3))) is None
+    script = kfuse.jit(lambda x, y: x.max(y)).trace(*_arguments((5,), (5,))).script
+    assert "maximum(x, y)" in script
 
 
 if __name__ == "__main__":
