@@ -448,6 +448,26 @@ def test_an_axis_given_by_position_is_the_axis():
     assert "maximum(x, y)" in script
 
 
+def test_arguments_named_like_the_scripts_type_words_trace():
+    """A parameter named ``subvector32`` or ``TILE32x32`` (type words of scripts) is renamed in
+    the script; appending numbers never left the type word's pattern, so tracing looped forever."""
+    import signal
+
+    def timeout(*_):
+        raise TimeoutError("tracing did not finish")
+    old = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(20)
+    try:
+        def f(subvector32, TILE32x32, y):
+            return subvector32 + y, TILE32x32 @ y
+        args = _arguments((5,), (5, 5), (5,))
+        assert disagreement(f, args) is None
+        assert "input subvector32_, TILE32x32_, y;" in kfuse.jit(f).trace(*args).script
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 if __name__ == "__main__":
     import argparse
     import shutil

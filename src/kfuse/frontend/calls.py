@@ -29,6 +29,7 @@ from .tokens import Tok
 from .trace import RANK_WORDS, Node, Site, Trace, lit
 
 _RESERVED = {"input", "return", "scalar", "vector", "matrix", "csr", "sqrt", "out", "sync", "stream"}
+_TYPE_WORD = re.compile(r"subvector\d+|TILE\d+x\d+", re.IGNORECASE)     # the scripts' old type names
 
 
 def _is_one(n: Node) -> bool:
@@ -88,9 +89,11 @@ class _Lowering:
     def fresh(self, base: str, numbered: bool = False) -> str:
         """An unused script name: ``base`` (an argument's own name when it can be one), else
         ``base`` with a number."""
+        if _TYPE_WORD.fullmatch(base):      # subvector32, TILE32x32: still type words with a number appended
+            base += "_"
         name = f"{base}{self._next()}" if numbered else base
         while name in self.taken or name in _RESERVED or self.trace.library.overloads(name) \
-                or re.fullmatch(r"subvector\d+|TILE\d+x\d+", name, re.IGNORECASE):
+                or _TYPE_WORD.fullmatch(name):
             name = f"{base}{self._next()}"
         self.taken.add(name)
         return name
