@@ -468,6 +468,20 @@ def test_arguments_named_like_the_scripts_type_words_trace():
         signal.signal(signal.SIGALRM, old)
 
 
+def test_comparisons_results_keep_numpys_bool_arithmetic():
+    """Comparisons give NumPy bools: the sum of two is their logical or (it was 2.0 where both
+    held), their dot product whether any pair holds; the rest of their arithmetic is that of 1
+    and 0.  A difference or negation of bools, and a matrix product of them, are refused as NumPy
+    refuses or redefines them."""
+    def f(x, y, A):
+        return (x > 0) + (y > 0), ((x > 0) + (y > 0) + (x < y)) * y, np.add(x > 0, y > 0.2).sum(), \
+            (x > 0) @ (y > 0), (A > 0) + (x > 0)[:, None], (x > 0) * (y > 0) - x, (x > 0) @ y + 2.0 * (y > 0)
+    assert disagreement(f, _arguments((5,), (5,), (5, 5))) is None
+    for g in (lambda x, y, A: (x > 0) - (y > 0), lambda x, y, A: -(x > y), lambda x, y, A: (A > 0) @ (x > 0)):
+        with pytest.raises(kfuse.TraceError, match="comparisons' results"):
+            kfuse.jit(g).trace(*_arguments((5,), (5,), (5, 5)))
+
+
 if __name__ == "__main__":
     import argparse
     import shutil

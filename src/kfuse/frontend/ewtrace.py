@@ -104,8 +104,24 @@ def ew(op: str, nodes: list[Node]) -> Node:
         why = ewexpr.check_power(("num", nodes[1].data) if nodes[1].kind == "lit" else ("in", 0))
         if why:
             raise TraceError(why, user_site())
+    op, boolean = _booleans(op, nodes)
     shape, stretch = broadcast(op, nodes)
-    return Node("ew", len(shape), tuple(nodes), op, shape=shape, stretch=stretch)
+    return Node("ew", len(shape), tuple(nodes), op, shape=shape, stretch=stretch, boolean=boolean)
+
+
+def _booleans(op: str, nodes: list[Node]) -> tuple[str, bool]:
+    """(the operation, whether its result is boolean) as NumPy computes it where comparisons'
+    bools take part: comparisons, products, maxima, minima and absolute values of bools stay
+    bools (the same 1 and 0 as numbers), the sum of two is their logical or (a maximum), and a
+    difference or negation of bools is refused, as NumPy refuses it."""
+    flags = [n.boolean for n in nodes]
+    if op in ("-", "neg") and all(flags):
+        raise TraceError("- of comparisons' results (arrays of bools): NumPy refuses it; make them numbers "
+                         "first ((x > y) * 1.0)", user_site())
+    if op == "+" and all(flags):
+        return "maximum", True          # NumPy's bool + bool is their logical or
+    return op, op in ewexpr.COMPARE or (op in ("*", "maximum", "minimum", "abs") and all(flags)) or \
+        (op == "where" and all(flags[1:]))
 
 
 def _scalar(op: str, nodes: list[Node]) -> Node:
@@ -129,7 +145,8 @@ def bcast(n: Node, which: str) -> Node:
     if n.rank != 1:
         raise TraceError(f"[:, None] / [None, :] broadcast a vector; this is a {RANK_WORDS[n.rank]}", user_site())
     shape = (n.shape[0], 1) if which == "row" else (1, n.shape[0])
-    return Node("bcast", 2, (n,), which, shape=shape, stretch=frozenset({1 if which == "row" else 0}))
+    return Node("bcast", 2, (n,), which, shape=shape, stretch=frozenset({1 if which == "row" else 0}),
+                boolean=n.boolean)
 
 
 def index(n: Node, key) -> Node:

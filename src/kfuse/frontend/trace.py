@@ -160,6 +160,8 @@ class Proxy:
         n = _node(self, "-")
         if n.rank == 0:
             return _wrap(Node("neg", 0, (n,)))
+        if n.boolean:
+            return _wrap(ewtrace.ew("neg", [n]))        # refused, as NumPy refuses it
         return _wrap(ops.scale(lit(-1.0), n, "*"))
 
     def __pos__(self):
