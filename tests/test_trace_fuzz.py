@@ -34,11 +34,13 @@ UNARY = ("-{}", "abs({})", "np.abs({})", "np.sin({})", "np.cos({})", "np.tanh({}
 BINARY = ("({} + {})", "({} - {})", "({} * {})", "({} / (np.abs({}) + 0.5))", "np.maximum({}, {})",
           "np.minimum({}, {})", "np.add({}, {})", "np.multiply({}, {})", "np.subtract({}, {})",
           "(({} > {}) * 1.0)", "(1.0 * ({} <= {}))", "(1.0 * ({} >= {}))", "np.divide({}, np.abs({}) + 1.0)",
-          "np.where({} > {}, 2.0, 0.5)", "({0} - {1}) * ({0} + {1})", "({0} * {1} - {1})")
+          "np.where({} > {}, 2.0, 0.5)", "({0} - {1}) * ({0} + {1})", "({0} * {1} - {1})",
+          "((({} > 0.1) + ({} < -0.1)) * 1.0)", "((({0} > {1}) * ({1} > 0.0) + ({0} < -0.5)) * {1})")
 REDUCE = ("{}.sum()", "np.sum({})", "{}.max()", "{}.min()", "np.max({})", "np.min({})", "{}.mean()",
           "np.mean({})", "np.linalg.norm({})", "np.linalg.norm({}, 1)", "np.linalg.norm({}, np.inf)",
           "np.add.reduce({})", "np.amax({})", "np.amin({})", "np.maximum.reduce({})", "np.minimum.reduce({})",
-          "np.linalg.norm({}, ord=2)", "{}.sum(axis=0)")
+          "np.linalg.norm({}, ord=2)", "{}.sum(axis=0)", "{}.max(0)", "np.sum({}, 0)", "np.min({}, -1)",
+          "((({0} > 0.0) @ ({0} < 0.5)) * 1.0)")
 SCALAR_NUMBERS = ("2.0", "0.5", "-1.5", "3", "1", "0.0", "-1")
 
 
@@ -114,8 +116,8 @@ class Gen:
             return self.choice(("np.where({} > {}, {}, {})", "np.where({} < {}, {}, 0.25)")).format(a, b, c, b)
         if k == 6 and self.pools["A"]:      # a matrix's row or column sums
             M = self.mat(depth - 1)
-            return f"{M}.sum(axis={1 if which == 'm' else 0})" if r.random() < 0.7 else \
-                f"np.sum({M}, axis={-1 if which == 'm' else -2})"
+            return self.choice((f"{M}.sum(axis={1 if which == 'm' else 0})", f"{M}.sum({1 if which == 'm' else 0})",
+                                f"np.sum({M}, axis={-1 if which == 'm' else -2})"))
         if k == 7:      # linear combinations as BLAS write them
             s, t = self.scalar(depth - 2), self.scalar(depth - 2)
             return f"({s} * {self.vec(which, depth - 1)} + {t} * {self.vec(which, depth - 1)})"
@@ -480,6 +482,35 @@ def test_comparisons_results_keep_numpys_bool_arithmetic():
     for g in (lambda x, y, A: (x > 0) - (y > 0), lambda x, y, A: -(x > y), lambda x, y, A: (A > 0) @ (x > 0)):
         with pytest.raises(kfuse.TraceError, match="comparisons' results"):
             kfuse.jit(g).trace(*_arguments((5,), (5,), (5, 5)))
+
+
+def test_in_place_operators_update_the_array_as_numpy_does():
+    """``t += y`` updates t in place: a name bound to t before sees the new value, as in NumPy
+    (it was rebound, and the other name kept the old value); a scalar is rebound.  Updating an
+    argument in place is refused in a jitted function (the caller's array would not be written)
+    and allowed in a loop body, whose state the loop owns."""
+    def f(x, y):
+        t = x + y
+        alias, before = t, (t, t @ y)
+        t += y
+        t *= 2.0
+        s = x @ y
+        r = s
+        s += 1.0
+        return alias, before[0], before[1], t, x * r, s
+    assert disagreement(f, _arguments((5,), (5,))) is None
+
+    def g(x, y):
+        x += y
+        return x
+    with pytest.raises(kfuse.TraceError, match="x \\+= ... would write argument x in place"):
+        kfuse.jit(g).trace(*_arguments((5,), (5,)))
+
+    def body(i, state):
+        x, y = state
+        x -= 0.5 * y
+        return state
+    assert "= axpy(-1.0, state1, state0);" in kfuse.explain_loop(body, tuple(_arguments((5,), (5,))))  # 2 steps
 
 
 if __name__ == "__main__":

@@ -40,8 +40,11 @@ class Trace:
 
 
 class Tracer:
-    def __init__(self, library: Library):
-        self.library = library
+    """What one trace needs besides its proxies: the library, and whether in-place operators may
+    update the arguments (``x += y``: a loop body's state, which the loop owns; a jitted function's
+    arguments are its caller's arrays)."""
+    def __init__(self, library: Library, args_in_place: bool = False):
+        self.library, self.args_in_place = library, args_in_place
 
 
 def _tracer() -> Tracer:
@@ -302,6 +305,33 @@ for _name, _symbol in (("invert", "~"), ("round", "round()"), ("trunc", "math.tr
     setattr(Proxy, f"__{_name}__", _no_operator(_symbol))
 
 
+def _in_place(op: str, symbol: str):
+    """``x += y`` and its kin as NumPy does them: a vector or matrix is updated in place, so every
+    name bound to it sees the new value (after ``z = t; t += y`` z is the new t too); a scalar
+    (a Python or NumPy number) is rebound.  An argument is refused: the caller's array would be
+    written, and a jitted function returns its results instead."""
+    def method(self, o):
+        new = getattr(self, f"__{op}__")(o)
+        n = self._node
+        argument = n.kind == "arg" and not self._tracer.args_in_place
+        if n.rank == 0 and not (argument and n.data.kind == "dscalar"):
+            return new
+        if argument:
+            name = n.data.name
+            raise TraceError(f"{name} {symbol} ... would write argument {name} in place, which a jitted function "
+                             f"does not do: write {name} = {name} {symbol[:-1]} ... and return {name}", user_site())
+        if new._node.shape != n.shape:
+            raise TraceError(f"{symbol}: the result's shape {new._node.shape} is not that of the value updated in "
+                             f"place, {n.shape}", user_site())
+        self._node = new._node
+        return self
+    return method
+
+
+for _name, _symbol in (("add", "+="), ("sub", "-="), ("mul", "*="), ("truediv", "/="), ("pow", "**=")):
+    setattr(Proxy, f"__i{_name}__", _in_place(_name, _symbol))
+
+
 def outer(u, v):
     """The outer product u vᵀ: inside a @kfuse.jit function traced (``A + kfuse.outer(u, v)`` is
     ``ger``); outside, of NumPy / CuPy arrays or torch tensors, computed at once (so that a
@@ -411,11 +441,12 @@ def _arg_node(s: ArgSpec, here) -> Node:
                 shape=s.shape)
 
 
-def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
+def trace(fn, specs: list[ArgSpec], library: Library, site_of=None, args_in_place: bool = False) -> Trace:
     """Call ``fn`` on proxies of ``specs`` and collect what it returns.  ``site_of``: the
     function whose definition errors about the whole function name (default ``fn``; a loop's
-    body when ``fn`` is kfuse's wrapper of it)."""
-    tracer = Tracer(library)
+    body when ``fn`` is kfuse's wrapper of it).  ``args_in_place``: in-place operators may
+    update the arguments (a loop body's state)."""
+    tracer = Tracer(library, args_in_place)
     here = definition_site(site_of or fn)
     args = [_arg_node(s, here) for s in specs]
     prev = getattr(_state, "tracer", None)
