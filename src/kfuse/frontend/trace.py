@@ -45,6 +45,7 @@ class Tracer:
     arguments are its caller's arrays)."""
     def __init__(self, library: Library, args_in_place: bool = False):
         self.library, self.args_in_place = library, args_in_place
+        self.arguments: set[int] = set()        # id() of the proxies the function was called with
 
 
 def _tracer() -> Tracer:
@@ -168,7 +169,7 @@ class Proxy:
         return _wrap(ops.scale(lit(-1.0), n, "*"))
 
     def __pos__(self):
-        return self
+        return _wrap(self._node)        # a new array, as NumPy's +x is (an in-place update leaves x as it was)
 
     def __pow__(self, o):
         n = self._node
@@ -241,7 +242,8 @@ _OPERATORS = ("a traced value supports + - * / ** @, comparisons, abs, .T (in A.
               f"functions of them ({ewtrace.SUPPORTED}), kfuse.outer(u, v), kfuse.sqrt(s) and "
               "kfuse.lib.<function>(...)")
 _METHODS = {"sum", "max", "min", "mean", "norm", "clip", "clamp", "abs", "exp", "log", "sqrt", "tanh", "sin",
-            "cos", "sigmoid", "relu", "square", "dot", "matmul", "maximum", "minimum", "amax", "amin"}
+            "cos", "sigmoid", "relu", "square", "dot", "matmul", "maximum", "minimum", "amax", "amin", "copy",
+            "clone"}
 
 
 def apply(name: str, args: tuple, kwargs: dict):
@@ -253,6 +255,8 @@ def apply(name: str, args: tuple, kwargs: dict):
         return _wrap(ops.matmul(_node(args[0], what), _node(args[1], what)))
     if name in ("outer", "ger") and len(args) == 2 and not kwargs:
         return outer(*args)
+    if name in ("copy", "clone") and len(args) == 1 and not kwargs:     # x.copy(), np.copy(x), torch's x.clone()
+        return _wrap(_node(args[0], what))
     if name in ("max", "min", "amax", "amin", "sum", "mean"):
         axis = kwargs.pop("axis", kwargs.pop("dim", None))
         if len(args) == 2 and axis is None and (args[1] is None or (isinstance(args[1], numbers.Integral)
@@ -313,7 +317,7 @@ def _in_place(op: str, symbol: str):
     def method(self, o):
         new = getattr(self, f"__{op}__")(o)
         n = self._node
-        argument = n.kind == "arg" and not self._tracer.args_in_place
+        argument = id(self) in self._tracer.arguments and not self._tracer.args_in_place
         if n.rank == 0 and not (argument and n.data.kind == "dscalar"):
             return new
         if argument:
@@ -452,7 +456,9 @@ def trace(fn, specs: list[ArgSpec], library: Library, site_of=None, args_in_plac
     prev = getattr(_state, "tracer", None)
     _state.tracer = tracer
     try:
-        out = fn(*[Proxy(a, tracer) for a in args])
+        proxies = [Proxy(a, tracer) for a in args]
+        tracer.arguments = {id(p) for p in proxies}
+        out = fn(*proxies)
     except KfuseError:
         raise
     except Exception as e:      # noqa: BLE001 - the user's own Python failed while tracing: say where
