@@ -261,7 +261,8 @@ def apply(name: str, args: tuple, kwargs: dict):
         axis = kwargs.pop("axis", kwargs.pop("dim", None))
         if len(args) == 2 and axis is None and (args[1] is None or (isinstance(args[1], numbers.Integral)
                                                                     and not isinstance(args[1], bool))):
-            args, axis = args[:1], args[1]      # x.max(0), np.sum(A, 1): the axis by position, as NumPy takes it
+            axis = args[1]                      # x.max(0), np.sum(A, 1): the axis by position, as NumPy takes it
+            args = args[:1]
         if len(args) == 2 and name in ("max", "min") and not kwargs and axis is None:
             name = "maximum" if name == "max" else "minimum"        # torch.max(a, b)
         elif len(args) == 1 and not kwargs:
