@@ -24,11 +24,12 @@ from typing import Any
 from ..errors import TraceError
 from ..ir.program import SIZE_WORDS
 from ..library import ewexpr
-from .lowered import Lowered, Statement, name_node, program_of, text
+from .lowered import Lowered, Statement, name_node, program_of
 from .tokens import Tok
 from .trace import RANK_WORDS, Node, Site, Trace, lit
 
 _RESERVED = {"input", "return", "scalar", "vector", "matrix", "csr", "sqrt", "out", "sync", "stream"}
+_TYPE_WORD = re.compile(r"subvector\d+|TILE\d+x\d+", re.IGNORECASE)     # the scripts' old type names
 
 
 def _is_one(n: Node) -> bool:
@@ -88,9 +89,11 @@ class _Lowering:
     def fresh(self, base: str, numbered: bool = False) -> str:
         """An unused script name: ``base`` (an argument's own name when it can be one), else
         ``base`` with a number."""
+        if _TYPE_WORD.fullmatch(base):      # subvector32, TILE32x32: still type words with a number appended
+            base += "_"
         name = f"{base}{self._next()}" if numbered else base
         while name in self.taken or name in _RESERVED or self.trace.library.overloads(name) \
-                or re.fullmatch(r"subvector\d+|TILE\d+x\d+", name, re.IGNORECASE):
+                or _TYPE_WORD.fullmatch(name):
             name = f"{base}{self._next()}"
         self.taken.add(name)
         return name
@@ -201,6 +204,9 @@ class _Lowering:
         tok = Tok("ident", "x", 0, 0)
         if n.rank == 0:
             return self.scalar(n)
+        if n.kind == "outer":       # u v^T is no value of its own (ger takes it in): u[:, None] * v[None, :]
+            return ("*", tok, ("row", tok, name_node(self.tensor(n.args[0]))),
+                    ("col", tok, name_node(self.tensor(n.args[1]))))
         if not private or n.kind not in ("ew", "bcast", "add", "scale"):
             return name_node(self.tensor(n))
         if n.kind == "add":
@@ -282,15 +288,22 @@ class _Lowering:
             if b.kind == "outer":
                 raise TraceError("outer(u, v) used more than once: it is no value of its own here; ger computes "
                                  "A + outer(u, v) -- write the sum each time", b.site)
-            if not _is_one(c):
-                raise TraceError(f"a scaled matrix ({text(self.scalar(c))} * A) maps onto no library function "
-                                 "(the library adds matrices: A + B, A + outer(u, v))", root.site)
         if not mats:
             raise TraceError("outer(u, v) alone maps onto no library function; ger computes A + outer(u, v)",
                              outers[0][1].site)
-        M = self.base(mats[0][1])
-        for _, b in mats[1:]:
-            M = self.emit("madd", [M, self.base(b)], 2, root.site)
+        if all(_is_one(c) for c, _ in mats):
+            M = self.base(mats[0][1])
+            for _, b in mats[1:]:
+                M = self.emit("madd", [M, self.base(b)], 2, root.site)
+        else:       # a matrix read twice (A + (A + B) is 2 A + B): no BLAS call scales it, one map sums them
+            tok = Tok("ident", "x", 0, 0)
+            parts = [name_node(self.base(b)) if _is_one(c) else ("*", tok, self.scalar(c), name_node(self.base(b)))
+                     for c, b in mats]
+            expr = parts[0]
+            for part in parts[1:]:
+                expr = ("+", tok, expr, part)
+            M = self.new_value(2)
+            self.body.append(Statement((M,), None, (expr,), root.site))
         for c, b in outers:
             u = self.tensor(b.args[0]) if _is_one(c) else self.combine([(c, b.args[0])], b)
             M = self.emit("ger", [M, u, self.tensor(b.args[1])], 2, b.site)

@@ -50,20 +50,33 @@ def _shape(n: Node) -> tuple[int, ...]:
     return n.shape if n.rank else ()
 
 
-def broadcast(what: str, nodes: list[Node]) -> tuple[int, ...]:
+def broadcast(what: str, nodes: list[Node]) -> tuple[tuple[int, ...], frozenset[int]]:
     """NumPy's broadcast of the operands' shapes (a vector beside a matrix runs along its
-    columns); a TraceError at the user's line where they do not fit."""
+    columns), and the axes of size 1 of the result that still stretch (``Node.stretch``); a
+    TraceError at the user's line where they do not fit.  Only a broadcast vector's missing axis
+    stretches (``v[:, None]``, ``v[None, :]``, a vector beside a matrix): a vector or a matrix
+    whose own size is 1 does not (its entries are read at its size, not repeated)."""
     shapes = [_shape(n) for n in nodes]
     rank = max(len(s) for s in shapes)
     out = [1] * rank
+    listed = " and ".join(str(s) for s in shapes if s)
     for s in shapes:
         for k, d in enumerate(s, rank - len(s)):
             if out[k] == 1:
                 out[k] = d
             elif d not in (1, out[k]):
-                raise TraceError(f"{what}: shapes {' and '.join(str(s) for s in shapes if s)} do not broadcast "
-                                 "together", user_site())
-    return tuple(out)
+                raise TraceError(f"{what}: shapes {listed} do not broadcast together", user_site())
+    stretch = set(range(rank))
+    for n, s in zip(nodes, shapes):
+        lead = rank - len(s)
+        for k, d in enumerate(s, lead):
+            if d == 1 and k - lead not in n.stretch:
+                if out[k] != 1:
+                    raise TraceError(f"{what}: shapes {listed}: kfuse broadcasts no size of 1 of a vector or "
+                                     "matrix (a vector is broadcast as v[:, None] or v[None, :], or beside a "
+                                     "matrix along its columns)", user_site())
+                stretch.discard(k)
+    return tuple(out), frozenset(k for k in stretch if out[k] == 1)
 
 
 def ew(op: str, nodes: list[Node]) -> Node:
@@ -91,8 +104,24 @@ def ew(op: str, nodes: list[Node]) -> Node:
         why = ewexpr.check_power(("num", nodes[1].data) if nodes[1].kind == "lit" else ("in", 0))
         if why:
             raise TraceError(why, user_site())
-    shape = broadcast(op, nodes)
-    return Node("ew", len(shape), tuple(nodes), op, shape=shape)
+    op, boolean = _booleans(op, nodes)
+    shape, stretch = broadcast(op, nodes)
+    return Node("ew", len(shape), tuple(nodes), op, shape=shape, stretch=stretch, boolean=boolean)
+
+
+def _booleans(op: str, nodes: list[Node]) -> tuple[str, bool]:
+    """(the operation, whether its result is boolean) as NumPy computes it where comparisons'
+    bools take part: comparisons, products, maxima, minima and absolute values of bools stay
+    bools (the same 1 and 0 as numbers), the sum of two is their logical or (a maximum), and a
+    difference or negation of bools is refused, as NumPy refuses it."""
+    flags = [n.boolean for n in nodes]
+    if op in ("-", "neg") and all(flags):
+        raise TraceError("- of comparisons' results (arrays of bools): NumPy refuses it; make them numbers "
+                         "first ((x > y) * 1.0)", user_site())
+    if op == "+" and all(flags):
+        return "maximum", True          # NumPy's bool + bool is their logical or
+    return op, op in ewexpr.COMPARE or (op in ("*", "maximum", "minimum", "abs") and all(flags)) or \
+        (op == "where" and all(flags[1:]))
 
 
 def _scalar(op: str, nodes: list[Node]) -> Node:
@@ -116,7 +145,8 @@ def bcast(n: Node, which: str) -> Node:
     if n.rank != 1:
         raise TraceError(f"[:, None] / [None, :] broadcast a vector; this is a {RANK_WORDS[n.rank]}", user_site())
     shape = (n.shape[0], 1) if which == "row" else (1, n.shape[0])
-    return Node("bcast", 2, (n,), which, shape=shape)
+    return Node("bcast", 2, (n,), which, shape=shape, stretch=frozenset({1 if which == "row" else 0}),
+                boolean=n.boolean)
 
 
 def index(n: Node, key) -> Node:

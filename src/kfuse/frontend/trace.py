@@ -16,6 +16,7 @@ error saying to move it out of the traced function.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +41,12 @@ class Trace:
 
 
 class Tracer:
-    def __init__(self, library: Library):
-        self.library = library
+    """What one trace needs besides its proxies: the library, and whether in-place operators may
+    update the arguments (``x += y``: a loop body's state, which the loop owns; a jitted function's
+    arguments are its caller's arrays)."""
+    def __init__(self, library: Library, args_in_place: bool = False):
+        self.library, self.args_in_place = library, args_in_place
+        self.arguments: set[int] = set()        # id() of the proxies the function was called with
 
 
 def _tracer() -> Tracer:
@@ -52,14 +57,19 @@ def _tracer() -> Tracer:
     return t
 
 
+def _number(x) -> bool:
+    """``x`` is a real number, a Python or a NumPy one (``np.float32(0.5)``, ``np.int64(3)``), not a bool."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _node(x, what: str) -> Node:
-    """The node of an operand: a proxy's, or a literal for a Python number."""
+    """The node of an operand: a proxy's, or a literal for a number."""
     if isinstance(x, Proxy):
         if x._tracer is not getattr(_state, "tracer", None):
             raise TraceError(f"{what}: a value traced by another call of a jitted function (do not keep "
                              "traced values past the function)", user_site())
         return x._node
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
+    if _number(x):
         return lit(x)
     raise TraceError(f"{what}: a traced value cannot be combined with a {type(x).__name__} inside a "
                      "@kfuse.jit function (pass it as an argument)", user_site())
@@ -155,14 +165,16 @@ class Proxy:
         n = _node(self, "-")
         if n.rank == 0:
             return _wrap(Node("neg", 0, (n,)))
+        if n.boolean:
+            return _wrap(ewtrace.ew("neg", [n]))        # refused, as NumPy refuses it
         return _wrap(ops.scale(lit(-1.0), n, "*"))
 
     def __pos__(self):
-        return self
+        return _wrap(self._node)        # a new array, as NumPy's +x is (an in-place update leaves x as it was)
 
     def __pow__(self, o):
         n = self._node
-        if not isinstance(o, (int, float)) or isinstance(o, bool):
+        if not _number(o):
             raise TraceError("** takes a number as its exponent (x ** 2, x ** 0.5)", user_site())
         return _wrap(ewtrace.ew("pow", [_node(self, "**"), lit(o)]))
 
@@ -231,7 +243,8 @@ _OPERATORS = ("a traced value supports + - * / ** @, comparisons, abs, .T (in A.
               f"functions of them ({ewtrace.SUPPORTED}), kfuse.outer(u, v), kfuse.sqrt(s) and "
               "kfuse.lib.<function>(...)")
 _METHODS = {"sum", "max", "min", "mean", "norm", "clip", "clamp", "abs", "exp", "log", "sqrt", "tanh", "sin",
-            "cos", "sigmoid", "relu", "square", "dot", "matmul", "maximum", "minimum", "amax", "amin"}
+            "cos", "sigmoid", "relu", "square", "dot", "matmul", "maximum", "minimum", "amax", "amin", "copy",
+            "clone"}
 
 
 def apply(name: str, args: tuple, kwargs: dict):
@@ -243,8 +256,14 @@ def apply(name: str, args: tuple, kwargs: dict):
         return _wrap(ops.matmul(_node(args[0], what), _node(args[1], what)))
     if name in ("outer", "ger") and len(args) == 2 and not kwargs:
         return outer(*args)
+    if name in ("copy", "clone") and len(args) == 1 and not kwargs:     # x.copy(), np.copy(x), torch's x.clone()
+        return _wrap(_node(args[0], what))
     if name in ("max", "min", "amax", "amin", "sum", "mean"):
         axis = kwargs.pop("axis", kwargs.pop("dim", None))
+        if len(args) == 2 and axis is None and (args[1] is None or (isinstance(args[1], numbers.Integral)
+                                                                    and not isinstance(args[1], bool))):
+            axis = args[1]                      # x.max(0), np.sum(A, 1): the axis by position, as NumPy takes it
+            args = args[:1]
         if len(args) == 2 and name in ("max", "min") and not kwargs and axis is None:
             name = "maximum" if name == "max" else "minimum"        # torch.max(a, b)
         elif len(args) == 1 and not kwargs:
@@ -290,6 +309,33 @@ for _name, _symbol in (("invert", "~"), ("round", "round()"), ("trunc", "math.tr
                        ("ceil", "math.ceil()"), ("complex", "complex()"), ("rpow", "** (a traced exponent)"),
                        ("contains", "in"), ("call", "a call")):
     setattr(Proxy, f"__{_name}__", _no_operator(_symbol))
+
+
+def _in_place(op: str, symbol: str):
+    """``x += y`` and its kin as NumPy does them: a vector or matrix is updated in place, so every
+    name bound to it sees the new value (after ``z = t; t += y`` z is the new t too); a scalar
+    (a Python or NumPy number) is rebound.  An argument is refused: the caller's array would be
+    written, and a jitted function returns its results instead."""
+    def method(self, o):
+        new = getattr(self, f"__{op}__")(o)
+        n = self._node
+        argument = id(self) in self._tracer.arguments and not self._tracer.args_in_place
+        if n.rank == 0 and not (argument and n.data.kind == "dscalar"):
+            return new
+        if argument:
+            name = n.data.name
+            raise TraceError(f"{name} {symbol} ... would write argument {name} in place, which a jitted function "
+                             f"does not do: write {name} = {name} {symbol[:-1]} ... and return {name}", user_site())
+        if new._node.shape != n.shape:
+            raise TraceError(f"{symbol}: the result's shape {new._node.shape} is not that of the value updated in "
+                             f"place, {n.shape}", user_site())
+        self._node = new._node
+        return self
+    return method
+
+
+for _name, _symbol in (("add", "+="), ("sub", "-="), ("mul", "*="), ("truediv", "/="), ("pow", "**=")):
+    setattr(Proxy, f"__i{_name}__", _in_place(_name, _symbol))
 
 
 def outer(u, v):
@@ -405,17 +451,20 @@ def _arg_node(s: ArgSpec, here) -> Node:
                 shape=s.shape)
 
 
-def trace(fn, specs: list[ArgSpec], library: Library, site_of=None) -> Trace:
+def trace(fn, specs: list[ArgSpec], library: Library, site_of=None, args_in_place: bool = False) -> Trace:
     """Call ``fn`` on proxies of ``specs`` and collect what it returns.  ``site_of``: the
     function whose definition errors about the whole function name (default ``fn``; a loop's
-    body when ``fn`` is kfuse's wrapper of it)."""
-    tracer = Tracer(library)
+    body when ``fn`` is kfuse's wrapper of it).  ``args_in_place``: in-place operators may
+    update the arguments (a loop body's state)."""
+    tracer = Tracer(library, args_in_place)
     here = definition_site(site_of or fn)
     args = [_arg_node(s, here) for s in specs]
     prev = getattr(_state, "tracer", None)
     _state.tracer = tracer
     try:
-        out = fn(*[Proxy(a, tracer) for a in args])
+        proxies = [Proxy(a, tracer) for a in args]
+        tracer.arguments = {id(p) for p in proxies}
+        out = fn(*proxies)
     except KfuseError:
         raise
     except Exception as e:      # noqa: BLE001 - the user's own Python failed while tracing: say where

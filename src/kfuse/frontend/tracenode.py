@@ -18,12 +18,17 @@ class Node:
     matrices, ``data`` its name in ``library/ewexpr.py``), bcast (a vector broadcast along a
     matrix's rows or columns, ``data`` "row" or "col", ``shape`` (n, 1) or (1, n)) and red (a
     reduction of a vector expression, ``data`` sum, max, min or mean).  ``uses`` counts the nodes
-    (and returns) that read it: a node read once is fused into its reader's library call, one read more often is computed once."""
-    __slots__ = ("kind", "rank", "args", "data", "site", "uses", "shape")
+    (and returns) that read it: a node read once is fused into its reader's library call, one read more often is computed once.
+    ``stretch``: the axes of ``shape`` of size 1 by broadcasting (a ``bcast``'s, and an elementwise
+    expression's of them), which stretch to any size; an array's own size 1 does not.
+    ``boolean``: NumPy's result would be an array of bools (a comparison, and the operations that
+    keep bools bools), whose arithmetic differs from numbers' (``frontend/ewtrace.py``)."""
+    __slots__ = ("kind", "rank", "args", "data", "site", "uses", "shape", "stretch", "boolean")
 
     def __init__(self, kind: str, rank: int, args: tuple = (), data: Any = None, site: Site | None = None,
-                 shape: tuple[int, ...] = ()):
+                 shape: tuple[int, ...] = (), stretch: frozenset[int] = frozenset(), boolean: bool = False):
         self.kind, self.rank, self.args, self.data, self.shape = kind, rank, args, data, shape
+        self.stretch, self.boolean = stretch, boolean
         self.site = site if site is not None else user_site()
         self.uses = 0
         for a in args:

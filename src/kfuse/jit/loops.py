@@ -200,7 +200,7 @@ class _Body:
             return tuple(leaves)
         step.__name__ = getattr(fn, "__name__", "body")
         all_specs = ([ArgSpec("i", "dscalar")] if indexed else []) + list(specs)
-        tr = trace(step, all_specs, library, site_of=_shown(fn))
+        tr = trace(step, all_specs, library, site_of=_shown(fn), args_in_place=True)
         for j, (res, spec) in enumerate(zip(tr.results, specs)):
             traced = traced_shape(spec)
             rank = 3 if spec.kind == "csr" else len(traced)
