@@ -398,14 +398,17 @@ class JitFunction:
         NumPy arrays will do): planned for their sizes' class, as the call's executor resolves it
         (a signature's program is traced once, at the sizes it first came with)."""
         args = self._bound(args, kwargs)
-        entry = self.last = self._entry(args)       # .script, .explain() and .cuda_source describe it
-        specs, _ = self.specs(args)
+        specs, dtype = self.specs(args)
+        entry = self.last = self._entry(args, specs, dtype)     # .script, .explain() and .cuda_source describe it
         sized = entry.compiled.for_sizes(_sizes(entry.compiled.program, entry.inputs, specs))
         self._sized = (entry, sized)
         return sized
 
-    def _entry(self, args) -> _Entry:
-        specs, dtype = self.specs(args)
+    def _entry(self, args, specs=None, dtype=None) -> _Entry:
+        """The shared entry of these arguments' signature (``specs``, ``dtype``: ``self.specs(args)``,
+        read here where not given)."""
+        if specs is None:
+            specs, dtype = self.specs(args)
         key = (code_key(self.fn), self.library.digest, dtype.name,
                tuple((s.kind, len(s.shape)) for s in specs), repr(self._options))
         entry = _SHARED.get(key)
@@ -455,17 +458,13 @@ class JitFunction:
 
 def _sizes(program, inputs, specs) -> dict[int, int]:
     """Dimension id -> size of a traced program called with arguments of these ``specs``
-    (``inputs``: program input name, argument index): a vector given as a grid is its entries, a
-    CSR matrix its rows, columns and entries (``ArgSpec.shape``)."""
+    (``inputs``: program input name, argument index), by the call path's rules (a grid vector
+    its entries, a CSR matrix its rows, columns and entries: ``ArgSpec.shape``)."""
     from ..runtime.binding import bind_sizes
+    from ..runtime.grids import flat_shapes
     arg = dict(inputs)
-    shapes = {}
-    for v in program.inputs:
-        if v.type == "scalar" or v.name not in arg:
-            continue
-        shape = tuple(specs[arg[v.name]].shape)
-        shapes[v.name] = (math.prod(shape),) if v.type == "vector" else shape
-    return bind_sizes(program, shapes)
+    shapes = {v.name: tuple(specs[arg[v.name]].shape) for v in program.inputs if v.type != "scalar"}
+    return bind_sizes(program, flat_shapes(program, shapes))
 
 
 def lower_and_compile(tr: Trace, name: str, dtype: np.dtype, library: Library,
