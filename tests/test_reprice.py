@@ -114,6 +114,11 @@ def test_the_command_line_reprices_without_a_gpu(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert main(["report", "--reprice", str(path), "--random", "3"]) == 1
     assert "--random and --seq do not apply" in capsys.readouterr().err
+    path.write_text(json.dumps(_report([BICGK], top=2)))
+    assert main(["report", "--reprice", str(path), "--out", str(path)]) == 1       # the report kept
+    assert "is the report repriced itself" in capsys.readouterr().err and json.loads(path.read_text())
+    assert main(["report", "--reprice", str(path), "--out", str(tmp_path / "new" / "r.md")]) == 0
+    assert (tmp_path / "new" / "r.md").read_text().startswith("# Report repriced")
 
 
 def test_spread_orders_every_index_once_first_then_halves():

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from .util import (EXIT_ERROR, GpuRequiredError, bench_size, nonnegative_float, nonnegative_int, positive_int,
-                   require_gpu, error_json, json_option, print_json)
+                   require_gpu, error_json, json_option, print_json, write_output)
 from ..errors import KfuseError
 
 log = logging.getLogger("kfuse")
@@ -142,8 +142,6 @@ def _reprice(args) -> int:
         raise KfuseError("--reprice prices the plans of a report already made: --random and --seq do not apply")
     src = Path(args.reprice)
     out = Path(args.out) if args.out else src.with_name(src.stem + "-repriced.md")
-    if out.is_dir():
-        raise KfuseError(f"--out {out}: is a folder; give a file name")
     data = reprice.load_report(src)
     alt, label = None, None
     if args.alt_launch_ns is not None or args.alt_clear_ns is not None:
@@ -151,8 +149,11 @@ def _reprice(args) -> int:
         label = f"the same model with launch {args.alt_launch_ns} ns and clear {args.alt_clear_ns} ns (None: as it is)"
     rows, name = reprice.reprice(data, alt, log=log.info)
     text = reprice.markdown(rows, data, name, label)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)      # as kfuse report makes its --out's folder
+    except OSError as e:
+        raise KfuseError(f"--out {out}: cannot make its folder ({e.strerror or e})") from None
+    write_output(str(out), text, keep=src, option="--out", kept="the report repriced")
     log.info(f"wrote {out}")
     if args.json:
         print_json({"out": str(out), "sequences": [{"name": r.name, "stale": r.stale, "plans": [

@@ -57,28 +57,29 @@ def require_gpu(what: str) -> None:
                          "work without one")
 
 
-def write_output(path: str, text: str, keep: Path | None = None) -> None:
-    """Write ``text`` to ``path`` with an error that says what is wrong (folder missing, a folder
-    given, no permission, an empty name -- which was stdout in silence) instead of a traceback;
-    ``keep``, the command's input file, is never written over (``kfuse compile x.kf -o x.kf``
-    replaced the script with its CUDA)."""
+def write_output(path: str, text: str, keep: Path | None = None, option: str = "-o",
+                 kept: str = "the script") -> None:
+    """Write ``text`` to ``path`` (given as ``option``) with an error that says what is wrong
+    (folder missing, a folder given, no permission, an empty name -- which was stdout in silence)
+    instead of a traceback; ``keep``, the command's input file (``kept`` names it), is never
+    written over (``kfuse compile x.kf -o x.kf`` replaced the script with its CUDA)."""
     if not path:
-        raise KfuseError("-o: the file name is empty")
+        raise KfuseError(f"{option}: the file name is empty")
     out = Path(path)
     try:
         same = keep is not None and out.exists() and out.samefile(keep)
     except OSError:
         same = False
     if same:
-        raise KfuseError(f"-o {path}: is the script itself; give another file name")
+        raise KfuseError(f"{option} {path}: is {kept} itself; give another file name")
     if out.is_dir():
-        raise KfuseError(f"-o {path}: is a folder; give a file name")
+        raise KfuseError(f"{option} {path}: is a folder; give a file name")
     if not out.parent.is_dir():
-        raise KfuseError(f"-o {path}: the folder {out.parent} does not exist")
+        raise KfuseError(f"{option} {path}: the folder {out.parent} does not exist")
     try:
         out.write_text(text)
     except OSError as e:
-        raise KfuseError(f"-o {path}: cannot write it ({e.strerror or e})") from None
+        raise KfuseError(f"{option} {path}: cannot write it ({e.strerror or e})") from None
 
 
 def check_memory(program, dims: dict[int, int], dtype: str) -> None:
