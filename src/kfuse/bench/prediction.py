@@ -91,6 +91,11 @@ class SequenceResult:
 SAMPLE_POOL = 2000      # plans after the top K that --sample draws from
 
 
+def plan_us(model, codes, dims: dict[int, int], entries: dict[int, int], itemsize: int) -> float:
+    """A plan's kernels priced by ``model``: the sum of their kernel times, in microseconds."""
+    return sum(model.kernel_time(c, dims, entries, itemsize) for c in codes) * 1e6
+
+
 def spread(n: int) -> list[int]:
     """0 .. n-1 in an order that spreads them: the first, then the halves, the quarters..."""
     out: list[int] = []
@@ -180,7 +185,7 @@ def measure_sequence(path: Path, dtype: str, n: int, N: int, top: int, reps: int
         import numpy as np
         from ..ir.program import entries_of
         entries, itemsize = entries_of(search.program, search.dims), np.dtype(dtype).itemsize
-        res.alt_predicted = {k + 1: sum(alternative.kernel_time(c, search.dims, entries, itemsize) for c in p.codes) * 1e6
+        res.alt_predicted = {k + 1: plan_us(alternative, p.codes, search.dims, entries, itemsize)
                              for k, p in enumerate(plans) if p.codes}
     results, res.compile_s = measure_plans(compiled, plans, search.dims, reps=reps, log=log, label="report")
     res.search_s = time.perf_counter() - t1

@@ -105,6 +105,7 @@ def reprice(data: dict, alternative=None, log=None) -> tuple[list[Repriced], str
     from ..codegen import generate
     from ..ir.plan import plan_from_json
     from ..ir.program import entries_of
+    from .prediction import plan_us
     dtype = data["header"]["dtype"]
     itemsize = np.dtype(dtype).itemsize
     out, name = [], "?"
@@ -127,8 +128,8 @@ def reprice(data: dict, alternative=None, log=None) -> tuple[list[Repriced], str
                 if log:
                     log(f"  {s['name']} plan {m['rank']}: no longer fits ({e})")
                 continue
-            us = sum(model.kernel_time(c, dims, entries, itemsize) for c in codes) * 1e6
-            alt_us = sum(alt.kernel_time(c, dims, entries, itemsize) for c in codes) * 1e6 if alt is not None else None
+            us = plan_us(model, codes, dims, entries, itemsize)
+            alt_us = plan_us(alt, codes, dims, entries, itemsize) if alt is not None else None
             res.plans.append((m["rank"], float(m["measured_us"]), us, alt_us))
         out.append(res)
     return out, name
